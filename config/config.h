@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * tierfs configuration: one struct, filled in order from the built-in
+ * defaults, the config file (inih) and the -o options. Only this module
+ * validates; everything else reads a struct tfs_config it can trust.
+ *
+ * Every key `[section] key` of the file is also the mount option
+ * `section_key=value`.
+ */
+#ifndef TFS_CONFIG_H
+#define TFS_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TFS_DEFAULT_CONFIG "/etc/tierfs.conf"
+
+/* A size as written: bytes, or a percentage of the tier's capacity. */
+struct cfg_size {
+	uint64_t bytes; /* used when !is_percent; 0 means "backend default" */
+	double percent; /* 0 < percent <= 100 when is_percent */
+	bool is_percent;
+};
+
+enum cfg_compression {
+	CFG_COMPRESS_LZ4 = 0,
+	CFG_COMPRESS_NONE = 1,
+};
+
+/* Where a read unspills a buffer to. */
+enum cfg_unspill {
+	CFG_UNSPILL_DEVICE = 0, /* the top tier the buffer fits in (default) */
+	CFG_UNSPILL_HOST = 1, /* no higher than host */
+	CFG_UNSPILL_NONE = 2, /* serve reads from where the buffer is */
+};
+
+struct tfs_config {
+	struct {
+		char backend[16]; /* auto|cuda|sim|none */
+		int gpu; /* CUDA device ordinal */
+		struct cfg_size limit; /* default: 80% of free GPU memory; sim: 1G */
+	} device;
+	struct {
+		struct cfg_size limit; /* default: 25% of RAM */
+		bool pinned; /* page-lock host copies when CUDA is used */
+	} host;
+	struct {
+		char *path; /* default: /var/tmp */
+		struct cfg_size limit; /* default: 50% of the filesystem's size */
+		enum cfg_compression compression;
+		uint32_t chunk_size; /* 64K..64M, power of two; default 1M */
+	} disk;
+	struct {
+		char eviction[16]; /* lru */
+		enum cfg_unspill unspill;
+		double high_watermark; /* fraction of a limit, default 0.95 */
+		double target; /* fraction of a limit, default 0.85 */
+	} policy;
+	struct {
+		unsigned int threads; /* FUSE worker threads, default 0 = libfuse's */
+		unsigned int read_ahead_kb; /* set on the bdi after mount; 0 = leave */
+	} fs;
+	char *config_file; /* the file that was read, or NULL */
+};
+
+/* Fill @cfg with the documented defaults. Never fails. */
+void cfg_defaults(struct tfs_config *cfg);
+
+/* Free what cfg_* allocated in @cfg (not @cfg itself). */
+void cfg_free(struct tfs_config *cfg);
+
+/*
+ * Set `[section] key` to @value. On error returns -EINVAL (or -ENOENT for an
+ * unknown section or key) and writes "KEY: what is wrong" into @err.
+ */
+int cfg_set(struct tfs_config *cfg, const char *section, const char *key,
+	    const char *value, char *err, size_t errlen);
+
+/*
+ * Set the mount option form `section_key` (e.g. "host_limit"). Same returns
+ * as cfg_set(); @err reads "-o KEY: what is wrong".
+ */
+int cfg_set_option(struct tfs_config *cfg, const char *option,
+		   const char *value, char *err, size_t errlen);
+
+/* True when @option (no '=value') is a config key, i.e. cfg_set_option()
+ * would accept some value for it. */
+bool cfg_is_option(const char *option);
+
+/*
+ * Read an inih file. Returns 0, -errno when it cannot be opened, or -EINVAL
+ * with "FILE:LINE: KEY: what is wrong" in @err for the first bad line.
+ */
+int cfg_load_file(struct tfs_config *cfg, const char *path, char *err,
+		  size_t errlen);
+
+/*
+ * Check what cannot be checked key by key: the disk path exists, is a
+ * writable directory and is not inside @mountpoint (may be NULL); the
+ * watermarks are ordered. Returns 0 or -EINVAL with a message in @err.
+ */
+int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
+		 char *err, size_t errlen);
+
+/*
+ * Parse a size: "4096", "64K", "1.5G", "25%" (when @allow_percent).
+ * Suffixes K/M/G/T are powers of 1024, case-insensitive, optional "iB"/"B".
+ * Returns 0 or -EINVAL.
+ */
+int cfg_parse_size(const char *s, bool allow_percent, struct cfg_size *out);
+
+/* The size in bytes: @sz's bytes, or its percentage of @capacity. */
+uint64_t cfg_size_resolve(const struct cfg_size *sz, uint64_t capacity);
+
+#endif

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * tierfs public ABI: tier ids, extended attribute names and the ioctls that
+ * GPU programs use to get at a file's buffer.
+ *
+ * Every ioctl is a "restricted" FUSE ioctl: its argument size is encoded in
+ * the command number, the kernel copies exactly that many bytes in and out,
+ * and no pointers or file descriptors cross it. Each struct starts with
+ * `version` (set it to TFS_ABI_VERSION) and `flags`, ends with reserved words
+ * that must be zero, and has a size fixed by a static assertion below.
+ */
+#ifndef TIERFS_H
+#define TIERFS_H
+
+#include <stdint.h>
+#include <linux/ioctl.h>
+
+#define TFS_ABI_VERSION 1
+
+/* Tiers, fastest first. A buffer's tier is the fastest one holding a copy. */
+enum tfs_tier {
+	TFS_TIER_DEVICE = 0,
+	TFS_TIER_HOST = 1,
+	TFS_TIER_DISK = 2,
+	TFS_TIER_COUNT = 3,
+};
+
+/* Extended attributes answered on every regular file. */
+#define TFS_XATTR_PREFIX "user.tierfs."
+#define TFS_XATTR_TIER "user.tierfs.tier" /* rw: device|host|disk */
+#define TFS_XATTR_SIZE "user.tierfs.size" /* ro: logical bytes */
+#define TFS_XATTR_STORED "user.tierfs.stored_size" /* ro: bytes in tier */
+#define TFS_XATTR_ATIME "user.tierfs.last_access" /* ro: ns since epoch */
+#define TFS_XATTR_PINS "user.tierfs.pins" /* ro: pins + leases */
+#define TFS_XATTR_PIN "user.tierfs.pin" /* rw: 1 pins, 0 unpins */
+/* Answered on the mount root: "key=value\n" lines, see tierfs(8). */
+#define TFS_XATTR_STATS "user.tierfs.stats"
+
+#define TFS_IOC_MAGIC 0xf7
+
+/* handle_type of an export */
+enum tfs_handle_type {
+	TFS_HANDLE_NONE = 0,
+	TFS_HANDLE_CUDA_IPC = 1, /* handle is a cudaIpcMemHandle_t */
+	TFS_HANDLE_SHM = 2, /* handle is a NUL-terminated shm_open() name */
+};
+
+#define TFS_EXPORT_WRITE 0x1u /* the caller will write (fd must be writable) */
+
+/*
+ * TFS_IOC_EXPORT: unspill the buffer to the device tier and take a lease on
+ * it for this open file. The buffer does not move until the lease is
+ * released (TFS_IOC_RELEASE) or the file is closed.
+ */
+struct tfs_ioc_export {
+	uint32_t version;
+	uint32_t flags; /* in: TFS_EXPORT_* */
+	uint32_t handle_type; /* out: enum tfs_handle_type */
+	uint32_t reserved0;
+	uint64_t offset; /* out: where the bytes start inside the handle */
+	uint64_t length; /* out: logical size of the buffer */
+	uint64_t generation; /* out: bumped whenever the buffer is replaced */
+	uint8_t handle[64]; /* out */
+	uint8_t uuid[16]; /* out: GPU UUID; zero for the sim backend */
+	uint64_t reserved[4];
+};
+
+/* TFS_IOC_RELEASE: drop the lease this open file holds. */
+struct tfs_ioc_release {
+	uint32_t version;
+	uint32_t flags;
+	uint64_t generation; /* in: as returned by export, or 0 for any */
+	uint64_t reserved[2];
+};
+
+/*
+ * TFS_IOC_COMMIT: the GPU wrote the buffer. Lower-tier copies are dropped,
+ * mtime is bumped and the kernel page cache for the file is invalidated.
+ * Needs a write export on this open file.
+ */
+struct tfs_ioc_commit {
+	uint32_t version;
+	uint32_t flags;
+	uint64_t reserved[3];
+};
+
+/* TFS_IOC_ALLOC: give an empty file `size` bytes of zeroed device memory. */
+struct tfs_ioc_alloc {
+	uint32_t version;
+	uint32_t flags;
+	uint64_t size;
+	uint64_t reserved[2];
+};
+
+/* TFS_IOC_MOVE: move the buffer to `tier` (EBUSY while another file leases
+ * it). */
+struct tfs_ioc_move {
+	uint32_t version;
+	uint32_t flags;
+	uint32_t tier; /* enum tfs_tier */
+	uint32_t reserved0;
+	uint64_t reserved[2];
+};
+
+/* TFS_IOC_STAT: where the buffer is and how much it takes there. */
+struct tfs_ioc_stat {
+	uint32_t version;
+	uint32_t flags;
+	uint32_t tier; /* out: enum tfs_tier */
+	uint32_t pins; /* out: explicit pins */
+	uint32_t leases; /* out: exports and I/O in flight */
+	uint32_t reserved0;
+	uint64_t size; /* out */
+	uint64_t stored_size; /* out */
+	uint64_t last_access_ns; /* out */
+	uint64_t generation; /* out */
+	uint64_t reserved[4];
+};
+
+#define TFS_IOC_EXPORT _IOWR(TFS_IOC_MAGIC, 1, struct tfs_ioc_export)
+#define TFS_IOC_RELEASE _IOW(TFS_IOC_MAGIC, 2, struct tfs_ioc_release)
+#define TFS_IOC_COMMIT _IOW(TFS_IOC_MAGIC, 3, struct tfs_ioc_commit)
+#define TFS_IOC_ALLOC _IOW(TFS_IOC_MAGIC, 4, struct tfs_ioc_alloc)
+#define TFS_IOC_MOVE _IOW(TFS_IOC_MAGIC, 5, struct tfs_ioc_move)
+#define TFS_IOC_STAT _IOWR(TFS_IOC_MAGIC, 6, struct tfs_ioc_stat)
+
+_Static_assert(sizeof(struct tfs_ioc_export) == 152, "export ABI");
+_Static_assert(sizeof(struct tfs_ioc_release) == 24, "release ABI");
+_Static_assert(sizeof(struct tfs_ioc_commit) == 32, "commit ABI");
+_Static_assert(sizeof(struct tfs_ioc_alloc) == 32, "alloc ABI");
+_Static_assert(sizeof(struct tfs_ioc_move) == 32, "move ABI");
+_Static_assert(sizeof(struct tfs_ioc_stat) == 88, "stat ABI");
+
+#endif /* TIERFS_H */

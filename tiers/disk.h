@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The disk tier: one spill file per buffer in a private directory, holding
+ * independent chunks. Chunk i lives in a fixed slot at i * (chunk_size +
+ * header); only the bytes it needs are written, so the rest of the slot is a
+ * hole and the file takes on disk about what its chunks compress to. Each
+ * chunk has a header with its lengths, its encoding (lz4, raw when lz4 does
+ * not shrink it, or zero) and a CRC32C of the stored bytes.
+ *
+ * Thread safety: different objects may be used concurrently; calls on one
+ * object must be serialised by the caller, except tier_dobj_read(), which
+ * may run concurrently with other reads.
+ */
+#ifndef TFS_TIERS_DISK_H
+#define TFS_TIERS_DISK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+
+struct tier_disk;
+struct tier_dobj;
+
+/*
+ * Create the private directory @path/tierfs.@tag (0700), removing stale
+ * spill files a previous run left there. Returns 0 or -errno with a message
+ * in @err.
+ */
+int tier_disk_init(struct tier_disk **out, const char *path, const char *tag,
+		   uint32_t chunk_size, enum cfg_compression compression,
+		   char *err, size_t errlen);
+
+/* Remove the directory and everything in it; free @d. */
+void tier_disk_destroy(struct tier_disk *d);
+
+/* The chunk size given to init. */
+uint32_t tier_disk_chunk_size(const struct tier_disk *d);
+
+/* Create the (empty) spill file for buffer @id, mode 0600. */
+int tier_dobj_create(struct tier_disk *d, uint64_t id, struct tier_dobj **out);
+
+/* Unlink the spill file and free @o. */
+void tier_dobj_destroy(struct tier_disk *d, struct tier_dobj *o);
+
+/*
+ * Store chunk @idx: @len bytes (<= chunk size; a shorter chunk reads back
+ * zero-padded). A chunk of all zeroes is stored as a header alone. Returns
+ * 0 or -errno (-ENOSPC when the disk is full: the previous content of the
+ * chunk is then undefined, the caller must not rely on it).
+ */
+int tier_dobj_write_chunk(struct tier_disk *d, struct tier_dobj *o,
+			  uint64_t idx, const void *src, size_t len);
+
+/*
+ * Read @len bytes at @off, decompressing only the chunks the range touches.
+ * Chunks never written read as zeroes. Returns 0, or -EIO after logging the
+ * spill file's name and the chunk when a checksum or decode fails.
+ */
+int tier_dobj_read(struct tier_disk *d, struct tier_dobj *o, void *dst,
+		   size_t len, uint64_t off);
+
+/* Forget chunks at and beyond @nchunks (punches them out of the file). */
+int tier_dobj_truncate(struct tier_disk *d, struct tier_dobj *o,
+		       uint64_t nchunks);
+
+/* Bytes the object's chunks take: headers plus stored data. */
+uint64_t tier_dobj_stored(const struct tier_dobj *o);
+
+/* Path of the spill file, for log lines and tests. */
+const char *tier_dobj_path(const struct tier_dobj *o);
+
+/* CRC32C (Castagnoli) of @len bytes, continuing from @crc (start with 0). */
+uint32_t tfs_crc32c(uint32_t crc, const void *buf, size_t len);
+
+#endif

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The buffer store: every regular file's bytes are one struct tier_buf, whose
+ * copies live in the device, host and disk tiers. The fastest tier holding a
+ * copy is the buffer's tier; lower copies are clean copies of it, kept until
+ * the buffer is modified or their tier needs the room.
+ *
+ * Writes land in the host copy; tier_buf_register() (last close, fsync)
+ * places the buffer in its placement tier. Reads copy from the fastest copy,
+ * unspilling as the policy says. When a tier is over its limit, least
+ * recently used buffers move down: in the background above the high
+ * watermark, synchronously when an allocation does not fit.
+ *
+ * Locks, in the order they are taken:
+ *   buf->lock (rwlock)  ->  store->lock (mutex)
+ * Code holding store->lock only ever try-locks a buffer. No lock is held
+ * across a device copy, lz4 or disk I/O of another buffer.
+ *
+ * All functions return 0 or a byte count on success, -errno on failure.
+ */
+#ifndef TFS_TIERS_STORE_H
+#define TFS_TIERS_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "tierfs.h"
+#include "config/config.h"
+
+struct tier_store;
+struct tier_buf;
+
+/* Per-buffer state, as shown by xattrs, TFS_IOC_STAT and tierfsctl. */
+struct tier_buf_stat {
+	enum tfs_tier tier;
+	uint64_t size; /* logical */
+	uint64_t stored_size; /* bytes it takes in its tier */
+	uint64_t blocks; /* 512-byte blocks for st_blocks */
+	uint64_t last_access_ns;
+	uint32_t pins;
+	uint32_t leases;
+	uint64_t generation;
+};
+
+struct tier_usage {
+	uint64_t used; /* bytes held by copies in this tier */
+	uint64_t limit;
+	uint64_t buffers; /* buffers with a copy here */
+	uint64_t spill_bytes; /* bytes moved out of this tier, down */
+	uint64_t unspill_bytes; /* bytes moved into this tier, up */
+	uint64_t spills; /* buffers moved out of this tier, down */
+	uint64_t unspills; /* buffers moved into this tier, up */
+};
+
+struct tier_store_stats {
+	char backend[16]; /* "cuda", "sim", "none" */
+	char device_model[64];
+	bool has_device;
+	struct tier_usage tier[TFS_TIER_COUNT];
+	uint64_t files; /* buffers alive */
+	uint64_t logical_bytes; /* sum of sizes */
+	uint64_t evict_failures; /* spills that found nothing movable */
+	uint64_t checksum_errors;
+};
+
+/*
+ * Create the store for @cfg: open the device backend (auto falls back to
+ * none with one log line; an explicit "cuda" that cannot start fails with
+ * the CUDA error in @err), create the disk tier's private directory named
+ * after @tag, start the background spiller. Call after the daemon forked.
+ */
+int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
+		    const char *tag, char *err, size_t errlen);
+
+/* Stop the spiller, free every buffer and the tiers. No buffer may be in
+ * use. */
+void tier_store_destroy(struct tier_store *s);
+
+/*
+ * Apply new limits and policy from @cfg (SIGHUP). Backend, disk path and
+ * chunk size cannot change live and are ignored. Shrinking a limit spills
+ * down to it before this returns.
+ */
+int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg);
+
+void tier_store_stats(struct tier_store *s, struct tier_store_stats *out);
+
+/*
+ * Write the stats as "key=value\n" lines (the user.tierfs.stats format,
+ * documented in tierfs(8)) into @buf. Returns the length it needs, which may
+ * exceed @len (then @buf holds a truncated copy), like snprintf.
+ */
+size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len);
+
+/* Bytes all tiers can hold together, and bytes free, for statfs. */
+void tier_store_capacity(struct tier_store *s, uint64_t *total,
+			 uint64_t *avail);
+
+/* A new empty buffer in the host tier. */
+int tier_buf_new(struct tier_store *s, struct tier_buf **out);
+
+/* Free the buffer and every copy. Leases must be gone. */
+void tier_buf_destroy(struct tier_buf *b);
+
+uint64_t tier_buf_size(struct tier_buf *b);
+
+/* Read up to @len bytes at @off into @dst; short at end of file. */
+ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off);
+
+/* Write @len bytes at @off, growing the buffer. -ENOSPC when no tier has
+ * room; nothing already stored is lost then. */
+ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
+		       off_t off);
+
+/* Set the size; growth reads as zeroes and costs no memory. */
+int tier_buf_truncate(struct tier_buf *b, uint64_t size);
+
+/* Make [off, off+len) part of the file (zeroes where it grows). */
+int tier_buf_fallocate(struct tier_buf *b, uint64_t off, uint64_t len);
+
+/* Copy a range between buffers (or within one). Returns bytes copied. */
+ssize_t tier_buf_copy(struct tier_buf *dst, uint64_t dst_off,
+		      struct tier_buf *src, uint64_t src_off, size_t len);
+
+/* Last close or fsync: place the buffer in its placement tier. */
+int tier_buf_register(struct tier_buf *b);
+
+/*
+ * Move the buffer to @tier now (spill or prefetch). -EBUSY when it is
+ * leased by someone other than @owner (0: anyone counts), -ENOSPC when the
+ * tier has no room, -ENODEV when there is no device tier.
+ */
+int tier_buf_move(struct tier_buf *b, enum tfs_tier tier, uint64_t owner);
+
+/* Explicit pins: a pinned buffer never moves. Unpin of an unpinned buffer is
+ * a no-op. */
+int tier_buf_pin(struct tier_buf *b);
+int tier_buf_unpin(struct tier_buf *b);
+
+void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st);
+
+/*
+ * Device export for GPU programs. @owner identifies the open file holding
+ * the lease (one lease per owner and buffer). Export unspills to the device
+ * and fills @out; -ENODEV without a device tier, -ENOSPC when the buffer
+ * cannot fit there.
+ */
+int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
+		    bool writable, struct tfs_ioc_export *out);
+
+/* Drop @owner's lease; -ENOENT when it holds none. */
+int tier_buf_unexport(struct tier_buf *b, uint64_t owner);
+
+/* The device copy was written through a write export of @owner: drop the
+ * other copies and bump the generation. -EPERM without such an export. */
+int tier_buf_commit(struct tier_buf *b, uint64_t owner);
+
+/* Size an empty buffer to @size bytes of zeroed device memory. -EEXIST
+ * when it is not empty. */
+int tier_buf_alloc_device(struct tier_buf *b, uint64_t size);
+
+/* Parse "device", "host", "disk"; -EINVAL otherwise. */
+int tier_parse(const char *name, size_t len, enum tfs_tier *out);
+const char *tier_name(enum tfs_tier t);
+
+#endif
