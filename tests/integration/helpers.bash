@@ -1,0 +1,88 @@
+# Shared by every bats file: mount a private tierfs for each test and always
+# unmount it in teardown.
+#
+#   setup()    { tfs_setup; tfs_mount -o host_limit=8M; }
+#   teardown() { tfs_teardown; }
+#
+# TIERFS_BIN points at the daemon (tests/run sets it); TFS_TMP is the test's
+# own mktemp -d, MNT the mount point, SPILL the disk tier's directory, LOG
+# the daemon's stderr.
+
+: "${TIERFS_BIN:=$BATS_TEST_DIRNAME/../../build/fs/tierfs}"
+: "${TIERFSCTL_BIN:=$(dirname "$TIERFS_BIN")/../client/tierfsctl}"
+
+tfs_setup() {
+	TFS_TMP=$(mktemp -d /tmp/tierfs-test.XXXXXX)
+	MNT=$TFS_TMP/mnt
+	SPILL=$TFS_TMP/spill
+	LOG=$TFS_TMP/tierfs.log
+	mkdir -p "$MNT" "$SPILL"
+	export TFS_TMP MNT SPILL LOG
+}
+
+# tfs_mount [-o opts]...: start the daemon in the foreground, in the
+# background, and wait until the mount answers.
+tfs_mount() {
+	local opts="disk_path=$SPILL"
+	while [ $# -gt 0 ]; do
+		case $1 in
+		-o) opts="$opts,$2"; shift 2 ;;
+		*) opts="$opts,$1"; shift ;;
+		esac
+	done
+	"$TIERFS_BIN" "$MNT" -f -o "$opts" 2>"$LOG" &
+	TFS_PID=$!
+	export TFS_PID
+	local i
+	for i in $(seq 1 200); do
+		if mountpoint -q "$MNT"; then
+			return 0
+		fi
+		if ! kill -0 "$TFS_PID" 2>/dev/null; then
+			echo "tierfs exited before mounting:" >&2
+			cat "$LOG" >&2
+			return 1
+		fi
+		sleep 0.05
+	done
+	echo "tierfs did not mount within 10s" >&2
+	cat "$LOG" >&2
+	return 1
+}
+
+tfs_unmount() {
+	if [ -n "${MNT:-}" ] && mountpoint -q "$MNT"; then
+		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT"
+	fi
+	if [ -n "${TFS_PID:-}" ]; then
+		local i
+		for i in $(seq 1 100); do
+			kill -0 "$TFS_PID" 2>/dev/null || break
+			sleep 0.05
+		done
+		if kill -0 "$TFS_PID" 2>/dev/null; then
+			kill -9 "$TFS_PID" 2>/dev/null
+			echo "tierfs did not exit after unmount" >&2
+		fi
+		wait "$TFS_PID" 2>/dev/null || true
+		TFS_PID=
+	fi
+}
+
+tfs_teardown() {
+	tfs_unmount
+	if [ -n "${TFS_TMP:-}" ]; then
+		rm -rf "$TFS_TMP"
+	fi
+}
+
+# The tier xattr of a file: device, host or disk.
+tfs_tier() {
+	getfattr --only-values -n user.tierfs.tier "$1" 2>/dev/null
+}
+
+# One key of the mount root's stats, e.g. tfs_stat host.used
+tfs_stat() {
+	getfattr --only-values -n user.tierfs.stats "$MNT" |
+		sed -n "s/^$1=//p"
+}
