@@ -125,7 +125,7 @@ struct tfs_ioc_stat {
 #define TFS_IOC_STAT _IOWR(TFS_IOC_MAGIC, 6, struct tfs_ioc_stat)
 
 _Static_assert(sizeof(struct tfs_ioc_export) == 152, "export ABI");
-_Static_assert(sizeof(struct tfs_ioc_release) == 24, "release ABI");
+_Static_assert(sizeof(struct tfs_ioc_release) == 32, "release ABI");
 _Static_assert(sizeof(struct tfs_ioc_commit) == 32, "commit ABI");
 _Static_assert(sizeof(struct tfs_ioc_alloc) == 32, "alloc ABI");
 _Static_assert(sizeof(struct tfs_ioc_move) == 32, "move ABI");
