@@ -1,0 +1,451 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+/*
+ * libtierfs: open + TFS_IOC_EXPORT + cudaIpcOpenMemHandle (cuda backend) or
+ * shm_open + mmap (sim backend), behind the small API of libtierfs.h.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef TFS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "libtierfs.h"
+
+/* The last failure of this thread, for tfs_strerror(). */
+static __thread int last_rc;
+static __thread char last_msg[256];
+
+static void clear_err(void)
+{
+	last_rc = 0;
+	last_msg[0] = '\0';
+}
+
+static int set_err(int rc, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int set_err(int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
+	va_end(ap);
+	last_rc = rc;
+	return rc;
+}
+
+const char *tfs_strerror(int rc)
+{
+	static __thread char buf[64];
+
+	if (rc == last_rc && last_msg[0])
+		return last_msg;
+	if (rc > 0)
+		rc = -rc;
+	/* GNU strerror_r may return a static string instead of filling buf. */
+	return strerror_r(-rc, buf, sizeof(buf));
+}
+
+static int open_file(const char *path, int oflags)
+{
+	int fd = open(path, oflags | O_CLOEXEC, 0666);
+
+	return fd < 0 ? -errno : fd;
+}
+
+/* ioctl() as 0 or -errno. */
+static int xioctl(int fd, unsigned long cmd, void *arg)
+{
+	return ioctl(fd, cmd, arg) < 0 ? -errno : 0;
+}
+
+static int release_lease(int fd)
+{
+	struct tfs_ioc_release rel;
+
+	memset(&rel, 0, sizeof(rel));
+	rel.version = TFS_ABI_VERSION;
+	/*
+	 * Generation 0 releases whatever lease this fd holds. The exported
+	 * generation would be refused after our own commit bumped it, and
+	 * this fd is ours alone, so there is no other lease to confuse.
+	 */
+	rel.generation = 0;
+	return xioctl(fd, TFS_IOC_RELEASE, &rel);
+}
+
+static int map_shm(struct tfs_map *m, const struct tfs_ioc_export *ex)
+{
+	const char *name = (const char *)ex->handle;
+	bool wr = m->flags & TFS_MAP_WRITE;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uint64_t end = ex->offset + ex->length;
+	struct stat st;
+	int sfd, rc = 0;
+
+	if (!memchr(ex->handle, '\0', sizeof(ex->handle)) || name[0] != '/')
+		return set_err(-EPROTO, "export: malformed shm handle");
+	if (end < ex->offset || end > SIZE_MAX - page)
+		return set_err(-EPROTO, "export: offset %llu + length %llu "
+			       "out of range",
+			       (unsigned long long)ex->offset,
+			       (unsigned long long)ex->length);
+	/*
+	 * The daemon unlinks the object when the last lease ends; we hold
+	 * one, so the name is there now, and our mapping outlives the name.
+	 */
+	sfd = shm_open(name, wr ? O_RDWR : O_RDONLY, 0);
+	if (sfd < 0)
+		return set_err(-errno, "shm_open \"%s\": %s", name,
+			       strerror(errno));
+	if (fstat(sfd, &st) < 0) {
+		rc = set_err(-errno, "fstat \"%s\": %s", name,
+			     strerror(errno));
+		goto out_close;
+	}
+	/* Touching a page past the object's end would SIGBUS the caller. */
+	if ((uint64_t)st.st_size < end) {
+		rc = set_err(-EPROTO, "shm \"%s\" holds %lld bytes, export "
+			     "says %llu", name, (long long)st.st_size,
+			     (unsigned long long)end);
+		goto out_close;
+	}
+	m->map_len = (size_t)((end + page - 1) & ~((uint64_t)page - 1));
+	if (m->map_len) {
+		void *p = mmap(NULL, m->map_len,
+			       PROT_READ | (wr ? PROT_WRITE : 0), MAP_SHARED,
+			       sfd, 0);
+
+		if (p == MAP_FAILED) {
+			rc = set_err(-errno, "mmap \"%s\": %s", name,
+				     strerror(errno));
+			m->map_len = 0;
+			goto out_close;
+		}
+		m->base = p;
+		m->ptr = (char *)p + ex->offset;
+	}
+out_close:
+	close(sfd);
+	return rc;
+}
+
+#ifdef TFS_HAVE_CUDA
+static int cuda_rc(cudaError_t e)
+{
+	switch (e) {
+	case cudaErrorNoDevice:
+	case cudaErrorInsufficientDriver:
+	case cudaErrorInvalidDevice:
+	case cudaErrorDevicesUnavailable:
+	case cudaErrorStubLibrary:
+	case cudaErrorInitializationError:
+		return -ENODEV;
+	default:
+		return -EIO;
+	}
+}
+
+static int cuda_fail(cudaError_t e, const char *call)
+{
+	(void)cudaGetLastError();
+	return set_err(cuda_rc(e), "%s: %s (%s, %d)", call,
+		       cudaGetErrorString(e), cudaGetErrorName(e), (int)e);
+}
+
+/* The ordinal of the visible GPU whose UUID is @uuid, preferring @cur. */
+static int find_device(const uint8_t uuid[16], int cur, int *out)
+{
+	struct cudaDeviceProp prop;
+	cudaError_t e;
+	int n, i;
+
+	e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess)
+		return cuda_fail(e, "cudaGetDeviceCount");
+	for (i = -1; i < n; i++) {
+		int dev = i < 0 ? cur : i;
+
+		if (i == cur)
+			continue;
+		e = cudaGetDeviceProperties(&prop, dev);
+		if (e != cudaSuccess)
+			return cuda_fail(e, "cudaGetDeviceProperties");
+		if (!memcmp(prop.uuid.bytes, uuid, 16)) {
+			*out = dev;
+			return 0;
+		}
+	}
+	return set_err(-ENODEV, "no visible CUDA device has the exported "
+		       "GPU's UUID (check CUDA_VISIBLE_DEVICES)");
+}
+
+/*
+ * Run with @dev as the current device and put the caller's back after, so
+ * the library never changes which GPU the program's own launches go to.
+ */
+static int with_device(int dev, int *saved)
+{
+	cudaError_t e = cudaGetDevice(saved);
+
+	if (e == cudaSuccess && *saved != dev)
+		e = cudaSetDevice(dev);
+	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaSetDevice");
+}
+
+static void restore_device(int dev, int saved)
+{
+	if (saved != dev)
+		cudaSetDevice(saved);
+}
+
+static int map_cuda(struct tfs_map *m, const struct tfs_ioc_export *ex)
+{
+	cudaIpcMemHandle_t h;
+	int cur, dev, rc;
+	cudaError_t e;
+	void *p;
+
+	_Static_assert(sizeof(h) == sizeof(ex->handle), "IPC handle size");
+	e = cudaGetDevice(&cur);
+	if (e != cudaSuccess)
+		return cuda_fail(e, "cudaGetDevice");
+	rc = find_device(ex->uuid, cur, &dev);
+	if (rc)
+		return rc;
+	rc = with_device(dev, &cur);
+	if (rc)
+		return rc;
+	memcpy(&h, ex->handle, sizeof(h));
+	/* Lazy peer access lets kernels on the caller's other GPUs reach it. */
+	e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+	restore_device(dev, cur);
+	if (e != cudaSuccess)
+		return cuda_fail(e, "cudaIpcOpenMemHandle");
+	m->device = dev;
+	m->base = p;
+	m->ptr = (char *)p + ex->offset;
+	return 0;
+}
+
+static int unmap_cuda(struct tfs_map *m)
+{
+	cudaError_t e;
+	int cur, rc;
+
+	rc = with_device(m->device, &cur);
+	if (rc)
+		return rc;
+	e = cudaIpcCloseMemHandle(m->base);
+	restore_device(m->device, cur);
+	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaIpcCloseMemHandle");
+}
+
+static int sync_cuda(struct tfs_map *m)
+{
+	cudaError_t e;
+	int cur, rc;
+
+	rc = with_device(m->device, &cur);
+	if (rc)
+		return rc;
+	e = cudaDeviceSynchronize();
+	restore_device(m->device, cur);
+	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaDeviceSynchronize");
+}
+#else
+static int map_cuda(struct tfs_map *m, const struct tfs_ioc_export *ex)
+{
+	return set_err(-ENOTSUP, "the file is on a CUDA device and this "
+		       "libtierfs was built without CUDA");
+}
+
+static int unmap_cuda(struct tfs_map *m)
+{
+	return 0;
+}
+
+static int sync_cuda(struct tfs_map *m)
+{
+	return 0;
+}
+#endif
+
+/* Undo the mapping only; the lease and fd stay. */
+static int unmap(struct tfs_map *m)
+{
+	int rc = 0;
+
+	if (!m->base)
+		return 0;
+	if (m->handle_type == TFS_HANDLE_SHM) {
+		if (munmap(m->base, m->map_len) < 0)
+			rc = -errno;
+	} else if (m->handle_type == TFS_HANDLE_CUDA_IPC) {
+		rc = unmap_cuda(m);
+	}
+	m->base = NULL;
+	m->ptr = NULL;
+	m->map_len = 0;
+	return rc;
+}
+
+static void map_reset(struct tfs_map *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->fd = -1;
+	m->device = -1;
+}
+
+int tfs_map_open(const char *path, int flags, struct tfs_map *out)
+{
+	struct tfs_ioc_export ex;
+	int fd, rc;
+
+	clear_err();
+	map_reset(out);
+	if (!flags || (flags & ~(TFS_MAP_READ | TFS_MAP_WRITE)))
+		return -EINVAL;
+	fd = open_file(path, flags & TFS_MAP_WRITE ? O_RDWR : O_RDONLY);
+	if (fd < 0)
+		return fd;
+
+	memset(&ex, 0, sizeof(ex));
+	ex.version = TFS_ABI_VERSION;
+	ex.flags = flags & TFS_MAP_WRITE ? TFS_EXPORT_WRITE : 0;
+	rc = xioctl(fd, TFS_IOC_EXPORT, &ex);
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	if (ex.length > SIZE_MAX) {
+		rc = set_err(-EPROTO, "export: length %llu too large",
+			     (unsigned long long)ex.length);
+		goto out_release;
+	}
+	out->fd = fd;
+	out->flags = flags;
+	out->length = (size_t)ex.length;
+	out->handle_type = (int)ex.handle_type;
+	out->generation = ex.generation;
+	memcpy(out->uuid, ex.uuid, sizeof(out->uuid));
+
+	switch (ex.handle_type) {
+	case TFS_HANDLE_SHM:
+		rc = map_shm(out, &ex);
+		break;
+	case TFS_HANDLE_CUDA_IPC:
+		rc = map_cuda(out, &ex);
+		break;
+	default:
+		rc = set_err(-EPROTO, "export: unknown handle type %u",
+			     ex.handle_type);
+		break;
+	}
+	if (!rc)
+		return 0;
+out_release:
+	release_lease(fd);
+	close(fd);
+	map_reset(out);
+	return rc;
+}
+
+int tfs_map_commit(struct tfs_map *m)
+{
+	struct tfs_ioc_commit c;
+	int rc;
+
+	clear_err();
+	if (m->fd < 0)
+		return -EBADF;
+	if (!(m->flags & TFS_MAP_WRITE))
+		return set_err(-EBADF, "commit: the map is read-only");
+	if (m->handle_type == TFS_HANDLE_CUDA_IPC) {
+		rc = sync_cuda(m);
+		if (rc)
+			return rc;
+	}
+	memset(&c, 0, sizeof(c));
+	c.version = TFS_ABI_VERSION;
+	return xioctl(m->fd, TFS_IOC_COMMIT, &c);
+}
+
+int tfs_map_close(struct tfs_map *m)
+{
+	int rc, rc2;
+
+	clear_err();
+	if (m->fd < 0)
+		return 0;
+	/* Unmap before the release: once the lease is gone the buffer may
+	 * move and its memory be freed under a live mapping. */
+	rc = unmap(m);
+	rc2 = release_lease(m->fd);
+	if (!rc)
+		rc = rc2;
+	if (close(m->fd) < 0 && !rc)
+		rc = -errno;
+	map_reset(m);
+	return rc;
+}
+
+int tfs_stat(const char *path, struct tfs_ioc_stat *st)
+{
+	int fd, rc;
+
+	clear_err();
+	fd = open_file(path, O_RDONLY);
+	if (fd < 0)
+		return fd;
+	memset(st, 0, sizeof(*st));
+	st->version = TFS_ABI_VERSION;
+	rc = xioctl(fd, TFS_IOC_STAT, st);
+	close(fd);
+	return rc;
+}
+
+int tfs_move(const char *path, enum tfs_tier tier)
+{
+	struct tfs_ioc_move mv;
+	int fd, rc;
+
+	clear_err();
+	fd = open_file(path, O_RDONLY);
+	if (fd < 0)
+		return fd;
+	memset(&mv, 0, sizeof(mv));
+	mv.version = TFS_ABI_VERSION;
+	mv.tier = (uint32_t)tier;
+	rc = xioctl(fd, TFS_IOC_MOVE, &mv);
+	close(fd);
+	return rc;
+}
+
+int tfs_alloc(const char *path, uint64_t size)
+{
+	struct tfs_ioc_alloc a;
+	int fd, rc;
+
+	clear_err();
+	fd = open_file(path, O_RDWR | O_CREAT);
+	if (fd < 0)
+		return fd;
+	memset(&a, 0, sizeof(a));
+	a.version = TFS_ABI_VERSION;
+	a.size = size;
+	rc = xioctl(fd, TFS_IOC_ALLOC, &a);
+	if (close(fd) < 0 && !rc)
+		rc = -errno;
+	return rc;
+}

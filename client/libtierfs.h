@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * libtierfs: map a tierfs file's buffer into a GPU program.
+ *
+ *	struct tfs_map m;
+ *	int rc = tfs_map_open("/mnt/tierfs/x", TFS_MAP_WRITE, &m);
+ *	if (rc)
+ *		errx(1, "%s", tfs_strerror(rc));
+ *	kernel<<<...>>>(m.ptr, m.length);
+ *	tfs_map_commit(&m);
+ *	tfs_map_close(&m);
+ *
+ * With the cuda backend, ptr is a device pointer on the GPU numbered
+ * m.device in this process (CUDA IPC). With the sim backend, ptr is host
+ * memory (a shared-memory mapping). handle_type says which.
+ *
+ * Every function returns 0 or a negative errno. CUDA failures become -EIO,
+ * or -ENODEV when no device matches or none is usable; tfs_strerror() then
+ * names the CUDA error. A build without CUDA answers a CUDA export with
+ * -ENOTSUP.
+ *
+ * Thread safety: distinct maps may be used from different threads at once;
+ * one map must not be used by two threads at once.
+ *
+ * Link with `pkg-config --cflags --libs tierfs`.
+ */
+#ifndef LIBTIERFS_H
+#define LIBTIERFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* tierfs.h checks its sizes with C11's _Static_assert, which C++ (and so
+ * nvcc) spells static_assert. */
+#if defined(__cplusplus) && !defined(_Static_assert)
+#define _Static_assert static_assert
+#define LIBTIERFS_UNDEF_STATIC_ASSERT
+#endif
+#include "tierfs.h"
+#ifdef LIBTIERFS_UNDEF_STATIC_ASSERT
+#undef _Static_assert
+#undef LIBTIERFS_UNDEF_STATIC_ASSERT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TFS_MAP_READ 0x1 /* map for reading */
+#define TFS_MAP_WRITE 0x2 /* map for writing (and reading); needs write
+			   * permission on the file */
+
+struct tfs_map {
+	void *ptr; /* the buffer's first byte; NULL for an empty sim file */
+	size_t length; /* logical size of the buffer in bytes */
+	int handle_type; /* enum tfs_handle_type */
+	int device; /* CUDA device ordinal ptr lives on; -1 for shm */
+	uint64_t generation; /* as exported; bumped when replaced */
+	uint8_t uuid[16]; /* GPU UUID; zero for the sim backend */
+
+	/* private to libtierfs */
+	int fd; /* open file holding the lease; -1 once closed */
+	int flags;
+	void *base; /* what was mapped: ptr - offset */
+	size_t map_len; /* bytes mmap'd (shm) */
+};
+
+/*
+ * Open @path (O_RDONLY for TFS_MAP_READ, O_RDWR for TFS_MAP_WRITE), export
+ * its buffer (TFS_IOC_EXPORT: the daemon moves it to the device tier and
+ * holds it there with a lease) and map it into this process. On success
+ * @out describes the mapping, which stays valid until tfs_map_close(); the
+ * buffer does not move while it is mapped. On failure @out holds no
+ * resources (fd is -1) and need not be closed.
+ *
+ * Errors: those of open(2); -EINVAL for bad @flags; -ENOTTY when @path is
+ * not on tierfs; -ENODEV when the mount has no device tier or (cuda) no
+ * visible GPU has the exported UUID; -ENOSPC when the buffer does not fit
+ * on the device; -ENOTSUP for a CUDA export in a build without CUDA;
+ * -EIO for a CUDA error; -EPROTO for a malformed answer.
+ */
+int tfs_map_open(const char *path, int flags, struct tfs_map *out);
+
+/*
+ * Tell the daemon the buffer was written through this map
+ * (TFS_IOC_COMMIT): lower-tier copies are dropped, mtime is bumped and
+ * readers of the file see the new bytes. For CUDA, waits for all work on
+ * the map's device first (cudaDeviceSynchronize), so kernels and copies
+ * writing the buffer must have been queued before. Needs TFS_MAP_WRITE,
+ * else -EBADF. -EIO when the device synchronisation fails.
+ */
+int tfs_map_commit(struct tfs_map *m);
+
+/*
+ * Unmap (cudaIpcCloseMemHandle or munmap), release the lease
+ * (TFS_IOC_RELEASE) and close the file. Always frees everything; returns
+ * the first error met. Closing a closed map (fd -1) is a no-op returning 0.
+ * Uncommitted writes through the map may be lost when the buffer moves
+ * later: commit first.
+ */
+int tfs_map_close(struct tfs_map *m);
+
+/* TFS_IOC_STAT on @path: its tier, sizes, pins, leases and generation. */
+int tfs_stat(const char *path, struct tfs_ioc_stat *st);
+
+/* Move @path's buffer to @tier (TFS_IOC_MOVE). -EBUSY while another open
+ * file holds a lease on it, -ENOSPC when the tier has no room, -EINVAL for
+ * a bad tier. */
+int tfs_move(const char *path, enum tfs_tier tier);
+
+/*
+ * Give the empty file @path @size bytes of zeroed device memory
+ * (TFS_IOC_ALLOC), creating it (mode 0666 & ~umask) when it does not exist.
+ * -EEXIST when the file is not empty. Map it with TFS_MAP_WRITE next.
+ */
+int tfs_alloc(const char *path, uint64_t size);
+
+/*
+ * A description of @rc, a return value of this library. When @rc is the
+ * last error this thread got from libtierfs and a CUDA call caused it, the
+ * text names the CUDA error ("cudaIpcOpenMemHandle: invalid argument
+ * (cudaErrorInvalidValue, 1)"); otherwise it is strerror(-rc). The string
+ * lives until this thread's next libtierfs call.
+ */
+const char *tfs_strerror(int rc);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

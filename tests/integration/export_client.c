@@ -1,0 +1,334 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The client tests/integration/export.bats drives: libtierfs maps on the sim
+ * backend, and raw ioctls, good and malformed.
+ *
+ *   export_client cat PATH             map read-only, bytes to stdout
+ *   export_client fill PATH SEED       map for writing, write pattern(SEED)
+ *                                      over the whole buffer, commit, close
+ *   export_client pattern LEN SEED     pattern(SEED) of LEN bytes to stdout
+ *   export_client hold PATH [rw]       map, print "ready NAME LENGTH SUM",
+ *                                      keep the map until SIGTERM, close,
+ *                                      print "closed"
+ *   export_client sum PATH             the SUM of PATH's bytes, read(2)
+ *   export_client shm PATH             export, print the shm object's mode
+ *                                      and owner, release, say if it is gone
+ *   export_client ioctl PATH CASE      one malformed or plain ioctl; prints
+ *                                      "ok" or "errno=NAME"
+ *
+ * Exit status: 0 when the command ran (whatever errno an ioctl case got),
+ * 1 on a failure, with the reason on stderr.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "libtierfs.h"
+
+static void die(const char *what, int rc)
+{
+	fprintf(stderr, "export_client: %s: %s\n", what, tfs_strerror(rc));
+	exit(1);
+}
+
+static unsigned char pattern_byte(uint64_t i, unsigned int seed)
+{
+	return (unsigned char)((i * 7 + seed + (i >> 10) * 13) & 0xff);
+}
+
+/* FNV-1a: enough to tell two byte streams apart in a test. */
+static uint64_t sum_bytes(uint64_t h, const unsigned char *p, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+#define SUM_INIT 0xcbf29ce484222325ull
+
+static void write_all(int fd, const void *p, size_t n)
+{
+	const char *c = p;
+
+	while (n) {
+		ssize_t w = write(fd, c, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			die("write", -errno);
+		}
+		c += w;
+		n -= (size_t)w;
+	}
+}
+
+static int cmd_cat(const char *path)
+{
+	struct tfs_map m;
+	int rc;
+
+	rc = tfs_map_open(path, TFS_MAP_READ, &m);
+	if (rc)
+		die("tfs_map_open", rc);
+	fprintf(stderr, "handle_type=%d length=%zu generation=%llu\n",
+		m.handle_type, m.length, (unsigned long long)m.generation);
+	write_all(1, m.ptr, m.length);
+	rc = tfs_map_close(&m);
+	if (rc)
+		die("tfs_map_close", rc);
+	return 0;
+}
+
+static int cmd_fill(const char *path, unsigned int seed)
+{
+	struct tfs_map m;
+	unsigned char *p;
+	size_t i;
+	int rc;
+
+	rc = tfs_map_open(path, TFS_MAP_WRITE, &m);
+	if (rc)
+		die("tfs_map_open", rc);
+	if (m.handle_type != TFS_HANDLE_SHM)
+		die("fill", -ENOTSUP);
+	p = m.ptr;
+	for (i = 0; i < m.length; i++)
+		p[i] = pattern_byte(i, seed);
+	rc = tfs_map_commit(&m);
+	if (rc)
+		die("tfs_map_commit", rc);
+	rc = tfs_map_close(&m);
+	if (rc)
+		die("tfs_map_close", rc);
+	return 0;
+}
+
+static int cmd_pattern(uint64_t len, unsigned int seed)
+{
+	unsigned char buf[65536];
+	uint64_t at = 0;
+
+	while (at < len) {
+		size_t n = len - at < sizeof(buf) ? len - at : sizeof(buf);
+		size_t i;
+
+		for (i = 0; i < n; i++)
+			buf[i] = pattern_byte(at + i, seed);
+		write_all(1, buf, n);
+		at += n;
+	}
+	return 0;
+}
+
+static int cmd_sum(const char *path)
+{
+	unsigned char buf[65536];
+	uint64_t h = SUM_INIT;
+	ssize_t n;
+	int fd;
+
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		die(path, -errno);
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		h = sum_bytes(h, buf, (size_t)n);
+	if (n < 0)
+		die("read", -errno);
+	close(fd);
+	printf("%016llx\n", (unsigned long long)h);
+	return 0;
+}
+
+static int cmd_hold(const char *path, int flags)
+{
+	struct tfs_map m;
+	sigset_t set;
+	int rc, sig;
+
+	/* Block first: a SIGTERM sent right after "ready" must not kill us
+	 * with the lease held and "closed" unprinted. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+
+	rc = tfs_map_open(path, flags, &m);
+	if (rc)
+		die("tfs_map_open", rc);
+	printf("ready %d %zu %016llx\n", m.handle_type, m.length,
+	       (unsigned long long)sum_bytes(SUM_INIT, m.ptr, m.length));
+	fflush(stdout);
+	sigwait(&set, &sig);
+	rc = tfs_map_close(&m);
+	if (rc)
+		die("tfs_map_close", rc);
+	printf("closed\n");
+	return 0;
+}
+
+static int cmd_shm(const char *path)
+{
+	struct tfs_ioc_export ex;
+	struct tfs_ioc_release rel;
+	char dev_path[128];
+	struct stat st;
+	int fd;
+
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		die(path, -errno);
+	memset(&ex, 0, sizeof(ex));
+	ex.version = TFS_ABI_VERSION;
+	if (ioctl(fd, TFS_IOC_EXPORT, &ex) < 0)
+		die("TFS_IOC_EXPORT", -errno);
+	if (ex.handle_type != TFS_HANDLE_SHM ||
+	    !memchr(ex.handle, 0, sizeof(ex.handle)) || ex.handle[0] != '/')
+		die("export: not a shm handle", -EPROTO);
+	/* glibc's shm_open puts "/name" at /dev/shm/name. */
+	snprintf(dev_path, sizeof(dev_path), "/dev/shm%s",
+		 (const char *)ex.handle);
+	printf("name=%s\n", (const char *)ex.handle);
+	if (stat(dev_path, &st) < 0)
+		die(dev_path, -errno);
+	printf("mode=%04o uid=%u\n", (unsigned int)(st.st_mode & 07777),
+	       (unsigned int)st.st_uid);
+
+	memset(&rel, 0, sizeof(rel));
+	rel.version = TFS_ABI_VERSION;
+	rel.generation = ex.generation;
+	if (ioctl(fd, TFS_IOC_RELEASE, &rel) < 0)
+		die("TFS_IOC_RELEASE", -errno);
+	printf("after release: %s\n",
+	       stat(dev_path, &st) < 0 && errno == ENOENT ? "gone" : "present");
+	close(fd);
+	return 0;
+}
+
+static const char *errno_name(int e)
+{
+	switch (e) {
+	case EINVAL: return "EINVAL";
+	case ENOTTY: return "ENOTTY";
+	case EBADF: return "EBADF";
+	case EPERM: return "EPERM";
+	case EACCES: return "EACCES";
+	case EBUSY: return "EBUSY";
+	case ENOSYS: return "ENOSYS";
+	case ENODEV: return "ENODEV";
+	case ENOENT: return "ENOENT";
+	case EFAULT: return "EFAULT";
+	case EIO: return "EIO";
+	case ENOSPC: return "ENOSPC";
+	case EOPNOTSUPP: return "EOPNOTSUPP";
+	default: return "other";
+	}
+}
+
+/* An ioctl number the daemon does not know, and EXPORT's number with the
+ * wrong size. */
+#define BAD_IOC_CMD _IOWR(TFS_IOC_MAGIC, 99, struct tfs_ioc_stat)
+#define BAD_IOC_SIZE _IOWR(TFS_IOC_MAGIC, 1, struct tfs_ioc_stat)
+
+static int cmd_ioctl(const char *path, const char *c)
+{
+	union {
+		struct tfs_ioc_export ex;
+		struct tfs_ioc_move mv;
+		struct tfs_ioc_stat st;
+		struct tfs_ioc_commit cm;
+		struct tfs_ioc_release rel;
+	} u;
+	unsigned long cmd;
+	int fd, rc;
+
+	memset(&u, 0, sizeof(u));
+	u.ex.version = TFS_ABI_VERSION;
+	if (!strcmp(c, "export")) {
+		cmd = TFS_IOC_EXPORT;
+	} else if (!strcmp(c, "export-version")) {
+		cmd = TFS_IOC_EXPORT;
+		u.ex.version = TFS_ABI_VERSION + 1;
+	} else if (!strcmp(c, "export-reserved")) {
+		cmd = TFS_IOC_EXPORT;
+		u.ex.reserved[3] = 1;
+	} else if (!strcmp(c, "export-flags")) {
+		cmd = TFS_IOC_EXPORT;
+		u.ex.flags = 0x80;
+	} else if (!strcmp(c, "export-write")) {
+		cmd = TFS_IOC_EXPORT;
+		u.ex.flags = TFS_EXPORT_WRITE;
+	} else if (!strcmp(c, "stat-version")) {
+		cmd = TFS_IOC_STAT;
+		u.st.version = 0;
+	} else if (!strcmp(c, "move-tier")) {
+		cmd = TFS_IOC_MOVE;
+		u.mv.tier = 7;
+	} else if (!strcmp(c, "move-reserved")) {
+		cmd = TFS_IOC_MOVE;
+		u.mv.tier = TFS_TIER_HOST;
+		u.mv.reserved0 = 1;
+	} else if (!strcmp(c, "commit")) {
+		cmd = TFS_IOC_COMMIT;
+	} else if (!strcmp(c, "unknown-cmd")) {
+		cmd = BAD_IOC_CMD;
+	} else if (!strcmp(c, "wrong-size")) {
+		cmd = BAD_IOC_SIZE;
+	} else {
+		fprintf(stderr, "export_client: unknown ioctl case \"%s\"\n",
+			c);
+		return 1;
+	}
+
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		die(path, -errno);
+	rc = ioctl(fd, cmd, &u);
+	if (rc < 0)
+		printf("errno=%s\n", errno_name(errno));
+	else
+		printf("ok\n");
+	close(fd);
+	return 0;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: export_client cat|fill|pattern|hold|sum|shm|"
+			"ioctl ARGS (see the source)\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		usage();
+	if (!strcmp(argv[1], "cat"))
+		return cmd_cat(argv[2]);
+	if (!strcmp(argv[1], "fill") && argc == 4)
+		return cmd_fill(argv[2], (unsigned int)atoi(argv[3]));
+	if (!strcmp(argv[1], "pattern") && argc == 4)
+		return cmd_pattern(strtoull(argv[2], NULL, 0),
+				   (unsigned int)atoi(argv[3]));
+	if (!strcmp(argv[1], "hold"))
+		return cmd_hold(argv[2], argc > 3 && !strcmp(argv[3], "rw") ?
+						 TFS_MAP_WRITE :
+						 TFS_MAP_READ);
+	if (!strcmp(argv[1], "sum"))
+		return cmd_sum(argv[2]);
+	if (!strcmp(argv[1], "shm"))
+		return cmd_shm(argv[2]);
+	if (!strcmp(argv[1], "ioctl") && argc == 4)
+		return cmd_ioctl(argv[2], argv[3]);
+	usage();
+	return 2;
+}
