@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The sim device: host memory with a fixed capacity standing in for a GPU,
+ * so that the whole system, the export protocol included, runs and is
+ * tested on machines without one. It says "sim" in every status output.
+ *
+ * An allocation is private anonymous memory until it is exported. Export
+ * moves it into a POSIX shared-memory object with an unguessable name,
+ * created 0600 for the requesting user, which the client maps; the name is
+ * unlinked when the last lease ends, and the daemon keeps its mapping.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "config/log.h"
+#include "tiers/device.h"
+
+#define SIM_DEFAULT_CAPACITY (1ull << 30)
+
+struct sim_dev {
+	struct tier_dev base;
+	pthread_mutex_t lock; /* protects used */
+	uint64_t capacity;
+	uint64_t used;
+};
+
+struct sim_mem {
+	struct tier_dmem base;
+	void *ptr;
+	size_t maplen;
+	char name[48]; /* shm name while exported, else "" */
+};
+
+static size_t page_round(size_t len)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+
+	return len ? (len + pg - 1) / pg * pg : pg;
+}
+
+static int sim_init(struct tier_dev **out, const struct tfs_config *cfg,
+		    char *err, size_t errlen)
+{
+	struct sim_dev *d = calloc(1, sizeof(*d));
+
+	if (!d) {
+		snprintf(err, errlen, "sim: out of memory");
+		return -ENOMEM;
+	}
+	d->base.ops = &tier_dev_sim_ops;
+	pthread_mutex_init(&d->lock, NULL);
+	d->capacity = SIM_DEFAULT_CAPACITY;
+	if (!cfg->device.limit.is_percent && cfg->device.limit.bytes)
+		d->capacity = cfg->device.limit.bytes;
+	*out = &d->base;
+	return 0;
+}
+
+static void sim_destroy(struct tier_dev *dev)
+{
+	struct sim_dev *d = (struct sim_dev *)dev;
+
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
+static int sim_alloc(struct tier_dev *dev, size_t len, struct tier_dmem **out)
+{
+	struct sim_dev *d = (struct sim_dev *)dev;
+	size_t maplen = page_round(len);
+	struct sim_mem *m;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->used + maplen > d->capacity) {
+		pthread_mutex_unlock(&d->lock);
+		return -ENOMEM;
+	}
+	d->used += maplen;
+	pthread_mutex_unlock(&d->lock);
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		goto out_unaccount;
+	m->ptr = mmap(NULL, maplen, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m->ptr == MAP_FAILED)
+		goto out_free;
+	m->base.len = len;
+	m->maplen = maplen;
+	*out = &m->base;
+	return 0;
+
+out_free:
+	free(m);
+out_unaccount:
+	pthread_mutex_lock(&d->lock);
+	d->used -= maplen;
+	pthread_mutex_unlock(&d->lock);
+	return -ENOMEM;
+}
+
+static void sim_unexport(struct tier_dev *dev, struct tier_dmem *dm)
+{
+	struct sim_mem *m = (struct sim_mem *)dm;
+
+	if (m->name[0] && shm_unlink(m->name) && errno != ENOENT)
+		tfs_warn("sim: cannot unlink '%s': %m", m->name);
+	m->name[0] = '\0';
+}
+
+static void sim_free(struct tier_dev *dev, struct tier_dmem *dm)
+{
+	struct sim_dev *d = (struct sim_dev *)dev;
+	struct sim_mem *m = (struct sim_mem *)dm;
+
+	if (!m)
+		return;
+	sim_unexport(dev, dm);
+	munmap(m->ptr, m->maplen);
+	pthread_mutex_lock(&d->lock);
+	d->used -= m->maplen;
+	pthread_mutex_unlock(&d->lock);
+	free(m);
+}
+
+static int sim_read(struct tier_dev *dev, struct tier_dmem *dm, void *dst,
+		    size_t len, uint64_t off)
+{
+	struct sim_mem *m = (struct sim_mem *)dm;
+
+	if (off + len > m->maplen)
+		return -EINVAL;
+	memcpy(dst, (char *)m->ptr + off, len);
+	return 0;
+}
+
+static int sim_write(struct tier_dev *dev, struct tier_dmem *dm,
+		     const void *src, size_t len, uint64_t off)
+{
+	struct sim_mem *m = (struct sim_mem *)dm;
+
+	if (off + len > m->maplen)
+		return -EINVAL;
+	memcpy((char *)m->ptr + off, src, len);
+	return 0;
+}
+
+static int sim_zero(struct tier_dev *dev, struct tier_dmem *dm, size_t len,
+		    uint64_t off)
+{
+	struct sim_mem *m = (struct sim_mem *)dm;
+
+	if (off + len > m->maplen)
+		return -EINVAL;
+	memset((char *)m->ptr + off, 0, len);
+	return 0;
+}
+
+/* Move the allocation into a fresh shared-memory object the client maps. */
+static int sim_export(struct tier_dev *dev, struct tier_dmem *dm, uid_t uid,
+		      gid_t gid, struct tfs_ioc_export *out)
+{
+	struct sim_mem *m = (struct sim_mem *)dm;
+	unsigned char rnd[16];
+	void *shared;
+	int fd, rc;
+
+	if (!m->name[0]) {
+		if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+			return -EIO;
+		int n = snprintf(m->name, sizeof(m->name), "/tierfs.");
+		for (size_t i = 0; i < sizeof(rnd); i++)
+			n += snprintf(m->name + n, sizeof(m->name) - n, "%02x",
+				      rnd[i]);
+		fd = shm_open(m->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+			      0600);
+		if (fd < 0) {
+			rc = -errno;
+			goto out_noname;
+		}
+		if (fchown(fd, uid, gid) && !(errno == EPERM &&
+					      uid == geteuid())) {
+			rc = -errno;
+			goto out_unlink;
+		}
+		if (ftruncate(fd, (off_t)m->maplen)) {
+			rc = -errno;
+			goto out_unlink;
+		}
+		shared = mmap(NULL, m->maplen, PROT_READ | PROT_WRITE,
+			      MAP_SHARED, fd, 0);
+		if (shared == MAP_FAILED) {
+			rc = -errno;
+			goto out_unlink;
+		}
+		close(fd);
+		memcpy(shared, m->ptr, m->maplen);
+		munmap(m->ptr, m->maplen);
+		m->ptr = shared;
+	}
+	out->handle_type = TFS_HANDLE_SHM;
+	memset(out->handle, 0, sizeof(out->handle));
+	memcpy(out->handle, m->name, strlen(m->name) + 1);
+	out->offset = 0;
+	memset(out->uuid, 0, sizeof(out->uuid));
+	return 0;
+
+out_unlink:
+	close(fd);
+	shm_unlink(m->name);
+out_noname:
+	tfs_err("sim: cannot export into '%s': %s", m->name, strerror(-rc));
+	m->name[0] = '\0';
+	return rc;
+}
+
+static void sim_info(struct tier_dev *dev, struct tier_dev_info *out)
+{
+	struct sim_dev *d = (struct sim_dev *)dev;
+
+	memset(out, 0, sizeof(*out));
+	out->name = "sim";
+	snprintf(out->model, sizeof(out->model), "simulated device");
+	out->capacity = d->capacity;
+	pthread_mutex_lock(&d->lock);
+	out->free = d->capacity - d->used;
+	pthread_mutex_unlock(&d->lock);
+}
+
+const struct tier_dev_ops tier_dev_sim_ops = {
+	.name = "sim",
+	.init = sim_init,
+	.destroy = sim_destroy,
+	.alloc = sim_alloc,
+	.free = sim_free,
+	.read = sim_read,
+	.write = sim_write,
+	.zero = sim_zero,
+	.export = sim_export,
+	.unexport = sim_unexport,
+	.info = sim_info,
+};

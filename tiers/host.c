@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "tiers/host.h"
+
+struct free_chunk {
+	struct free_chunk *next;
+};
+
+struct host_pool {
+	pthread_mutex_t lock; /* protects the fields below */
+	struct free_chunk *free;
+	size_t nfree;
+	size_t keep; /* chunks */
+	size_t chunk_size;
+};
+
+int host_pool_init(struct host_pool **out, size_t chunk_size, size_t keep)
+{
+	struct host_pool *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	pthread_mutex_init(&p->lock, NULL);
+	p->chunk_size = chunk_size;
+	p->keep = keep / chunk_size;
+	*out = p;
+	return 0;
+}
+
+void host_pool_set_keep(struct host_pool *p, size_t keep)
+{
+	pthread_mutex_lock(&p->lock);
+	p->keep = keep / p->chunk_size;
+	pthread_mutex_unlock(&p->lock);
+}
+
+void host_pool_destroy(struct host_pool *p)
+{
+	if (!p)
+		return;
+	while (p->free) {
+		struct free_chunk *c = p->free;
+
+		p->free = c->next;
+		munmap(c, p->chunk_size);
+	}
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+void *host_chunk_get(struct host_pool *p)
+{
+	struct free_chunk *c;
+
+	pthread_mutex_lock(&p->lock);
+	c = p->free;
+	if (c) {
+		p->free = c->next;
+		p->nfree--;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (c)
+		return c;
+	void *m = mmap(NULL, p->chunk_size, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return m == MAP_FAILED ? NULL : m;
+}
+
+void host_chunk_put(struct host_pool *p, void *chunk)
+{
+	struct free_chunk *c = chunk;
+
+	if (!chunk)
+		return;
+	pthread_mutex_lock(&p->lock);
+	if (p->nfree < p->keep) {
+		c->next = p->free;
+		p->free = c;
+		p->nfree++;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (c)
+		munmap(c, p->chunk_size);
+}
