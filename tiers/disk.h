@@ -14,6 +14,7 @@
 #ifndef TFS_TIERS_DISK_H
 #define TFS_TIERS_DISK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,9 +54,21 @@ int tier_dobj_write_chunk(struct tier_disk *d, struct tier_dobj *o,
 			  uint64_t idx, const void *src, size_t len);
 
 /*
+ * Store chunks @first_idx .. @first_idx + @n - 1 from @srcs[i] of @lens[i]
+ * bytes each, as tier_dobj_write_chunk() would, compressing them in
+ * parallel on the disk tier's worker pool (one thread per extra core; the
+ * caller works too). Returns 0 or the first -errno; on failure the content
+ * of every chunk in the range is undefined.
+ */
+int tier_dobj_write_chunks(struct tier_disk *d, struct tier_dobj *o,
+			   uint64_t first_idx, const void *const *srcs,
+			   const size_t *lens, size_t n);
+
+/*
  * Read @len bytes at @off, decompressing only the chunks the range touches.
  * Chunks never written read as zeroes. Returns 0, or -EIO after logging the
  * spill file's name and the chunk when a checksum or decode fails.
+ * A range of several chunks is decoded in parallel on the worker pool.
  */
 int tier_dobj_read(struct tier_disk *d, struct tier_dobj *o, void *dst,
 		   size_t len, uint64_t off);
@@ -72,5 +85,12 @@ const char *tier_dobj_path(const struct tier_dobj *o);
 
 /* CRC32C (Castagnoli) of @len bytes, continuing from @crc (start with 0). */
 uint32_t tfs_crc32c(uint32_t crc, const void *buf, size_t len);
+
+/* The two implementations behind tfs_crc32c(), for tests and benchmarks:
+ * the portable table one, and SSE4.2 (the table one where the CPU lacks it,
+ * as tfs_crc32c_hw_supported() tells). */
+uint32_t tfs_crc32c_sw(uint32_t crc, const void *buf, size_t len);
+uint32_t tfs_crc32c_hw(uint32_t crc, const void *buf, size_t len);
+bool tfs_crc32c_hw_supported(void);
 
 #endif

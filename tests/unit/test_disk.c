@@ -1,0 +1,976 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * Unit tests of the disk tier (tiers/disk.c) and CRC32C, plus throughput
+ * figures printed as TAP comments next to the lz4 CLI on the same bytes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "tap.h"
+#include "tiers/disk.h"
+
+#define HDR 32
+#define CS (64u * 1024)
+
+static char tmpdir[64];
+
+/* --- helpers --- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rnd(void)
+{
+	uint64_t x = rng_state;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return rng_state = x;
+}
+
+static void fill_random(void *buf, size_t len)
+{
+	unsigned char *p = buf;
+
+	while (len >= 8) {
+		uint64_t v = rnd();
+
+		memcpy(p, &v, 8);
+		p += 8;
+		len -= 8;
+	}
+	while (len--)
+		*p++ = (unsigned char)rnd();
+}
+
+/* Words, numbers and punctuation: compresses with lz4 about like logs or
+ * source text do. */
+static void fill_text(void *buf, size_t len)
+{
+	static const char *const words[] = {
+		"the", "buffer", "spill", "tier", "device", "host", "disk",
+		"chunk", "lz4", "compress", "error", "read", "write", "file",
+		"of", "and", "to", "in", "is", "a", "for", "with", "on",
+		"memory", "limit", "policy", "eviction", "request", "reply",
+		"worker", "thread", "lock", "generation", "checksum", "offset",
+		"length", "mount", "kernel", "page", "cache", "latency",
+	};
+	char *p = buf, *end = p + len;
+
+	while (p < end) {
+		char tok[32];
+		uint64_t r = rnd();
+		int n;
+
+		if (r % 7 == 0)
+			n = snprintf(tok, sizeof(tok), "%" PRIu64 " ",
+				     (r >> 8) % 100000);
+		else
+			n = snprintf(tok, sizeof(tok), "%s%s",
+				     words[(r >> 8) % (sizeof(words) /
+						       sizeof(words[0]))],
+				     (r >> 32) % 11 == 0 ? ".\n" : " ");
+		if (n > end - p)
+			n = (int)(end - p);
+		memcpy(p, tok, (size_t)n);
+		p += n;
+	}
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static struct tier_disk *disk_new(uint32_t cs, enum cfg_compression c)
+{
+	struct tier_disk *d = NULL;
+	char err[256] = "";
+	int rc = tier_disk_init(&d, tmpdir, "test", cs, c, err, sizeof(err));
+
+	if (rc)
+		printf("# tier_disk_init: %d %s\n", rc, err);
+	CHECK_EQ(rc, 0);
+	return d;
+}
+
+/* Log capture: count lines, keep the last one. */
+static int log_lines;
+static char log_last[512];
+
+static void capture_sink(enum tfs_log_level level, const char *fmt,
+			 va_list ap)
+{
+	log_lines++;
+	vsnprintf(log_last, sizeof(log_last), fmt, ap);
+}
+
+static void log_capture(void)
+{
+	log_lines = 0;
+	log_last[0] = 0;
+	tfs_log_set_sink(capture_sink);
+}
+
+/* --- crc32c --- */
+
+static void test_crc32c_vectors(void)
+{
+	static const struct {
+		const char *name;
+		uint32_t (*fn)(uint32_t, const void *, size_t);
+	} impls[] = {
+		{ "sw", tfs_crc32c_sw },
+		{ "hw", tfs_crc32c_hw },
+		{ "dispatch", tfs_crc32c },
+	};
+	unsigned char z[32], ff[32], inc[32];
+
+	memset(z, 0, sizeof(z));
+	memset(ff, 0xff, sizeof(ff));
+	for (int i = 0; i < 32; i++)
+		inc[i] = (unsigned char)i;
+	if (!tfs_crc32c_hw_supported())
+		printf("# no SSE4.2: the hw entry runs the table code\n");
+	for (size_t k = 0; k < sizeof(impls) / sizeof(impls[0]); k++) {
+		uint32_t (*f)(uint32_t, const void *, size_t) = impls[k].fn;
+
+		printf("# crc32c %s\n", impls[k].name);
+		CHECK_EQ(f(0, "123456789", 9), 0xE3069283u);
+		CHECK_EQ(f(0, "", 0), 0);
+		/* RFC 3720 B.4 */
+		CHECK_EQ(f(0, z, 32), 0x8A9136AAu);
+		CHECK_EQ(f(0, ff, 32), 0x62A8AB43u);
+		CHECK_EQ(f(0, inc, 32), 0x46DD794Eu);
+		CHECK_EQ(f(f(0, "1234", 4), "56789", 5), 0xE3069283u);
+	}
+}
+
+static void test_crc32c_hw_matches_sw(void)
+{
+	size_t max = 3 * 4096 * 4 + 100;
+	unsigned char *buf = malloc(max + 8);
+	int bad = 0;
+
+	fill_random(buf, max + 8);
+	for (int t = 0; t < 400; t++) {
+		size_t len = t < 100 ? (size_t)t : rnd() % max;
+		size_t shift = rnd() % 8;
+		uint32_t seed = t & 1 ? (uint32_t)rnd() : 0;
+
+		if (tfs_crc32c_hw(seed, buf + shift, len) !=
+		    tfs_crc32c_sw(seed, buf + shift, len))
+			bad++;
+	}
+	/* Split points across the three-way blocks. */
+	for (size_t cut = 0; cut < max; cut += 997) {
+		uint32_t a = tfs_crc32c_hw(tfs_crc32c_hw(0, buf, cut),
+					   buf + cut, max - cut);
+
+		if (a != tfs_crc32c_sw(0, buf, max))
+			bad++;
+	}
+	CHECK_EQ(bad, 0);
+	free(buf);
+}
+
+/* --- round trips --- */
+
+static void check_read(struct tier_disk *d, struct tier_dobj *o,
+		       const unsigned char *ref, size_t len, uint64_t off)
+{
+	unsigned char *got = malloc(len ? len : 1);
+	int rc;
+
+	memset(got, 0xA5, len);
+	rc = tier_dobj_read(d, o, got, len, off);
+	CHECK_EQ(rc, 0);
+	if (memcmp(got, ref + off, len)) {
+		size_t i = 0;
+
+		while (got[i] == ref[off + i])
+			i++;
+		printf("#   read %zu at %" PRIu64 " differs at %zu\n", len,
+		       off, i);
+		CHECK(0);
+	}
+	free(got);
+}
+
+/* Chunks: text, random, zero, text, short random; then whole, per chunk
+ * and random range reads against the image. */
+static void test_round_trip(void)
+{
+	struct tier_disk *d = disk_new(CS, CFG_COMPRESS_LZ4);
+	size_t last = 1000, size = 4 * CS + last;
+	unsigned char *img = calloc(1, 6 * CS);
+	struct tier_dobj *o;
+	uint64_t stored;
+
+	if (!d)
+		return;
+	fill_text(img, CS);
+	fill_random(img + CS, CS);
+	fill_text(img + 3 * CS, CS);
+	fill_random(img + 4 * CS, last);
+	CHECK_EQ(tier_dobj_create(d, 1, &o), 0);
+	for (int i = 0; i < 5; i++)
+		CHECK_EQ(tier_dobj_write_chunk(d, o, (uint64_t)i,
+					       img + (size_t)i * CS,
+					       i == 4 ? last : CS),
+			 0);
+	stored = tier_dobj_stored(o);
+	printf("# stored %" PRIu64 " for %zu bytes\n", stored, size);
+	CHECK(stored < size);
+	CHECK(stored >= 5 * HDR + CS + last);
+
+	check_read(d, o, img, size, 0);
+	check_read(d, o, img, 6 * CS, 0); /* past the end: zeroes */
+	for (int i = 0; i < 6; i++)
+		check_read(d, o, img, CS, (uint64_t)i * CS);
+	for (int t = 0; t < 500; t++) {
+		uint64_t off = rnd() % (6 * CS);
+		size_t len = (size_t)(rnd() % (6 * CS - off + 1));
+
+		if (t % 3 == 0)
+			len %= 3000;
+		check_read(d, o, img, len, off);
+	}
+	/* Straddling each boundary. */
+	for (int i = 1; i < 6; i++)
+		check_read(d, o, img, 200, (uint64_t)i * CS - 100);
+	tier_dobj_destroy(d, o);
+	tier_disk_destroy(d);
+	free(img);
+}
+
+static void test_stored_sizes(void)
+{
+	struct tier_disk *d = disk_new(CS, CFG_COMPRESS_LZ4);
+	unsigned char *buf = malloc(CS);
+	struct tier_dobj *o;
+	struct stat st;
+
+	if (!d)
+		return;
+	CHECK_EQ(tier_dobj_create(d, 2, &o), 0);
+	CHECK_EQ(tier_dobj_stored(o), 0);
+
+	fill_text(buf, CS);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 0, buf, CS), 0);
+	CHECK(tier_dobj_stored(o) < CS * 3 / 4);
+	printf("# text chunk stored in %" PRIu64 " of %u\n",
+	       tier_dobj_stored(o), CS);
+
+	/* Rewrites change the count to the new encoding. */
+	fill_random(buf, CS);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 0, buf, CS), 0);
+	CHECK_EQ(tier_dobj_stored(o), CS + HDR);
+	check_read(d, o, buf, CS, 0);
+
+	memset(buf, 0, CS);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 0, buf, CS), 0);
+	CHECK_EQ(tier_dobj_stored(o), HDR);
+	check_read(d, o, buf, CS, 0);
+
+	fill_text(buf, CS);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 0, buf, CS), 0);
+	CHECK(tier_dobj_stored(o) < CS * 3 / 4);
+	check_read(d, o, buf, CS, 0);
+
+	/* The rewrite to text punched out the old raw tail. */
+	fill_random(buf, CS);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 1, buf, CS), 0);
+	fill_text(buf, CS);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 1, buf, CS), 0);
+	CHECK_EQ(stat(tier_dobj_path(o), &st), 0);
+	printf("# file: st_size %lld, %lld bytes allocated, %" PRIu64
+	       " stored\n",
+	       (long long)st.st_size, (long long)st.st_blocks * 512,
+	       tier_dobj_stored(o));
+	CHECK((uint64_t)st.st_blocks * 512 <= tier_dobj_stored(o) + 4 * 4096);
+
+	/* Random data: at most raw plus a header per chunk. */
+	for (int i = 0; i < 8; i++) {
+		fill_random(buf, CS);
+		CHECK_EQ(tier_dobj_write_chunk(d, o, (uint64_t)i, buf, CS), 0);
+	}
+	CHECK(tier_dobj_stored(o) <= 8ull * (CS + HDR));
+	tier_dobj_destroy(d, o);
+	tier_disk_destroy(d);
+	free(buf);
+}
+
+static void test_no_compression(void)
+{
+	struct tier_disk *d = disk_new(CS, CFG_COMPRESS_NONE);
+	unsigned char *buf = malloc(CS);
+	struct tier_dobj *o;
+
+	if (!d)
+		return;
+	CHECK_EQ(tier_dobj_create(d, 3, &o), 0);
+	fill_text(buf, CS);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 0, buf, CS), 0);
+	CHECK_EQ(tier_dobj_stored(o), CS + HDR);
+	check_read(d, o, buf, CS, 0);
+	check_read(d, o, buf, 100, 50);
+	tier_dobj_destroy(d, o);
+	tier_disk_destroy(d);
+	free(buf);
+}
+
+static void test_holes(void)
+{
+	struct tier_disk *d = disk_new(CS, CFG_COMPRESS_LZ4);
+	unsigned char *img = calloc(1, 8 * CS);
+	struct tier_dobj *o;
+	struct stat st;
+
+	if (!d)
+		return;
+	CHECK_EQ(tier_dobj_create(d, 4, &o), 0);
+	fill_text(img, CS);
+	fill_random(img + 5 * CS, CS);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 0, img, CS), 0);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 5, img + 5 * CS, CS), 0);
+	check_read(d, o, img, 8 * CS, 0);
+	check_read(d, o, img, 3 * CS, CS / 2);
+	/* Far beyond anything written. */
+	{
+		unsigned char b[64];
+
+		memset(b, 1, sizeof(b));
+		CHECK_EQ(tier_dobj_read(d, o, b, sizeof(b), 1ull << 40), 0);
+		CHECK(b[0] == 0 && b[63] == 0);
+	}
+	CHECK_EQ(stat(tier_dobj_path(o), &st), 0);
+	CHECK((uint64_t)st.st_blocks * 512 < 3 * CS);
+	tier_dobj_destroy(d, o);
+	tier_disk_destroy(d);
+	free(img);
+}
+
+static void test_truncate(void)
+{
+	struct tier_disk *d = disk_new(CS, CFG_COMPRESS_LZ4);
+	unsigned char *img = calloc(1, 8 * CS);
+	struct tier_dobj *o;
+	uint64_t before;
+	struct stat st;
+
+	if (!d)
+		return;
+	CHECK_EQ(tier_dobj_create(d, 5, &o), 0);
+	for (int i = 0; i < 6; i++) {
+		if (i & 1)
+			fill_random(img + (size_t)i * CS, CS);
+		else
+			fill_text(img + (size_t)i * CS, CS);
+		CHECK_EQ(tier_dobj_write_chunk(d, o, (uint64_t)i,
+					       img + (size_t)i * CS, CS),
+			 0);
+	}
+	before = tier_dobj_stored(o);
+	CHECK_EQ(tier_dobj_truncate(d, o, 8), 0);
+	CHECK_EQ(tier_dobj_stored(o), before);
+	CHECK_EQ(tier_dobj_truncate(d, o, 3), 0);
+	CHECK(tier_dobj_stored(o) < before);
+	memset(img + 3 * CS, 0, 3 * CS);
+	check_read(d, o, img, 8 * CS, 0);
+	CHECK_EQ(stat(tier_dobj_path(o), &st), 0);
+	CHECK(st.st_size <= 3 * (CS + HDR));
+
+	CHECK_EQ(tier_dobj_truncate(d, o, 1), 0);
+	memset(img + CS, 0, 2 * CS);
+	check_read(d, o, img, 8 * CS, 0);
+	/* Grows again after shrinking back to the inline array. */
+	fill_random(img + 4 * CS, CS);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 4, img + 4 * CS, CS), 0);
+	check_read(d, o, img, 8 * CS, 0);
+
+	CHECK_EQ(tier_dobj_truncate(d, o, 0), 0);
+	CHECK_EQ(tier_dobj_stored(o), 0);
+	memset(img, 0, 8 * CS);
+	check_read(d, o, img, 8 * CS, 0);
+	tier_dobj_destroy(d, o);
+	tier_disk_destroy(d);
+	free(img);
+}
+
+/* Flip one byte at @pos of the spill file. */
+static void corrupt_at(const char *path, off_t pos)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	unsigned char b;
+
+	CHECK(fd >= 0);
+	CHECK_EQ(pread(fd, &b, 1, pos), 1);
+	b ^= 0x40;
+	CHECK_EQ(pwrite(fd, &b, 1, pos), 1);
+	close(fd);
+}
+
+static void test_corruption(void)
+{
+	struct tier_disk *d = disk_new(CS, CFG_COMPRESS_LZ4);
+	unsigned char *img = calloc(1, 4 * CS), *got = malloc(4 * CS);
+	char want[64];
+	struct tier_dobj *o;
+
+	if (!d)
+		return;
+	CHECK_EQ(tier_dobj_create(d, 6, &o), 0);
+	fill_text(img, CS);
+	fill_text(img + CS, CS);
+	fill_random(img + 2 * CS, CS);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(tier_dobj_write_chunk(d, o, (uint64_t)i,
+					       img + (size_t)i * CS, CS),
+			 0);
+
+	/* Chunk 1 (lz4): a byte of its stored data. */
+	corrupt_at(tier_dobj_path(o), (CS + HDR) + HDR + 100);
+	log_capture();
+	CHECK_EQ(tier_dobj_read(d, o, got, CS, CS), -EIO);
+	CHECK_EQ(log_lines, 1);
+	printf("# logged: %s\n", log_last);
+	CHECK(strstr(log_last, tier_dobj_path(o)) != NULL);
+	CHECK(strstr(log_last, "chunk 1 ") != NULL);
+	/* Part of the chunk, and through the parallel path. */
+	CHECK_EQ(tier_dobj_read(d, o, got, 10, CS + 5), -EIO);
+	CHECK_EQ(tier_dobj_read(d, o, got, 4 * CS, 0), -EIO);
+	/* Other chunks still read. */
+	check_read(d, o, img, CS, 0);
+
+	/* Chunk 2 (raw, read straight into the caller's buffer). */
+	corrupt_at(tier_dobj_path(o), 2 * (CS + HDR) + HDR + CS - 1);
+	log_capture();
+	CHECK_EQ(tier_dobj_read(d, o, got, CS, 2 * CS), -EIO);
+	CHECK_EQ(log_lines, 1);
+	CHECK(strstr(log_last, "chunk 2 ") != NULL);
+	CHECK_EQ(tier_dobj_read(d, o, got, 1, 2 * CS + 7), -EIO);
+
+	/* Chunk 3 (zero): its header. */
+	corrupt_at(tier_dobj_path(o), 3 * (CS + HDR) + 17);
+	log_capture();
+	CHECK_EQ(tier_dobj_read(d, o, got, CS, 3 * CS), -EIO);
+	CHECK_EQ(log_lines, 1);
+	snprintf(want, sizeof(want), "chunk 3 ");
+	CHECK(strstr(log_last, want) != NULL);
+
+	/* Chunk 0 moved elsewhere: an index mismatch. */
+	{
+		int fd = open(tier_dobj_path(o), O_RDWR | O_CLOEXEC);
+		unsigned char *tmp = malloc(CS + HDR);
+		ssize_t n = pread(fd, tmp, CS + HDR, 0);
+
+		CHECK(n > HDR);
+		CHECK_EQ(pwrite(fd, tmp, (size_t)n, CS + HDR), n);
+		close(fd);
+		free(tmp);
+	}
+	log_capture();
+	CHECK_EQ(tier_dobj_read(d, o, got, CS, CS), -EIO);
+	CHECK_EQ(log_lines, 1);
+	tfs_log_set_sink(NULL);
+
+	/* A rewrite heals the chunk. */
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 1, img + CS, CS), 0);
+	check_read(d, o, img, CS, CS);
+	tier_dobj_destroy(d, o);
+	tier_disk_destroy(d);
+	free(img);
+	free(got);
+}
+
+static void test_init_and_modes(void)
+{
+	char dir[128], path[192];
+	struct tier_disk *d;
+	struct tier_dobj *o;
+	struct stat st;
+	int fd;
+
+	snprintf(dir, sizeof(dir), "%s/tierfs.test", tmpdir);
+	mkdir(dir, 0755);
+	snprintf(path, sizeof(path), "%s/42", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	CHECK(fd >= 0);
+	CHECK_EQ(write(fd, "stale", 5), 5);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/sub", dir);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/sub/x", dir);
+	close(open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+
+	umask(0);
+	d = disk_new(CS, CFG_COMPRESS_LZ4);
+	umask(022);
+	if (!d)
+		return;
+	snprintf(path, sizeof(path), "%s/42", dir);
+	CHECK(access(path, F_OK) && errno == ENOENT);
+	snprintf(path, sizeof(path), "%s/sub", dir);
+	CHECK(access(path, F_OK) && errno == ENOENT);
+	CHECK_EQ(stat(dir, &st), 0);
+	CHECK_EQ(st.st_mode & 07777, 0700);
+	CHECK(S_ISDIR(st.st_mode));
+
+	CHECK_EQ(tier_dobj_create(d, 42, &o), 0);
+	snprintf(path, sizeof(path), "%s/42", dir);
+	CHECK(strcmp(tier_dobj_path(o), path) == 0);
+	CHECK_EQ(stat(path, &st), 0);
+	CHECK_EQ(st.st_mode & 07777, 0600);
+	CHECK_EQ(st.st_size, 0);
+	CHECK_EQ(tier_disk_chunk_size(d), CS);
+	tier_dobj_destroy(d, o);
+	CHECK(access(path, F_OK) && errno == ENOENT);
+	tier_disk_destroy(d);
+	CHECK(access(dir, F_OK) && errno == ENOENT);
+
+	/* A symlink in the directory's place is removed, not followed. */
+	snprintf(path, sizeof(path), "%s/victim", tmpdir);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/victim/keep", tmpdir);
+	close(open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+	CHECK_EQ(symlink("victim", dir), 0);
+	d = disk_new(CS, CFG_COMPRESS_LZ4);
+	CHECK_EQ(access(path, F_OK), 0);
+	CHECK_EQ(lstat(dir, &st), 0);
+	CHECK(S_ISDIR(st.st_mode));
+	tier_disk_destroy(d);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/victim", tmpdir);
+	rmdir(path);
+
+	{
+		char err[128] = "";
+
+		CHECK_EQ(tier_disk_init(&d, "/nonexistent/dir", "t", CS,
+					CFG_COMPRESS_LZ4, err, sizeof(err)),
+			 -ENOENT);
+		printf("# init error: %s\n", err);
+		CHECK(err[0] != 0);
+		CHECK_EQ(tier_disk_init(&d, tmpdir, "t", 0, CFG_COMPRESS_LZ4,
+					err, sizeof(err)),
+			 -EINVAL);
+	}
+}
+
+struct reader_arg {
+	struct tier_disk *d;
+	struct tier_dobj *o;
+	const unsigned char *img;
+	size_t size;
+	int bad;
+};
+
+static void *reader(void *p)
+{
+	struct reader_arg *a = p;
+	unsigned char *got = malloc(a->size);
+	uint64_t seed = (uint64_t)(uintptr_t)p;
+
+	for (int t = 0; t < 200; t++) {
+		uint64_t off, len;
+
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		off = (seed >> 20) % a->size;
+		len = (seed >> 40) % (a->size - off + 1);
+		if (tier_dobj_read(a->d, a->o, got, len, off) ||
+		    memcmp(got, a->img + off, len))
+			a->bad++;
+	}
+	free(got);
+	return NULL;
+}
+
+static void test_write_chunks_parallel(void)
+{
+	struct tier_disk *d = disk_new(CS, CFG_COMPRESS_LZ4);
+	size_t n = 37, size = n * CS;
+	unsigned char *img = malloc(size);
+	const void *srcs[37];
+	size_t lens[37];
+	struct reader_arg ra[4];
+	pthread_t th[4];
+	struct tier_dobj *o;
+	uint64_t sum = 0;
+
+	if (!d)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char *c = img + i * CS;
+
+		switch (i % 4) {
+		case 0:
+			fill_text(c, CS);
+			break;
+		case 1:
+			fill_random(c, CS);
+			break;
+		case 2:
+			memset(c, 0, CS);
+			break;
+		default:
+			fill_text(c, CS / 2);
+			fill_random(c + CS / 2, CS / 2);
+		}
+		srcs[i] = c;
+		lens[i] = CS;
+	}
+	lens[n - 1] = 777;
+	memset(img + (n - 1) * CS + 777, 0, CS - 777);
+	CHECK_EQ(tier_dobj_create(d, 7, &o), 0);
+	CHECK_EQ(tier_dobj_write_chunks(d, o, 0, srcs, lens, n), 0);
+	check_read(d, o, img, size, 0);
+
+	/* Same bytes one at a time: same accounting. */
+	{
+		struct tier_dobj *o2;
+
+		CHECK_EQ(tier_dobj_create(d, 8, &o2), 0);
+		for (size_t i = 0; i < n; i++)
+			CHECK_EQ(tier_dobj_write_chunk(d, o2, i, srcs[i],
+						       lens[i]),
+				 0);
+		sum = tier_dobj_stored(o2);
+		tier_dobj_destroy(d, o2);
+	}
+	CHECK_EQ(tier_dobj_stored(o), sum);
+
+	/* Rewrite a middle run with other data. */
+	for (size_t i = 10; i < 20; i++)
+		fill_random(img + i * CS, CS);
+	CHECK_EQ(tier_dobj_write_chunks(d, o, 10, srcs + 10, lens + 10, 10),
+		 0);
+	check_read(d, o, img, size, 0);
+
+	for (int i = 0; i < 4; i++) {
+		ra[i] = (struct reader_arg){ d, o, img, size, 0 };
+		CHECK_EQ(pthread_create(&th[i], NULL, reader, &ra[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CHECK_EQ(ra[i].bad, 0);
+	}
+
+	lens[0] = CS + 1;
+	CHECK_EQ(tier_dobj_write_chunks(d, o, 0, srcs, lens, 2), -EINVAL);
+	tier_dobj_destroy(d, o);
+	tier_disk_destroy(d);
+	free(img);
+}
+
+/* Past the descriptor budget, objects open their file for each call. */
+static void test_many_objects(void)
+{
+	struct rlimit old, rl;
+	struct tier_disk *d;
+	struct tier_dobj *o[100];
+	unsigned char buf[3000], got[3000];
+	int bad = 0;
+
+	CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+	rl = old;
+	rl.rlim_cur = 64;
+	CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	d = disk_new(CS, CFG_COMPRESS_LZ4);
+	if (d) {
+		for (int i = 0; i < 100; i++) {
+			CHECK_EQ(tier_dobj_create(d, 1000 + (uint64_t)i, &o[i]),
+				 0);
+			fill_text(buf, sizeof(buf));
+			buf[0] = (unsigned char)i;
+			CHECK_EQ(tier_dobj_write_chunk(d, o[i], 0, buf,
+						       sizeof(buf)),
+				 0);
+		}
+		for (int i = 0; i < 100; i++) {
+			CHECK_EQ(tier_dobj_read(d, o[i], got, sizeof(got), 0),
+				 0);
+			if (got[0] != (unsigned char)i)
+				bad++;
+			CHECK_EQ(tier_dobj_truncate(d, o[i], 0), 0);
+			tier_dobj_destroy(d, o[i]);
+		}
+		tier_disk_destroy(d);
+	}
+	CHECK_EQ(bad, 0);
+	setrlimit(RLIMIT_NOFILE, &old);
+}
+
+static char small_mnt[128];
+
+/* Mount the 1M tmpfs test_enospc() fills; 0 or errno. */
+static int small_mount(void)
+{
+	snprintf(small_mnt, sizeof(small_mnt), "%s/small", tmpdir);
+	mkdir(small_mnt, 0700);
+	if (mount("tmpfs", small_mnt, "tmpfs", 0, "size=1M")) {
+		int err = errno;
+
+		rmdir(small_mnt);
+		return err;
+	}
+	return 0;
+}
+
+static void test_enospc(void)
+{
+	const char *mnt = small_mnt;
+	char err[128];
+	struct tier_disk *d = NULL;
+	struct tier_dobj *o = NULL;
+	unsigned char *img = malloc(40 * CS);
+	int rc = 0, i, n_ok;
+
+	CHECK_EQ(tier_disk_init(&d, mnt, "t", CS, CFG_COMPRESS_LZ4, err,
+				sizeof(err)),
+		 0);
+	if (d)
+		CHECK_EQ(tier_dobj_create(d, 1, &o), 0);
+	if (o) {
+		fill_random(img, 40 * CS);
+		for (i = 0; i < 40; i++) {
+			rc = tier_dobj_write_chunk(d, o, (uint64_t)i,
+						   img + (size_t)i * CS, CS);
+			if (rc)
+				break;
+		}
+		printf("# %d chunks of 64K fit, then %d\n", i, rc);
+		CHECK_EQ(rc, -ENOSPC);
+		CHECK(i > 5 && i < 40);
+		n_ok = i;
+		/* Everything stored before still reads back. */
+		check_read(d, o, img, (size_t)n_ok * CS, 0);
+		/* The failed chunk reads as something, not an error. */
+		{
+			unsigned char *got = malloc(CS);
+
+			CHECK_EQ(tier_dobj_read(d, o, got, CS,
+						(uint64_t)n_ok * CS),
+				 0);
+			free(got);
+		}
+		CHECK(tier_dobj_stored(o) <= (uint64_t)n_ok * (CS + HDR));
+		/* Parallel writes fail the same way. */
+		{
+			const void *srcs[8];
+			size_t lens[8];
+
+			for (int k = 0; k < 8; k++) {
+				srcs[k] = img + (size_t)k * CS;
+				lens[k] = CS;
+			}
+			CHECK_EQ(tier_dobj_write_chunks(d, o, 50, srcs, lens,
+							8),
+				 -ENOSPC);
+		}
+		check_read(d, o, img, (size_t)n_ok * CS, 0);
+		tier_dobj_destroy(d, o);
+	}
+	tier_disk_destroy(d);
+	CHECK_EQ(umount(mnt), 0);
+	rmdir(mnt);
+	free(img);
+}
+
+/* --- throughput --- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median3(double *v)
+{
+	qsort(v, 3, sizeof(*v), cmp_double);
+	return v[1];
+}
+
+/* Seconds @cmd takes, or -1 when it fails. */
+static double time_cmd(const char *cmd)
+{
+	double t0 = now();
+	int st = system(cmd);
+
+	if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st))
+		return -1;
+	return now() - t0;
+}
+
+static void bench_one(const char *name, const unsigned char *data,
+		      size_t size, uint32_t cs, bool have_lz4)
+{
+	struct tier_disk *d = disk_new(cs, CFG_COMPRESS_LZ4);
+	size_t n = size / cs, batch = 8;
+	unsigned char *got = malloc(size);
+	const void **srcs = malloc(n * sizeof(*srcs));
+	size_t *lens = malloc(n * sizeof(*lens));
+	double tw[3], tw1[3], tr[3], tc[3] = { -1, -1, -1 },
+					   td[3] = { -1, -1, -1 };
+	char in[160], out[160], cmd[512];
+	struct tier_dobj *o;
+	uint64_t stored = 0;
+	FILE *f;
+
+	if (!d)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		srcs[i] = data + i * cs;
+		lens[i] = cs;
+	}
+	for (int r = 0; r < 3; r++) {
+		double t0;
+
+		CHECK_EQ(tier_dobj_create(d, 100 + (uint64_t)r, &o), 0);
+		t0 = now();
+		for (size_t i = 0; i < n; i += batch)
+			CHECK_EQ(tier_dobj_write_chunks(d, o, i, srcs + i,
+							lens + i,
+							n - i < batch ? n - i :
+									batch),
+				 0);
+		tw[r] = now() - t0;
+		stored = tier_dobj_stored(o);
+		t0 = now();
+		CHECK_EQ(tier_dobj_read(d, o, got, size, 0), 0);
+		tr[r] = now() - t0;
+		CHECK(memcmp(got, data, size) == 0);
+		tier_dobj_destroy(d, o);
+
+		CHECK_EQ(tier_dobj_create(d, 200 + (uint64_t)r, &o), 0);
+		t0 = now();
+		for (size_t i = 0; i < n; i++)
+			CHECK_EQ(tier_dobj_write_chunk(d, o, i, srcs[i], cs),
+				 0);
+		tw1[r] = now() - t0;
+		tier_dobj_destroy(d, o);
+	}
+	tier_disk_destroy(d);
+
+	if (have_lz4) {
+		snprintf(in, sizeof(in), "%s/bench.in", tmpdir);
+		snprintf(out, sizeof(out), "%s/bench.lz4", tmpdir);
+		f = fopen(in, "we");
+		CHECK(f && fwrite(data, 1, size, f) == size);
+		if (f)
+			fclose(f);
+		for (int r = 0; r < 3; r++) {
+			snprintf(cmd, sizeof(cmd), "lz4 -q -1 -f %s %s", in,
+				 out);
+			tc[r] = time_cmd(cmd);
+			snprintf(cmd, sizeof(cmd), "lz4 -q -d -f %s %s.out",
+				 out, out);
+			td[r] = time_cmd(cmd);
+		}
+		snprintf(cmd, sizeof(cmd), "%s.out", out);
+		unlink(cmd);
+		unlink(in);
+		unlink(out);
+	}
+
+	double mb = (double)size / 1e6, w = mb / median3(tw),
+	       w1 = mb / median3(tw1), r = mb / median3(tr);
+
+	printf("# %s %zu MiB, %u KiB chunks: stored %.1f%%\n", name,
+	       size >> 20, cs >> 10, 100.0 * (double)stored / (double)size);
+	printf("#   spill   %7.0f MB/s (write_chunks x%zu), %7.0f MB/s "
+	       "(one chunk at a time)\n",
+	       w, batch, w1);
+	printf("#   unspill %7.0f MB/s\n", r);
+	if (median3(tc) > 0 && median3(td) > 0) {
+		double c = mb / median3(tc), dd = mb / median3(td);
+
+		printf("#   lz4 -1  %7.0f MB/s  ratio %.2f (target >= 1.5)\n",
+		       c, w / c);
+		printf("#   lz4 -d  %7.0f MB/s  ratio %.2f (target >= 1.0)\n",
+		       dd, r / dd);
+	}
+	free(got);
+	free(srcs);
+	free(lens);
+}
+
+static void test_throughput(void)
+{
+	size_t size = 64u << 20;
+	unsigned char *data = malloc(size);
+	bool have_lz4 = time_cmd("lz4 --version >/dev/null 2>&1") >= 0;
+
+	if (!have_lz4)
+		printf("# no lz4 CLI: printing tierfs figures alone\n");
+	/* Fault the pages in before any timing. */
+	fill_text(data, size);
+	bench_one("text", data, size, 1u << 20, have_lz4);
+	fill_random(data, size);
+	bench_one("random", data, size, 1u << 20, have_lz4);
+	{
+		double t0 = now();
+		uint32_t c = tfs_crc32c(0, data, size);
+		double t1 = now();
+
+		c ^= tfs_crc32c_sw(0, data, size);
+		printf("# crc32c: %.0f MB/s hw, %.0f MB/s table (%x)\n",
+		       (double)size / 1e6 / (t1 - t0),
+		       (double)size / 1e6 / (now() - t1), c);
+	}
+	free(data);
+}
+
+int main(void)
+{
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/tfs-disk-XXXXXX");
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	TAP_RUN(test_crc32c_vectors);
+	TAP_RUN(test_crc32c_hw_matches_sw);
+	TAP_RUN(test_round_trip);
+	TAP_RUN(test_stored_sizes);
+	TAP_RUN(test_no_compression);
+	TAP_RUN(test_holes);
+	TAP_RUN(test_truncate);
+	TAP_RUN(test_corruption);
+	TAP_RUN(test_init_and_modes);
+	TAP_RUN(test_write_chunks_parallel);
+	TAP_RUN(test_many_objects);
+	{
+		int err = small_mount();
+		char why[160];
+
+		snprintf(why, sizeof(why), "cannot mount a 1M tmpfs: %s",
+			 strerror(err));
+		if (err)
+			tap_skip("test_enospc", why);
+		else
+			TAP_RUN(test_enospc);
+	}
+	if (getenv("TFS_DISK_NO_BENCH"))
+		tap_skip("test_throughput", "TFS_DISK_NO_BENCH set");
+	else
+		TAP_RUN(test_throughput);
+	rmdir(tmpdir);
+	return tap_done();
+}

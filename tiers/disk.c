@@ -1,0 +1,1062 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The disk tier: spill files of independent, checksummed chunks.
+ *
+ * On-disk format. Chunk i of a spill file sits at i * (chunk_size + 32): a
+ * 32-byte little-endian header, then the stored bytes (nothing for a chunk
+ * of zeroes, the lz4 block, or the raw bytes). Only header and stored bytes
+ * are written, so the rest of the slot stays a hole. The header carries the
+ * chunk index, both lengths, the encoding, a CRC32C of the stored bytes and
+ * a CRC32C of itself; a read checks all of them before decoding.
+ *
+ * In memory an object is a file descriptor, the stored total and one uint32
+ * per chunk (its slot's used length and encoding), inline for buffers of up
+ * to two chunks, so that a million small spilled buffers stay cheap.
+ *
+ * Scratch buffers are per thread, allocated on first use and freed at thread
+ * exit: the FUSE workers and the pool threads each own one, and concurrent
+ * reads of one object share nothing but the descriptor (pread only).
+ */
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <lz4.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "config/log.h"
+#include "tiers/disk.h"
+
+#define CHUNK_MAGIC 0x43534654u /* "TFSC" */
+#define CHUNK_VERSION 1
+#define MAX_CHUNK_SIZE (64u << 20)
+#define MAX_POOL_THREADS 15
+
+enum chunk_enc {
+	ENC_NONE = 0, /* in meta only: chunk absent */
+	ENC_ZERO = 1,
+	ENC_RAW = 2,
+	ENC_LZ4 = 3,
+};
+
+struct chunk_hdr {
+	uint32_t magic;
+	uint8_t version;
+	uint8_t encoding;
+	uint16_t reserved;
+	uint32_t raw_len;
+	uint32_t stored_len;
+	uint64_t index;
+	uint32_t data_crc;
+	uint32_t hdr_crc; /* of the 28 bytes before it */
+};
+
+#define HDR ((uint32_t)sizeof(struct chunk_hdr))
+_Static_assert(sizeof(struct chunk_hdr) == 32, "chunk header is 32 bytes");
+
+/* meta word: slot bytes used (header + stored) in the low 30 bits, the
+ * encoding in the top two; 0 is an absent chunk. */
+#define META_LEN_MASK ((1u << 30) - 1)
+#define META_ENC_SHIFT 30
+
+/*
+ * A job is n independent items run by the pool threads and its submitter.
+ * Lock order: pool.lock is a leaf; nothing else is taken under it.
+ */
+struct pool_job {
+	void (*fn)(struct pool_job *job, size_t item);
+	size_t n;
+	size_t next; /* next item to claim; pool.lock */
+	size_t done; /* items finished; pool.lock */
+	struct pool_job *link; /* in pool.queue while next < n; pool.lock */
+};
+
+struct pool {
+	pthread_mutex_t lock;
+	pthread_cond_t work_cv; /* a job was queued, or stop was set */
+	pthread_cond_t done_cv; /* some job finished an item */
+	struct pool_job *queue; /* pool.lock */
+	bool stop; /* pool.lock */
+	unsigned int nthreads;
+	pthread_t threads[MAX_POOL_THREADS];
+};
+
+struct tier_disk {
+	int dirfd;
+	uint32_t chunk_size;
+	enum cfg_compression compression;
+	int accel;
+	int fd_budget; /* descriptors objects may still keep open; atomic */
+	struct pool pool;
+	size_t dirlen;
+	char dir[];
+};
+
+struct tier_dobj {
+	int fd; /* -1 past the descriptor budget: opened for each call */
+	uint32_t cap; /* meta entries */
+	uint64_t stored;
+	union {
+		uint32_t inl[2];
+		uint32_t *arr;
+	} meta;
+	char path[];
+};
+
+struct scratch {
+	size_t in_cap;
+	char *in; /* a header and a stored chunk */
+	size_t out_cap;
+	char *out; /* one decoded chunk, for reads of part of it */
+	void *lz4_state;
+};
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static __thread struct scratch *tls_scratch;
+
+static void scratch_free(void *p)
+{
+	struct scratch *s = p;
+
+	free(s->in);
+	free(s->out);
+	free(s->lz4_state);
+	free(s);
+}
+
+static void scratch_key_init(void)
+{
+	if (pthread_key_create(&scratch_key, scratch_free))
+		abort();
+}
+
+/* This thread's scratch with room for a stored chunk of @cs (and, when
+ * @want_out, a decoded one); NULL when out of memory. */
+static struct scratch *scratch_get(uint32_t cs, bool want_out)
+{
+	struct scratch *s = tls_scratch;
+	size_t in_need = HDR + (size_t)LZ4_compressBound((int)cs);
+
+	if (!s) {
+		pthread_once(&scratch_once, scratch_key_init);
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return NULL;
+		s->lz4_state = malloc((size_t)LZ4_sizeofState());
+		if (!s->lz4_state || pthread_setspecific(scratch_key, s)) {
+			free(s->lz4_state);
+			free(s);
+			return NULL;
+		}
+		tls_scratch = s;
+	}
+	if (s->in_cap < in_need) {
+		char *p = malloc(in_need);
+
+		if (!p)
+			return NULL;
+		free(s->in);
+		s->in = p;
+		s->in_cap = in_need;
+	}
+	if (want_out && s->out_cap < cs) {
+		char *p = malloc(cs);
+
+		if (!p)
+			return NULL;
+		free(s->out);
+		s->out = p;
+		s->out_cap = cs;
+	}
+	return s;
+}
+
+/* --- worker pool --- */
+
+static void job_claim_locked(struct pool *p, struct pool_job *job,
+			     size_t *item)
+{
+	*item = job->next++;
+	if (job->next == job->n) {
+		struct pool_job **pp = &p->queue;
+
+		while (*pp != job)
+			pp = &(*pp)->link;
+		*pp = job->link;
+	}
+}
+
+static void *pool_worker(void *arg)
+{
+	struct pool *p = arg;
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		struct pool_job *job = p->queue;
+		size_t item;
+
+		if (!job) {
+			if (p->stop)
+				break;
+			pthread_cond_wait(&p->work_cv, &p->lock);
+			continue;
+		}
+		job_claim_locked(p, job, &item);
+		pthread_mutex_unlock(&p->lock);
+		job->fn(job, item);
+		pthread_mutex_lock(&p->lock);
+		/* After this the submitter may return and free @job. */
+		if (++job->done == job->n)
+			pthread_cond_broadcast(&p->done_cv);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+static void pool_start(struct pool *p)
+{
+	cpu_set_t set;
+	unsigned int want = 0;
+
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->work_cv, NULL);
+	pthread_cond_init(&p->done_cv, NULL);
+	if (!sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) > 1)
+		want = (unsigned int)CPU_COUNT(&set) - 1;
+	if (want > MAX_POOL_THREADS)
+		want = MAX_POOL_THREADS;
+	for (p->nthreads = 0; p->nthreads < want; p->nthreads++) {
+		if (pthread_create(&p->threads[p->nthreads], NULL, pool_worker,
+				   p)) {
+			tfs_warn("cannot start disk tier worker %u of %u: "
+				 "compressing with fewer threads",
+				 p->nthreads + 1, want);
+			break;
+		}
+	}
+}
+
+static void pool_stop(struct pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->work_cv);
+	pthread_mutex_unlock(&p->lock);
+	for (unsigned int i = 0; i < p->nthreads; i++)
+		pthread_join(p->threads[i], NULL);
+	pthread_cond_destroy(&p->done_cv);
+	pthread_cond_destroy(&p->work_cv);
+	pthread_mutex_destroy(&p->lock);
+}
+
+/* Run every item of @job, on the pool and on this thread; returns when all
+ * have finished. */
+static void pool_run(struct pool *p, struct pool_job *job)
+{
+	size_t item;
+
+	job->next = 0;
+	job->done = 0;
+	if (!job->n)
+		return;
+	pthread_mutex_lock(&p->lock);
+	job->link = p->queue;
+	p->queue = job;
+	if (p->nthreads && job->n > 1) {
+		if (job->n - 1 >= p->nthreads)
+			pthread_cond_broadcast(&p->work_cv);
+		else
+			for (size_t i = 0; i < job->n - 1; i++)
+				pthread_cond_signal(&p->work_cv);
+	}
+	while (job->next < job->n) {
+		job_claim_locked(p, job, &item);
+		pthread_mutex_unlock(&p->lock);
+		job->fn(job, item);
+		pthread_mutex_lock(&p->lock);
+		job->done++;
+	}
+	while (job->done < job->n)
+		pthread_cond_wait(&p->done_cv, &p->lock);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* --- small helpers --- */
+
+static uint32_t *meta_of(struct tier_dobj *o)
+{
+	return o->cap <= 2 ? o->meta.inl : o->meta.arr;
+}
+
+static uint32_t meta_get(const struct tier_dobj *o, uint64_t idx)
+{
+	if (idx >= o->cap)
+		return 0;
+	return o->cap <= 2 ? o->meta.inl[idx] : o->meta.arr[idx];
+}
+
+static uint32_t meta_total(uint32_t m)
+{
+	return m & META_LEN_MASK;
+}
+
+/* Room for chunks 0..@n-1. Only called with the object's writers
+ * serialised, so no reader runs meanwhile. */
+static int meta_grow(struct tier_dobj *o, uint64_t n)
+{
+	uint64_t cap = o->cap;
+	uint32_t *arr;
+
+	if (n <= o->cap)
+		return 0;
+	if (n > UINT32_MAX)
+		return -EFBIG;
+	while (cap < n)
+		cap *= 2;
+	if (cap > UINT32_MAX)
+		cap = UINT32_MAX;
+	if (o->cap <= 2) {
+		arr = calloc(cap, sizeof(*arr));
+		if (!arr)
+			return -ENOMEM;
+		memcpy(arr, o->meta.inl, sizeof(o->meta.inl));
+	} else {
+		arr = realloc(o->meta.arr, cap * sizeof(*arr));
+		if (!arr)
+			return -ENOMEM;
+		memset(arr + o->cap, 0, (cap - o->cap) * sizeof(*arr));
+	}
+	o->meta.arr = arr;
+	o->cap = (uint32_t)cap;
+	return 0;
+}
+
+static off_t chunk_off(const struct tier_disk *d, uint64_t idx)
+{
+	uint64_t slot = (uint64_t)d->chunk_size + HDR;
+
+	if (idx > ((uint64_t)INT64_MAX - slot) / slot)
+		return -1;
+	return (off_t)(idx * slot);
+}
+
+static bool all_zero(const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+	uint64_t acc = 0, w;
+
+	/* Data that is not zero almost always says so in its first word. */
+	while (len >= 8) {
+		memcpy(&w, p, 8);
+		if (w)
+			return false;
+		p += 8;
+		len -= 8;
+		if (len >= 64) {
+			for (int i = 0; i < 8; i++) {
+				memcpy(&w, p + 8 * i, 8);
+				acc |= w;
+			}
+			if (acc)
+				return false;
+			p += 64;
+			len -= 64;
+		}
+	}
+	while (len--)
+		acc |= *p++;
+	return !acc;
+}
+
+static int obj_fd_get(struct tier_disk *d, const struct tier_dobj *o)
+{
+	int fd;
+
+	if (o->fd >= 0)
+		return o->fd;
+	fd = openat(d->dirfd, o->path + d->dirlen + 1,
+		    O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		int err = errno;
+
+		tfs_err("cannot open spill file '%s': %s", o->path,
+			strerror(err));
+		return -err;
+	}
+	return fd;
+}
+
+static void obj_fd_put(const struct tier_dobj *o, int fd)
+{
+	if (fd != o->fd)
+		close(fd);
+}
+
+static int pwritev_full(int fd, struct iovec *iov, int cnt, off_t off)
+{
+	while (cnt) {
+		ssize_t n = pwritev(fd, iov, cnt, off);
+
+		if (n < 0) {
+			int err = errno;
+
+			if (err == EINTR)
+				continue;
+			return -err;
+		}
+		if (n == 0)
+			return -ENOSPC;
+		off += n;
+		while (cnt && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			cnt--;
+		}
+		if (cnt) {
+			iov->iov_base = (char *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+/* Returns 0, -EIO when the file ends early, or -errno. */
+static int preadv_full(int fd, struct iovec *iov, int cnt, off_t off)
+{
+	while (cnt) {
+		ssize_t n = preadv(fd, iov, cnt, off);
+
+		if (n < 0) {
+			int err = errno;
+
+			if (err == EINTR)
+				continue;
+			return -err;
+		}
+		if (n == 0)
+			return -EIO;
+		off += n;
+		while (cnt && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			cnt--;
+		}
+		if (cnt) {
+			iov->iov_base = (char *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+static void punch(int fd, off_t off, off_t len)
+{
+	/* Best effort: a file system without hole punching keeps the bytes,
+	 * and the chunk's metadata already says they are gone. */
+	if (len > 0)
+		(void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				off, len);
+}
+
+static uint32_t hdr_crc(const struct chunk_hdr *h)
+{
+	return tfs_crc32c(0, h, offsetof(struct chunk_hdr, hdr_crc));
+}
+
+/* --- chunks --- */
+
+/*
+ * Encode and write chunk @idx whose slot held @old (a meta word). Sets
+ * *@meta to the new meta word. Leaves no trace of @old on failure.
+ */
+static int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
+		       uint64_t idx, const void *src, size_t len, uint32_t old,
+		       uint32_t *meta)
+{
+	struct chunk_hdr *h;
+	struct scratch *s;
+	struct iovec iov[2];
+	const void *data = src;
+	uint32_t stored = 0;
+	int enc, cnt = 1, rc;
+	off_t off = chunk_off(d, idx);
+
+	if (off < 0)
+		return -EFBIG;
+	s = scratch_get(d->chunk_size, false);
+	if (!s)
+		return -ENOMEM;
+	h = (struct chunk_hdr *)s->in;
+
+	if (all_zero(src, len)) {
+		enc = ENC_ZERO;
+	} else if (d->compression == CFG_COMPRESS_LZ4) {
+		/* Keep lz4 only when it saves more than 1/64: decoding a
+		 * barely smaller block costs more than reading raw bytes
+		 * straight into the caller's buffer. */
+		int cap = (int)(len - 1 - len / 64), c = 0;
+
+		if (cap > 0)
+			c = LZ4_compress_fast_extState(s->lz4_state, src,
+						       s->in + HDR, (int)len,
+						       cap, d->accel);
+		if (c < 0) {
+			tfs_err("cannot compress chunk %" PRIu64
+				" of '%s': lz4 error %d",
+				idx, o->path, c);
+			return -EIO;
+		}
+		enc = c ? ENC_LZ4 : ENC_RAW;
+		if (c) {
+			stored = (uint32_t)c;
+			data = s->in + HDR;
+		}
+	} else {
+		enc = ENC_RAW;
+	}
+	if (enc == ENC_RAW)
+		stored = (uint32_t)len;
+
+	h->magic = htole32(CHUNK_MAGIC);
+	h->version = CHUNK_VERSION;
+	h->encoding = (uint8_t)enc;
+	h->reserved = 0;
+	h->raw_len = htole32((uint32_t)len);
+	h->stored_len = htole32(stored);
+	h->index = htole64(idx);
+	h->data_crc = htole32(tfs_crc32c(0, data, stored));
+	h->hdr_crc = htole32(hdr_crc(h));
+
+	iov[0].iov_base = h;
+	iov[0].iov_len = HDR + (enc == ENC_LZ4 ? stored : 0);
+	if (enc == ENC_RAW) {
+		iov[1].iov_base = (void *)src;
+		iov[1].iov_len = stored;
+		cnt = 2;
+	}
+	rc = pwritev_full(fd, iov, cnt, off);
+	if (rc < 0) {
+		punch(fd, off, (off_t)d->chunk_size + HDR);
+		return rc;
+	}
+	if (meta_total(old) > HDR + stored)
+		punch(fd, off + HDR + stored,
+		      (off_t)(meta_total(old) - HDR - stored));
+	*meta = (HDR + stored) | ((uint32_t)enc << META_ENC_SHIFT);
+	return 0;
+}
+
+static int chunk_corrupt(const struct tier_dobj *o, uint64_t idx,
+			 const char *why)
+{
+	tfs_err("cannot read chunk %" PRIu64 " of spill file '%s': %s", idx,
+		o->path, why);
+	return -EIO;
+}
+
+static const char *hdr_check(const struct tier_disk *d,
+			     const struct chunk_hdr *h, uint64_t idx,
+			     uint32_t meta)
+{
+	uint32_t enc = meta >> META_ENC_SHIFT;
+	uint32_t stored = meta_total(meta) - HDR;
+	uint32_t raw = le32toh(h->raw_len);
+
+	if (le32toh(h->magic) != CHUNK_MAGIC)
+		return "bad magic";
+	if (le32toh(h->hdr_crc) != hdr_crc(h))
+		return "header checksum mismatch";
+	if (h->version != CHUNK_VERSION)
+		return "unknown version";
+	if (le64toh(h->index) != idx)
+		return "chunk index mismatch";
+	if (h->encoding != enc || le32toh(h->stored_len) != stored)
+		return "header does not match what was written";
+	if (raw > d->chunk_size || (enc == ENC_RAW && raw != stored))
+		return "bad length";
+	return NULL;
+}
+
+/*
+ * Fill @out with @n bytes of chunk @idx from its byte @lo on. @m is the
+ * chunk's meta word, nonzero.
+ */
+static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
+		      uint64_t idx, uint32_t m, char *out, size_t lo, size_t n)
+{
+	uint32_t enc = m >> META_ENC_SHIFT, total = meta_total(m);
+	uint32_t stored = total - HDR, raw;
+	const struct chunk_hdr *h;
+	const char *why, *src;
+	struct scratch *s;
+	struct iovec iov[2];
+	struct chunk_hdr hb;
+	off_t off = chunk_off(d, idx);
+	int rc;
+
+	if (enc == ENC_RAW && lo == 0 && n >= stored) {
+		/* Straight into the caller's buffer: no copy. */
+		iov[0].iov_base = &hb;
+		iov[0].iov_len = HDR;
+		iov[1].iov_base = out;
+		iov[1].iov_len = stored;
+		rc = preadv_full(fd, iov, 2, off);
+		if (rc == -EIO)
+			return chunk_corrupt(o, idx, "file too short");
+		if (rc < 0)
+			return rc;
+		why = hdr_check(d, &hb, idx, m);
+		if (!why && tfs_crc32c(0, out, stored) != le32toh(hb.data_crc))
+			why = "checksum mismatch";
+		if (why)
+			return chunk_corrupt(o, idx, why);
+		memset(out + stored, 0, n - stored);
+		return 0;
+	}
+
+	s = scratch_get(d->chunk_size, false);
+	if (!s)
+		return -ENOMEM;
+	iov[0].iov_base = s->in;
+	iov[0].iov_len = total;
+	rc = preadv_full(fd, iov, 1, off);
+	if (rc == -EIO)
+		return chunk_corrupt(o, idx, "file too short");
+	if (rc < 0)
+		return rc;
+	h = (const struct chunk_hdr *)s->in;
+	src = s->in + HDR;
+	why = hdr_check(d, h, idx, m);
+	if (!why && tfs_crc32c(0, src, stored) != le32toh(h->data_crc))
+		why = "checksum mismatch";
+	if (why)
+		return chunk_corrupt(o, idx, why);
+	raw = le32toh(h->raw_len);
+	if (enc == ENC_ZERO || lo >= raw) {
+		memset(out, 0, n);
+		return 0;
+	}
+
+	size_t end = lo + n < raw ? lo + n : raw, got = end - lo;
+
+	if (enc == ENC_RAW) {
+		memcpy(out, src + lo, got);
+	} else {
+		char *dst = out;
+		int r;
+
+		if (lo) {
+			s = scratch_get(d->chunk_size, true);
+			if (!s)
+				return -ENOMEM;
+			dst = s->out;
+		}
+		/* Decode no further than the read needs. */
+		if (end == raw)
+			r = LZ4_decompress_safe(src, dst, (int)stored,
+						(int)raw);
+		else
+			r = LZ4_decompress_safe_partial(src, dst, (int)stored,
+							(int)end, (int)end);
+		if (r < 0 || (size_t)r != end) {
+			char why_buf[64];
+
+			snprintf(why_buf, sizeof(why_buf),
+				 "lz4 decode failed (%d)", r);
+			return chunk_corrupt(o, idx, why_buf);
+		}
+		if (lo)
+			memcpy(out, dst + lo, got);
+	}
+	memset(out + got, 0, n - got);
+	return 0;
+}
+
+/* The part of [@off, @off + @len) in chunk @idx, into @dst (which holds
+ * @off). */
+static int range_chunk(struct tier_disk *d, const struct tier_dobj *o,
+		       int fd, char *dst, size_t len, uint64_t off,
+		       uint64_t idx)
+{
+	uint64_t cs = d->chunk_size, start = idx * cs;
+	uint64_t lo = off > start ? off - start : 0;
+	uint64_t end = off + len < start + cs ? off + len - start : cs;
+	char *out = dst + (start + lo - off);
+	uint32_t m = meta_get(o, idx);
+
+	if (!m) {
+		memset(out, 0, end - lo);
+		return 0;
+	}
+	return chunk_load(d, o, fd, idx, m, out, lo, end - lo);
+}
+
+/* --- jobs --- */
+
+struct write_job {
+	struct pool_job job;
+	struct tier_disk *d;
+	struct tier_dobj *o;
+	int fd;
+	uint64_t first;
+	const void *const *srcs;
+	const size_t *lens;
+	int err; /* first failure; atomic */
+};
+
+static void write_item(struct pool_job *job, size_t i)
+{
+	struct write_job *w = (struct write_job *)job;
+	uint32_t *meta = meta_of(w->o), nm = 0;
+	uint64_t idx = w->first + i;
+	int rc, zero = 0;
+
+	/* Items write different meta words and different slots. */
+	rc = chunk_store(w->d, w->o, w->fd, idx, w->srcs[i], w->lens[i],
+			 meta[idx], &nm);
+	meta[idx] = rc < 0 ? 0 : nm;
+	if (rc < 0)
+		__atomic_compare_exchange_n(&w->err, &zero, rc, false,
+					    __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+}
+
+struct read_job {
+	struct pool_job job;
+	struct tier_disk *d;
+	const struct tier_dobj *o;
+	int fd;
+	char *dst;
+	size_t len;
+	uint64_t off;
+	uint64_t first;
+	int err; /* first failure; atomic */
+};
+
+static void read_item(struct pool_job *job, size_t i)
+{
+	struct read_job *r = (struct read_job *)job;
+	int rc, zero = 0;
+
+	rc = range_chunk(r->d, r->o, r->fd, r->dst, r->len, r->off,
+			 r->first + i);
+	if (rc < 0)
+		__atomic_compare_exchange_n(&r->err, &zero, rc, false,
+					    __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+}
+
+/* --- the tier --- */
+
+static int rm_entry(const char *path, const struct stat *st, int type,
+		    struct FTW *ftw)
+{
+	return remove(path) ? -1 : 0;
+}
+
+static int rm_tree(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st))
+		return errno == ENOENT ? 0 : -errno;
+	if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT))
+		return errno ? -errno : -EIO;
+	return 0;
+}
+
+int tier_disk_init(struct tier_disk **out, const char *path, const char *tag,
+		   uint32_t chunk_size, enum cfg_compression compression,
+		   char *err, size_t errlen)
+{
+	struct tier_disk *d;
+	struct rlimit rl;
+	int len, rc;
+
+	*out = NULL;
+	if (!chunk_size || chunk_size > MAX_CHUNK_SIZE) {
+		snprintf(err, errlen, "chunk size %" PRIu32 " out of range",
+			 chunk_size);
+		return -EINVAL;
+	}
+	len = snprintf(NULL, 0, "%s/tierfs.%s", path, tag);
+	if (len < 0 || len >= PATH_MAX - 24) {
+		snprintf(err, errlen, "disk path '%s' too long", path);
+		return -ENAMETOOLONG;
+	}
+	d = calloc(1, sizeof(*d) + (size_t)len + 1);
+	if (!d) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	snprintf(d->dir, (size_t)len + 1, "%s/tierfs.%s", path, tag);
+	d->dirlen = (size_t)len;
+	d->chunk_size = chunk_size;
+	d->compression = compression;
+	/* Measured on 1 MiB chunks of 64 MiB of text: acceleration 2 and 4
+	 * gain 1-5% speed for 2-8% more bytes; stay with what lz4 -1 does
+	 * and get speed from the worker pool instead. */
+	d->accel = 1;
+	d->dirfd = -1;
+
+	rc = rm_tree(d->dir);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot remove stale '%s': %s", d->dir,
+			 strerror(-rc));
+		goto out_free;
+	}
+	if (mkdir(d->dir, 0700)) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot create '%s': %s", d->dir,
+			 strerror(-rc));
+		goto out_free;
+	}
+	d->dirfd = open(d->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+			O_CLOEXEC);
+	if (d->dirfd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot open '%s': %s", d->dir,
+			 strerror(-rc));
+		goto out_rmdir;
+	}
+	/* mkdir() honours the umask; the mode is part of the contract. */
+	if (fchmod(d->dirfd, 0700)) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot chmod '%s': %s", d->dir,
+			 strerror(-rc));
+		goto out_close;
+	}
+
+	/* Objects keep their descriptor while half the limit is free; past
+	 * that they open the file for each call instead of failing. */
+	d->fd_budget = 512;
+	if (!getrlimit(RLIMIT_NOFILE, &rl))
+		d->fd_budget = rl.rlim_cur == RLIM_INFINITY ||
+					       rl.rlim_cur > (1u << 21) ?
+				       1 << 20 :
+				       (int)(rl.rlim_cur / 2);
+	pool_start(&d->pool);
+	*out = d;
+	return 0;
+
+out_close:
+	close(d->dirfd);
+out_rmdir:
+	rmdir(d->dir);
+out_free:
+	free(d);
+	return rc;
+}
+
+void tier_disk_destroy(struct tier_disk *d)
+{
+	int rc;
+
+	if (!d)
+		return;
+	pool_stop(&d->pool);
+	close(d->dirfd);
+	rc = rm_tree(d->dir);
+	if (rc < 0)
+		tfs_warn("cannot remove '%s': %s", d->dir, strerror(-rc));
+	free(d);
+}
+
+uint32_t tier_disk_chunk_size(const struct tier_disk *d)
+{
+	return d->chunk_size;
+}
+
+int tier_dobj_create(struct tier_disk *d, uint64_t id, struct tier_dobj **out)
+{
+	struct tier_dobj *o;
+	int fd, rc;
+
+	o = calloc(1, sizeof(*o) + d->dirlen + 22);
+	if (!o)
+		return -ENOMEM;
+	snprintf(o->path, d->dirlen + 22, "%s/%" PRIu64, d->dir, id);
+	o->cap = 2;
+	fd = openat(d->dirfd, o->path + d->dirlen + 1,
+		    O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		tfs_err("cannot create spill file '%s': %s", o->path,
+			strerror(-rc));
+		free(o);
+		return rc;
+	}
+	if (__atomic_sub_fetch(&d->fd_budget, 1, __ATOMIC_RELAXED) >= 0) {
+		o->fd = fd;
+	} else {
+		__atomic_add_fetch(&d->fd_budget, 1, __ATOMIC_RELAXED);
+		close(fd);
+		o->fd = -1;
+	}
+	*out = o;
+	return 0;
+}
+
+void tier_dobj_destroy(struct tier_disk *d, struct tier_dobj *o)
+{
+	if (!o)
+		return;
+	if (unlinkat(d->dirfd, o->path + d->dirlen + 1, 0) && errno != ENOENT)
+		tfs_warn("cannot remove spill file '%s': %s", o->path,
+			 strerror(errno));
+	if (o->fd >= 0) {
+		close(o->fd);
+		__atomic_add_fetch(&d->fd_budget, 1, __ATOMIC_RELAXED);
+	}
+	if (o->cap > 2)
+		free(o->meta.arr);
+	free(o);
+}
+
+int tier_dobj_write_chunk(struct tier_disk *d, struct tier_dobj *o,
+			  uint64_t idx, const void *src, size_t len)
+{
+	const void *srcs[1] = { src };
+
+	return tier_dobj_write_chunks(d, o, idx, srcs, &len, 1);
+}
+
+int tier_dobj_write_chunks(struct tier_disk *d, struct tier_dobj *o,
+			   uint64_t first_idx, const void *const *srcs,
+			   const size_t *lens, size_t n)
+{
+	struct write_job w = {
+		.job = { .fn = write_item, .n = n },
+		.d = d,
+		.o = o,
+		.first = first_idx,
+		.srcs = srcs,
+		.lens = lens,
+	};
+	uint32_t *meta;
+	int rc;
+
+	if (!n)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (lens[i] > d->chunk_size)
+			return -EINVAL;
+	if (first_idx > UINT64_MAX - n || chunk_off(d, first_idx + n - 1) < 0)
+		return -EFBIG;
+	rc = meta_grow(o, first_idx + n);
+	if (rc < 0)
+		return rc;
+	w.fd = obj_fd_get(d, o);
+	if (w.fd < 0)
+		return w.fd;
+
+	meta = meta_of(o);
+	for (size_t i = 0; i < n; i++)
+		o->stored -= meta_total(meta[first_idx + i]);
+	if (n == 1)
+		write_item(&w.job, 0);
+	else
+		pool_run(&d->pool, &w.job);
+	for (size_t i = 0; i < n; i++)
+		o->stored += meta_total(meta[first_idx + i]);
+	obj_fd_put(o, w.fd);
+	return w.err;
+}
+
+int tier_dobj_read(struct tier_disk *d, struct tier_dobj *o, void *dst,
+		   size_t len, uint64_t off)
+{
+	struct read_job r = {
+		.job = { .fn = read_item },
+		.d = d,
+		.o = o,
+		.dst = dst,
+		.len = len,
+		.off = off,
+	};
+	uint64_t last;
+
+	if (!len)
+		return 0;
+	if (off > UINT64_MAX - len)
+		return -EINVAL;
+	r.first = off / d->chunk_size;
+	last = (off + len - 1) / d->chunk_size;
+	r.job.n = last - r.first + 1;
+	r.fd = obj_fd_get(d, o);
+	if (r.fd < 0)
+		return r.fd;
+	/* Below two chunks' worth, waking a worker costs more than it
+	 * saves. */
+	if (r.job.n == 1 || !d->pool.nthreads || len < 128 * 1024) {
+		for (size_t i = 0; i < r.job.n && !r.err; i++)
+			read_item(&r.job, i);
+	} else {
+		pool_run(&d->pool, &r.job);
+	}
+	obj_fd_put(o, r.fd);
+	return r.err;
+}
+
+int tier_dobj_truncate(struct tier_disk *d, struct tier_dobj *o,
+		       uint64_t nchunks)
+{
+	uint32_t *meta = meta_of(o);
+	uint64_t keep_bytes = 0;
+	bool any = false;
+	int fd;
+
+	for (uint64_t i = nchunks; i < o->cap; i++) {
+		if (meta[i]) {
+			o->stored -= meta_total(meta[i]);
+			meta[i] = 0;
+			any = true;
+		}
+	}
+	if (!any)
+		return 0;
+	if (chunk_off(d, nchunks) >= 0)
+		keep_bytes = (uint64_t)chunk_off(d, nchunks);
+	fd = obj_fd_get(d, o);
+	if (fd < 0)
+		return fd;
+	if (ftruncate(fd, (off_t)keep_bytes)) {
+		int err = errno;
+
+		tfs_err("cannot truncate spill file '%s': %s", o->path,
+			strerror(err));
+		obj_fd_put(o, fd);
+		return -err;
+	}
+	obj_fd_put(o, fd);
+	if (o->cap > 2 && nchunks <= 2) {
+		uint32_t *arr = o->meta.arr;
+
+		memcpy(o->meta.inl, arr, sizeof(o->meta.inl));
+		o->cap = 2;
+		free(arr);
+	}
+	return 0;
+}
+
+uint64_t tier_dobj_stored(const struct tier_dobj *o)
+{
+	return o->stored;
+}
+
+const char *tier_dobj_path(const struct tier_dobj *o)
+{
+	return o->path;
+}
