@@ -212,7 +212,7 @@ static void restore_device(int dev, int saved)
 static int map_cuda(struct tfs_map *m, const struct tfs_ioc_export *ex)
 {
 	cudaIpcMemHandle_t h;
-	int cur, dev, rc;
+	int cur, dev = -1, rc;
 	cudaError_t e;
 	void *p;
 
