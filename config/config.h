@@ -13,8 +13,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define TFS_DEFAULT_CONFIG "/etc/tierfs.conf"
+
+/* Room for every key of the table in config.c (a static assertion there
+ * checks it). */
+#define CFG_MAX_KEYS 32
 
 /* A size as written: bytes, or a percentage of the tier's capacity. */
 struct cfg_size {
@@ -62,9 +67,17 @@ struct tfs_config {
 		unsigned int read_ahead_kb; /* set on the bdi after mount; 0 = leave */
 	} fs;
 	char *config_file; /* the file that was read, or NULL */
+	/*
+	 * Private to config/: where each key got its value (0: the default,
+	 * a line of config_file, or -o), so that cfg_validate() can name it.
+	 */
+	uint32_t origin[CFG_MAX_KEYS];
 };
 
-/* Fill @cfg with the documented defaults. Never fails. */
+/*
+ * Fill @cfg with the documented defaults. Never fails: should strdup() of
+ * the disk path fail, disk.path stays NULL and cfg_validate() says so.
+ */
 void cfg_defaults(struct tfs_config *cfg);
 
 /* Free what cfg_* allocated in @cfg (not @cfg itself). */
@@ -72,7 +85,9 @@ void cfg_free(struct tfs_config *cfg);
 
 /*
  * Set `[section] key` to @value. On error returns -EINVAL (or -ENOENT for an
- * unknown section or key) and writes "KEY: what is wrong" into @err.
+ * unknown section or key, -ENOMEM when a path cannot be copied), leaves the
+ * key as it was and writes "KEY: what is wrong" into @err. Section and key
+ * names are matched without regard to case.
  */
 int cfg_set(struct tfs_config *cfg, const char *section, const char *key,
 	    const char *value, char *err, size_t errlen);
@@ -89,8 +104,16 @@ int cfg_set_option(struct tfs_config *cfg, const char *option,
 bool cfg_is_option(const char *option);
 
 /*
- * Read an inih file. Returns 0, -errno when it cannot be opened, or -EINVAL
- * with "FILE:LINE: KEY: what is wrong" in @err for the first bad line.
+ * Print one line per config key for --help: "-o section_key=VALUE", what it
+ * does and its default, indented by @indent spaces.
+ */
+void cfg_print_help(FILE *out, int indent);
+
+/*
+ * Read an inih file. Returns 0, -errno when it cannot be opened or read
+ * ("FILE: why" in @err), or -EINVAL with "FILE:LINE: KEY: what is wrong" in
+ * @err for the first bad line. Keys the file does not name keep their value;
+ * on error, keys before the bad line may have been set. Sets config_file.
  */
 int cfg_load_file(struct tfs_config *cfg, const char *path, char *err,
 		  size_t errlen);
@@ -98,7 +121,12 @@ int cfg_load_file(struct tfs_config *cfg, const char *path, char *err,
 /*
  * Check what cannot be checked key by key: the disk path exists, is a
  * writable directory and is not inside @mountpoint (may be NULL); the
- * watermarks are ordered. Returns 0 or -EINVAL with a message in @err.
+ * watermarks are ordered. Returns 0 or -EINVAL with a message in @err
+ * that names where the value came from ("FILE:LINE: KEY: ...",
+ * "-o KEY: ..."), or -ENOMEM when cfg_defaults() could not allocate.
+ *
+ * Both paths are resolved with realpath(), so call it before mounting (or
+ * with @mountpoint NULL): once mounted, resolving would enter the mount.
  */
 int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
 		 char *err, size_t errlen);

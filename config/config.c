@@ -1,0 +1,1173 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * One table, keys[], describes every setting: where it lives in struct
+ * tfs_config, how its value is parsed and checked, its default and its help.
+ * cfg_defaults(), cfg_set(), cfg_set_option(), cfg_is_option() and
+ * cfg_print_help() all walk it, so a new key is one new row.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ini.h>
+
+#include "config/config.h"
+
+enum cfg_type {
+	CFG_CHOICE_STR, /* one of choices[], copied into a char array */
+	CFG_CHOICE_ENUM, /* one of choices[], stored as its index (an enum) */
+	CFG_BOOL,
+	CFG_INT, /* int, min..max */
+	CFG_UINT, /* unsigned int, min..max */
+	CFG_SIZE, /* struct cfg_size */
+	CFG_SIZE32, /* uint32_t bytes, min..max */
+	CFG_FRACTION, /* double, 0 < x <= 1 */
+	CFG_PATH, /* char *, owned by the config */
+};
+
+#define CFG_F_PERCENT 0x1u /* a size may be a percentage */
+#define CFG_F_NONZERO 0x2u /* a size of zero makes no sense */
+#define CFG_F_POW2 0x4u /* a size must be a power of two */
+
+struct cfg_key {
+	const char *section;
+	const char *name;
+	enum cfg_type type;
+	unsigned int flags;
+	size_t offset;
+	size_t size; /* of the field, for CFG_CHOICE_STR */
+	const char *const *choices; /* NULL-terminated */
+	uint64_t min, max;
+	const char *def; /* parsed by cfg_defaults(); NULL leaves zero */
+	const char *arg; /* what --help shows after '=' */
+	const char *help;
+};
+
+#define FIELD(s, m)                             \
+	.offset = offsetof(struct tfs_config, s.m), \
+	.size = sizeof(((struct tfs_config *)0)->s.m)
+
+static const char *const backend_names[] = { "auto", "cuda", "sim", "none",
+					     NULL };
+static const char *const eviction_names[] = { "lru", NULL };
+static const char *const compression_names[] = {
+	[CFG_COMPRESS_LZ4] = "lz4",
+	[CFG_COMPRESS_NONE] = "none",
+	[CFG_COMPRESS_NONE + 1] = NULL,
+};
+static const char *const unspill_names[] = {
+	[CFG_UNSPILL_DEVICE] = "device",
+	[CFG_UNSPILL_HOST] = "host",
+	[CFG_UNSPILL_NONE] = "none",
+	[CFG_UNSPILL_NONE + 1] = NULL,
+};
+
+#define KiB 1024ull
+#define MiB (1024ull * KiB)
+
+static const struct cfg_key keys[] = {
+	{ "device", "backend", CFG_CHOICE_STR, 0, FIELD(device, backend),
+	  .choices = backend_names, .def = "auto",
+	  .arg = "auto|cuda|sim|none",
+	  .help = "device tier backend; auto: cuda when a GPU is usable" },
+	{ "device", "gpu", CFG_INT, 0, FIELD(device, gpu), .max = INT_MAX,
+	  .def = "0", .arg = "N", .help = "CUDA device ordinal" },
+	{ "device", "limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
+	  FIELD(device, limit), .max = UINT64_MAX, .def = NULL,
+	  .arg = "SIZE|N%",
+	  .help = "device tier limit (default: 80% of free GPU memory, "
+		  "sim: 1G)" },
+	{ "host", "limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
+	  FIELD(host, limit), .max = UINT64_MAX, .def = "25%",
+	  .arg = "SIZE|N%", .help = "host tier limit, % of RAM" },
+	{ "host", "pinned", CFG_BOOL, 0, FIELD(host, pinned), .def = "yes",
+	  .arg = "yes|no", .help = "page-lock host copies when CUDA is used" },
+	{ "disk", "path", CFG_PATH, 0, FIELD(disk, path), .def = "/var/tmp",
+	  .arg = "DIR", .help = "where the disk tier keeps its spill files" },
+	{ "disk", "limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
+	  FIELD(disk, limit), .max = UINT64_MAX, .def = "50%",
+	  .arg = "SIZE|N%", .help = "disk tier limit, % of the filesystem" },
+	{ "disk", "compression", CFG_CHOICE_ENUM, 0, FIELD(disk, compression),
+	  .choices = compression_names, .def = "lz4", .arg = "lz4|none",
+	  .help = "how spill chunks are compressed" },
+	{ "disk", "chunk_size", CFG_SIZE32, CFG_F_POW2, FIELD(disk, chunk_size),
+	  .min = 64 * KiB, .max = 64 * MiB, .def = "1M", .arg = "SIZE",
+	  .help = "spill chunk size, a power of two from 64K to 64M" },
+	{ "policy", "eviction", CFG_CHOICE_STR, 0, FIELD(policy, eviction),
+	  .choices = eviction_names, .def = "lru", .arg = "lru",
+	  .help = "which buffers spill first" },
+	{ "policy", "unspill", CFG_CHOICE_ENUM, 0, FIELD(policy, unspill),
+	  .choices = unspill_names, .def = "device", .arg = "device|host|none",
+	  .help = "how high a read brings a spilled buffer back" },
+	{ "policy", "high_watermark", CFG_FRACTION, 0,
+	  FIELD(policy, high_watermark), .def = "0.95", .arg = "FRACTION",
+	  .help = "background spilling starts above this share of a limit" },
+	{ "policy", "target", CFG_FRACTION, 0, FIELD(policy, target),
+	  .def = "0.85", .arg = "FRACTION",
+	  .help = "background spilling stops at this share of a limit" },
+	{ "fs", "threads", CFG_UINT, 0, FIELD(fs, threads), .max = 256,
+	  .def = "0", .arg = "N",
+	  .help = "most FUSE worker threads; 0: libfuse's default" },
+	{ "fs", "read_ahead_kb", CFG_UINT, 0, FIELD(fs, read_ahead_kb),
+	  .max = 65536, .def = "1024", .arg = "N",
+	  .help = "kernel read-ahead of the mount in KiB; 0: leave it" },
+};
+
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+_Static_assert(NKEYS <= CFG_MAX_KEYS, "raise CFG_MAX_KEYS");
+_Static_assert(sizeof(enum cfg_compression) == sizeof(int) &&
+		       sizeof(enum cfg_unspill) == sizeof(int),
+	       "CFG_CHOICE_ENUM stores an int");
+
+static const char *const sections[] = { "device", "host", "disk", "policy",
+					"fs" };
+#define NSECTIONS (sizeof(sections) / sizeof(sections[0]))
+
+/* Values of tfs_config.origin besides a line of the config file. */
+#define ORIGIN_DEFAULT 0u
+#define ORIGIN_SET (UINT32_MAX - 1) /* cfg_set() outside a file */
+#define ORIGIN_OPTION UINT32_MAX
+
+static void *field(struct tfs_config *cfg, const struct cfg_key *k)
+{
+	return (char *)cfg + k->offset;
+}
+
+static __attribute__((format(printf, 3, 4))) void
+say(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!buf || !len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+static bool section_known(const char *section)
+{
+	size_t i;
+
+	for (i = 0; i < NSECTIONS; i++)
+		if (!strcasecmp(section, sections[i]))
+			return true;
+	return false;
+}
+
+static const struct cfg_key *find_key(const char *section, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < NKEYS; i++)
+		if (!strcasecmp(keys[i].section, section) &&
+		    !strcasecmp(keys[i].name, name))
+			return &keys[i];
+	return NULL;
+}
+
+/* "section_key", compared up to @len bytes of @option. */
+static const struct cfg_key *find_option(const char *option, size_t len)
+{
+	size_t i, sl;
+
+	for (i = 0; i < NKEYS; i++) {
+		sl = strlen(keys[i].section);
+		if (len == sl + 1 + strlen(keys[i].name) &&
+		    !strncasecmp(option, keys[i].section, sl) &&
+		    option[sl] == '_' &&
+		    !strncasecmp(option + sl + 1, keys[i].name, len - sl - 1))
+			return &keys[i];
+	}
+	return NULL;
+}
+
+/* Append the keys of @section as "a, b, c" to @buf. */
+static void list_keys(char *buf, size_t len, const char *section,
+		      bool as_options)
+{
+	size_t i, used = 0;
+	int n;
+
+	buf[0] = '\0';
+	for (i = 0; i < NKEYS && used < len; i++) {
+		if (strcasecmp(keys[i].section, section))
+			continue;
+		n = snprintf(buf + used, len - used, "%s%s%s%s",
+			     used ? ", " : "", as_options ? keys[i].section : "",
+			     as_options ? "_" : "", keys[i].name);
+		if (n < 0)
+			break;
+		used += (size_t)n;
+	}
+}
+
+static void list_choices(char *buf, size_t len, const char *const *choices)
+{
+	size_t i, used = 0;
+	int n;
+
+	buf[0] = '\0';
+	for (i = 0; choices[i] && used < len; i++) {
+		n = snprintf(buf + used, len - used, "%s%s",
+			     !i ? "" : choices[i + 1] ? ", " : " or ",
+			     choices[i]);
+		if (n < 0)
+			break;
+		used += (size_t)n;
+	}
+}
+
+/* @v as the shortest exact "64K", "1M", "4096". */
+static const char *human(uint64_t v, char *buf, size_t len)
+{
+	static const char units[] = "KMGT";
+	unsigned int i = 0;
+
+	while (i < 4 && v && !(v & 1023)) {
+		v >>= 10;
+		i++;
+	}
+	if (i)
+		snprintf(buf, len, "%llu%c", (unsigned long long)v,
+			 units[i - 1]);
+	else
+		snprintf(buf, len, "%llu", (unsigned long long)v);
+	return buf;
+}
+
+/* Size parsing */
+
+static const struct {
+	char c;
+	unsigned int shift;
+} suffixes[] = { { 'k', 10 }, { 'm', 20 }, { 'g', 30 }, { 't', 40 } };
+
+/*
+ * "what is wrong" goes to @why, starting with the value in quotes. The
+ * number is read by hand rather than with strtoull/strtod, which accept
+ * signs, hexadecimal, exponents and "inf".
+ */
+static int parse_size(const char *s, bool allow_percent, struct cfg_size *out,
+		      char *why, size_t whylen)
+{
+	const char *p = s;
+	uint64_t whole = 0, frac = 0, frac_div = 1, bytes;
+	unsigned int shift = 0, i;
+	unsigned __int128 total;
+	bool has_frac = false;
+
+	while (isspace((unsigned char)*p))
+		p++;
+	if (!*p) {
+		say(why, whylen, "empty value, expected a size such as 4096, "
+				 "64K or 1.5G");
+		return -EINVAL;
+	}
+	if (*p == '-') {
+		say(why, whylen, "'%s' is negative", s);
+		return -EINVAL;
+	}
+	if (*p == '+') {
+		say(why, whylen, "'%s' is not a size: no sign allowed", s);
+		return -EINVAL;
+	}
+	if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+		say(why, whylen, "'%s' is not a size: hexadecimal is not "
+				 "accepted", s);
+		return -EINVAL;
+	}
+	if (!isdigit((unsigned char)*p)) {
+		say(why, whylen, "'%s' is not a size: expected a number such as "
+				 "4096, 64K or 1.5G", s);
+		return -EINVAL;
+	}
+	for (; isdigit((unsigned char)*p); p++) {
+		if (whole > UINT64_MAX / 10 ||
+		    (whole == UINT64_MAX / 10 &&
+		     (uint64_t)(*p - '0') > UINT64_MAX % 10)) {
+			say(why, whylen, "'%s' is too large", s);
+			return -EINVAL;
+		}
+		whole = whole * 10 + (uint64_t)(*p - '0');
+	}
+	if (*p == '.') {
+		p++;
+		if (!isdigit((unsigned char)*p)) {
+			say(why, whylen, "'%s' is not a size: expected a digit "
+					 "after '.'", s);
+			return -EINVAL;
+		}
+		has_frac = true;
+		/* Digits past the 12th are worth less than a byte even in T. */
+		for (i = 0; isdigit((unsigned char)*p); p++, i++) {
+			if (i < 12) {
+				frac = frac * 10 + (uint64_t)(*p - '0');
+				frac_div *= 10;
+			}
+		}
+	}
+	while (*p == ' ' || *p == '\t')
+		p++;
+
+	if (*p == '%') {
+		double pct;
+
+		if (!allow_percent) {
+			say(why, whylen, "'%s': a percentage is only allowed for "
+					 "limits", s);
+			return -EINVAL;
+		}
+		for (p++; isspace((unsigned char)*p); p++)
+			;
+		if (*p) {
+			say(why, whylen, "'%s' is not a size: unexpected text "
+					 "after '%%'", s);
+			return -EINVAL;
+		}
+		pct = (double)whole + (double)frac / (double)frac_div;
+		if (!(pct > 0.0) || pct > 100.0) {
+			say(why, whylen, "'%s': a percentage must be above 0 and "
+					 "at most 100", s);
+			return -EINVAL;
+		}
+		out->bytes = 0;
+		out->percent = pct;
+		out->is_percent = true;
+		return 0;
+	}
+
+	if (*p && *p != 'b' && *p != 'B') {
+		for (i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++)
+			if (tolower((unsigned char)*p) == suffixes[i].c)
+				break;
+		if (i == sizeof(suffixes) / sizeof(suffixes[0])) {
+			say(why, whylen, "'%s' is not a size: unknown suffix "
+					 "'%s' (use K, M, G or T)", s, p);
+			return -EINVAL;
+		}
+		shift = suffixes[i].shift;
+		p++;
+		if (*p == 'i' || *p == 'I') {
+			p++;
+			if (*p != 'b' && *p != 'B') {
+				say(why, whylen, "'%s' is not a size: expected "
+						 "'B' after 'i'", s);
+				return -EINVAL;
+			}
+		}
+	}
+	if (*p == 'b' || *p == 'B')
+		p++;
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p) {
+		say(why, whylen, "'%s' is not a size: unexpected '%s' at the "
+				 "end", s, p);
+		return -EINVAL;
+	}
+
+	total = ((unsigned __int128)whole << shift) +
+		(((unsigned __int128)frac << shift) / frac_div);
+	if (total > UINT64_MAX) {
+		say(why, whylen, "'%s' is too large", s);
+		return -EINVAL;
+	}
+	bytes = (uint64_t)total;
+	if (has_frac && !shift && frac) {
+		say(why, whylen, "'%s' is not a whole number of bytes", s);
+		return -EINVAL;
+	}
+	out->bytes = bytes;
+	out->percent = 0.0;
+	out->is_percent = false;
+	return 0;
+}
+
+int cfg_parse_size(const char *s, bool allow_percent, struct cfg_size *out)
+{
+	struct cfg_size sz;
+	int rc;
+
+	if (!s)
+		return -EINVAL;
+	rc = parse_size(s, allow_percent, &sz, NULL, 0);
+	if (!rc)
+		*out = sz;
+	return rc;
+}
+
+uint64_t cfg_size_resolve(const struct cfg_size *sz, uint64_t capacity)
+{
+	long double v;
+
+	if (!sz->is_percent)
+		return sz->bytes;
+	v = (long double)capacity * (long double)sz->percent / 100.0L;
+	if (v >= (long double)capacity)
+		return capacity;
+	return (uint64_t)v;
+}
+
+/* Other value types */
+
+static int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out,
+		      char *why, size_t whylen)
+{
+	const char *p = s;
+	uint64_t v = 0;
+
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p == '-') {
+		say(why, whylen, "'%s' is negative, must be %llu to %llu", s,
+		    (unsigned long long)min, (unsigned long long)max);
+		return -EINVAL;
+	}
+	if (!isdigit((unsigned char)*p)) {
+		say(why, whylen, "'%s' is not a whole number", s);
+		return -EINVAL;
+	}
+	/* Saturate: anything this large is out of range anyway. */
+	for (; isdigit((unsigned char)*p); p++)
+		v = v > (UINT64_MAX - 9) / 10 ? UINT64_MAX
+					      : v * 10 + (uint64_t)(*p - '0');
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p) {
+		say(why, whylen, "'%s' is not a whole number", s);
+		return -EINVAL;
+	}
+	if (v < min || v > max) {
+		say(why, whylen, "'%s' is out of range, must be %llu to %llu", s,
+		    (unsigned long long)min, (unsigned long long)max);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_fraction(const char *s, double *out, char *why, size_t whylen)
+{
+	const char *p;
+	char *end;
+	bool dot = false, digit = false;
+	double v;
+
+	for (p = s; *p; p++) {
+		if (isdigit((unsigned char)*p)) {
+			digit = true;
+		} else if (*p == '.' && !dot) {
+			dot = true;
+		} else if (!isspace((unsigned char)*p)) {
+			digit = false;
+			break;
+		}
+	}
+	if (!digit) {
+		say(why, whylen, "'%s' is not a fraction such as 0.9", s);
+		return -EINVAL;
+	}
+	errno = 0;
+	v = strtod(s, &end);
+	while (isspace((unsigned char)*end))
+		end++;
+	if (errno || *end || !isfinite(v)) {
+		say(why, whylen, "'%s' is not a fraction such as 0.9", s);
+		return -EINVAL;
+	}
+	if (!(v > 0.0) || v > 1.0) {
+		say(why, whylen, "'%s' is out of range, must be above 0 and at "
+				 "most 1", s);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_bool(const char *s, bool *out, char *why, size_t whylen)
+{
+	static const char *const yes[] = { "yes", "true", "on", "1" };
+	static const char *const no[] = { "no", "false", "off", "0" };
+	size_t i;
+
+	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (!strcasecmp(s, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcasecmp(s, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	say(why, whylen, "'%s' is not a boolean, use yes or no", s);
+	return -EINVAL;
+}
+
+static int parse_choice(const struct cfg_key *k, const char *s, int *out,
+			char *why, size_t whylen)
+{
+	char list[128];
+	int i;
+
+	for (i = 0; k->choices[i]; i++) {
+		if (!strcasecmp(s, k->choices[i])) {
+			*out = i;
+			return 0;
+		}
+	}
+	list_choices(list, sizeof(list), k->choices);
+	if (!k->choices[1])
+		say(why, whylen, "'%s' is not supported, only %s is", s, list);
+	else
+		say(why, whylen, "'%s' is not one of %s", s, list);
+	return -EINVAL;
+}
+
+/*
+ * A relative path is taken from the directory tierfs started in: the
+ * daemon changes to / when it forks, so keep it absolute from here on.
+ */
+static int parse_path(const char *s, char **out, char *why, size_t whylen)
+{
+	char *cwd, *p;
+
+	if (!*s) {
+		say(why, whylen, "empty path");
+		return -EINVAL;
+	}
+	if (strlen(s) >= PATH_MAX) {
+		say(why, whylen, "path is longer than %d bytes", PATH_MAX - 1);
+		return -EINVAL;
+	}
+	if (s[0] == '/') {
+		p = strdup(s);
+	} else {
+		cwd = getcwd(NULL, 0);
+		if (!cwd) {
+			int e = errno;
+
+			say(why, whylen, "'%s' is relative and the current "
+					 "directory is unknown: %s", s,
+			    strerror(e));
+			return -e;
+		}
+		if (asprintf(&p, "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "",
+			     s) < 0)
+			p = NULL;
+		free(cwd);
+	}
+	if (!p) {
+		say(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	*out = p;
+	return 0;
+}
+
+/* Parse @value into the field of @k; on error @cfg is unchanged. */
+static int key_set(struct tfs_config *cfg, const struct cfg_key *k,
+		   const char *value, char *why, size_t whylen)
+{
+	void *f = field(cfg, k);
+	struct cfg_size sz;
+	uint64_t v;
+	double d;
+	bool b;
+	char *path = NULL;
+	int rc, idx;
+
+	if (!value) {
+		say(why, whylen, "missing value");
+		return -EINVAL;
+	}
+	switch (k->type) {
+	case CFG_CHOICE_STR:
+	case CFG_CHOICE_ENUM:
+		rc = parse_choice(k, value, &idx, why, whylen);
+		if (rc)
+			return rc;
+		if (k->type == CFG_CHOICE_ENUM)
+			*(int *)f = idx;
+		else
+			snprintf(f, k->size, "%s", k->choices[idx]);
+		return 0;
+	case CFG_BOOL:
+		rc = parse_bool(value, &b, why, whylen);
+		if (!rc)
+			*(bool *)f = b;
+		return rc;
+	case CFG_INT:
+	case CFG_UINT:
+		rc = parse_uint(value, k->min, k->max, &v, why, whylen);
+		if (rc)
+			return rc;
+		if (k->type == CFG_INT)
+			*(int *)f = (int)v;
+		else
+			*(unsigned int *)f = (unsigned int)v;
+		return 0;
+	case CFG_SIZE:
+	case CFG_SIZE32:
+		rc = parse_size(value, k->flags & CFG_F_PERCENT, &sz, why,
+				whylen);
+		if (rc)
+			return rc;
+		if (!sz.is_percent && !sz.bytes && (k->flags & CFG_F_NONZERO)) {
+			say(why, whylen, "'%s': a limit of zero is not allowed",
+			    value);
+			return -EINVAL;
+		}
+		if (!sz.is_percent && (sz.bytes < k->min || sz.bytes > k->max)) {
+			char lo[24], hi[24];
+
+			say(why, whylen, "'%s' is out of range, must be %s to %s",
+			    value, human(k->min, lo, sizeof(lo)),
+			    human(k->max, hi, sizeof(hi)));
+			return -EINVAL;
+		}
+		if ((k->flags & CFG_F_POW2) && (sz.bytes & (sz.bytes - 1))) {
+			say(why, whylen, "'%s' is not a power of two", value);
+			return -EINVAL;
+		}
+		if (k->type == CFG_SIZE32)
+			*(uint32_t *)f = (uint32_t)sz.bytes;
+		else
+			*(struct cfg_size *)f = sz;
+		return 0;
+	case CFG_FRACTION:
+		rc = parse_fraction(value, &d, why, whylen);
+		if (!rc)
+			*(double *)f = d;
+		return rc;
+	case CFG_PATH:
+		rc = parse_path(value, &path, why, whylen);
+		if (rc)
+			return rc;
+		free(*(char **)f);
+		*(char **)f = path;
+		return 0;
+	}
+	say(why, whylen, "internal error: bad key type");
+	return -EINVAL;
+}
+
+static size_t key_index(const struct cfg_key *k)
+{
+	return (size_t)(k - keys);
+}
+
+void cfg_defaults(struct tfs_config *cfg)
+{
+	char why[160];
+	size_t i;
+
+	memset(cfg, 0, sizeof(*cfg));
+	for (i = 0; i < NKEYS; i++) {
+		/* Only strdup() can fail here; cfg_validate() reports it. */
+		if (keys[i].def)
+			key_set(cfg, &keys[i], keys[i].def, why, sizeof(why));
+	}
+}
+
+void cfg_free(struct tfs_config *cfg)
+{
+	size_t i;
+
+	for (i = 0; i < NKEYS; i++) {
+		if (keys[i].type == CFG_PATH) {
+			free(*(char **)field(cfg, &keys[i]));
+			*(char **)field(cfg, &keys[i]) = NULL;
+		}
+	}
+	free(cfg->config_file);
+	cfg->config_file = NULL;
+}
+
+/* cfg_set() with the origin to remember and the message without prefix
+ * beyond the key. */
+static int set_at(struct tfs_config *cfg, const char *section,
+		  const char *key, const char *value, uint32_t origin,
+		  char *err, size_t errlen)
+{
+	const struct cfg_key *k;
+	char why[1024], list[160];
+	int rc;
+
+	if (!section_known(section)) {
+		if (!*section)
+			say(err, errlen, "%s: key outside any section, put it "
+					 "under [device], [host], [disk], "
+					 "[policy] or [fs]", key);
+		else
+			say(err, errlen, "%s: unknown section '[%s]'", key,
+			    section);
+		return -ENOENT;
+	}
+	k = find_key(section, key);
+	if (!k) {
+		list_keys(list, sizeof(list), section, false);
+		say(err, errlen, "%s: unknown key in [%s] (known: %s)", key,
+		    section, list);
+		return -ENOENT;
+	}
+	rc = key_set(cfg, k, value, why, sizeof(why));
+	if (rc) {
+		say(err, errlen, "%s: %s", k->name, why);
+		return rc;
+	}
+	cfg->origin[key_index(k)] = origin;
+	return 0;
+}
+
+int cfg_set(struct tfs_config *cfg, const char *section, const char *key,
+	    const char *value, char *err, size_t errlen)
+{
+	return set_at(cfg, section, key, value, ORIGIN_SET, err, errlen);
+}
+
+int cfg_set_option(struct tfs_config *cfg, const char *option,
+		   const char *value, char *err, size_t errlen)
+{
+	const struct cfg_key *k = find_option(option, strlen(option));
+	char why[1024], list[200];
+	size_t i, sl;
+	int rc;
+
+	if (!k) {
+		for (i = 0; i < NSECTIONS; i++) {
+			sl = strlen(sections[i]);
+			if (!strncasecmp(option, sections[i], sl) &&
+			    option[sl] == '_')
+				break;
+		}
+		if (i < NSECTIONS) {
+			list_keys(list, sizeof(list), sections[i], true);
+			say(err, errlen, "-o %s: unknown key (known: %s)",
+			    option, list);
+		} else {
+			say(err, errlen, "-o %s: unknown key, options are "
+					 "section_key as in tierfs.conf(5)",
+			    option);
+		}
+		return -ENOENT;
+	}
+	rc = key_set(cfg, k, value, why, sizeof(why));
+	if (rc) {
+		say(err, errlen, "-o %s_%s: %s", k->section, k->name, why);
+		return rc;
+	}
+	cfg->origin[key_index(k)] = ORIGIN_OPTION;
+	return 0;
+}
+
+bool cfg_is_option(const char *option)
+{
+	return find_option(option, strcspn(option, "=")) != NULL;
+}
+
+void cfg_print_help(FILE *out, int indent)
+{
+	char opt[64];
+	size_t i;
+
+	for (i = 0; i < NKEYS; i++) {
+		snprintf(opt, sizeof(opt), "-o %s_%s=%s", keys[i].section,
+			 keys[i].name, keys[i].arg);
+		fprintf(out, "%*s%-36s %s", indent, "", opt, keys[i].help);
+		if (keys[i].def && !strstr(keys[i].help, "default"))
+			fprintf(out, " (default: %s)", keys[i].def);
+		fputc('\n', out);
+	}
+}
+
+/* The config file */
+
+struct file_ctx {
+	struct tfs_config *cfg;
+	FILE *f;
+	const char *path;
+	char *line; /* getline()'s buffer */
+	size_t cap;
+	uint32_t lineno;
+	char section[64]; /* as the reader last saw it, for long lines */
+	char *err;
+	size_t errlen;
+	uint32_t err_line; /* first bad line, 0 while none */
+	int rc;
+};
+
+static __attribute__((format(printf, 2, 3))) void
+file_error(struct file_ctx *ctx, const char *fmt, ...)
+{
+	char msg[1280];
+	va_list ap;
+
+	if (ctx->err_line)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	say(ctx->err, ctx->errlen, "%s:%u: %s", ctx->path, ctx->lineno, msg);
+	ctx->err_line = ctx->lineno;
+	ctx->rc = -EINVAL;
+}
+
+static void file_set(struct file_ctx *ctx, const char *section,
+		     const char *name, const char *value)
+{
+	char msg[1280];
+	int rc;
+
+	if (!*name) {
+		file_error(ctx, "missing key before '='");
+		return;
+	}
+	rc = set_at(ctx->cfg, section, name, value, ctx->lineno, msg,
+		    sizeof(msg));
+	if (rc) {
+		file_error(ctx, "%s", msg);
+		/* -ENOENT would read as "no such config file". */
+		ctx->rc = rc == -ENOMEM ? rc : -EINVAL;
+	}
+}
+
+static int file_handler(void *user, const char *section, const char *name,
+			const char *value)
+{
+	struct file_ctx *ctx = user;
+
+	if (ctx->err_line)
+		return 1;
+	file_set(ctx, section, name, value);
+	return !ctx->err_line;
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+/* Where inih ends a value or section name: at an inline comment, a ';'
+ * that follows whitespace. */
+static char *comment_start(char *s)
+{
+	char *p;
+
+	for (p = s; *p; p++)
+		if (*p == ';' && p > s && isspace((unsigned char)p[-1]))
+			return p;
+	return p;
+}
+
+/*
+ * inih's reader, one line at a time. It checks each line's syntax itself
+ * so that every error gets a message that says what is wrong (inih only
+ * returns a line number) and returns EOF after the first error. Lines go to
+ * inih without leading whitespace: inih would take an indented line as the
+ * continuation of the previous value, and operators indent keys under their
+ * section. Lines longer than inih's buffer are parsed here.
+ */
+static char *file_reader(char *str, int num, void *stream)
+{
+	struct file_ctx *ctx = stream;
+	ssize_t n;
+	char *s, *end, *eq;
+
+	if (ctx->err_line)
+		return NULL;
+	errno = 0;
+	n = getline(&ctx->line, &ctx->cap, ctx->f);
+	if (n < 0) {
+		if (ferror(ctx->f)) {
+			int e = errno ? errno : EIO;
+
+			say(ctx->err, ctx->errlen, "%s: cannot read: %s",
+			    ctx->path, strerror(e));
+			ctx->err_line = ctx->lineno ? ctx->lineno : 1;
+			ctx->rc = -e;
+		}
+		return NULL;
+	}
+	ctx->lineno++;
+	if ((size_t)n != strlen(ctx->line)) {
+		file_error(ctx, "line contains a NUL byte");
+		return NULL;
+	}
+	s = ctx->line;
+	if (ctx->lineno == 1 && !strncmp(s, "\xef\xbb\xbf", 3))
+		s += 3;
+	s = trim(s);
+
+	if (!*s || *s == ';' || *s == '#') {
+		str[0] = '\0';
+		return str;
+	}
+	if (*s == '[') {
+		end = comment_start(s + 1);
+		*end = '\0';
+		end = strchr(s + 1, ']');
+		if (!end) {
+			file_error(ctx, "'%s': missing ']' after the section "
+					"name", s);
+			return NULL;
+		}
+		*end = '\0';
+		if (*trim(end + 1)) {
+			file_error(ctx, "'[%s]': unexpected text after ']'",
+				   s + 1);
+			return NULL;
+		}
+		s = trim(s + 1);
+		if (!section_known(s)) {
+			file_error(ctx, "[%s]: unknown section (known: device, "
+					"host, disk, policy, fs)", s);
+			return NULL;
+		}
+		snprintf(ctx->section, sizeof(ctx->section), "%s", s);
+		snprintf(str, (size_t)num, "[%s]", s);
+		return str;
+	}
+
+	end = comment_start(s);
+	eq = strpbrk(s, "=:");
+	if (!eq || eq > end) {
+		*end = '\0';
+		file_error(ctx, "'%s': expected 'key = value' or '[section]'",
+			   trim(s));
+		return NULL;
+	}
+	if (strlen(s) < (size_t)num - 1) {
+		snprintf(str, (size_t)num, "%s", s);
+		return str;
+	}
+	/* Too long for inih: set the key here and hand inih an empty line. */
+	*end = '\0';
+	*eq = '\0';
+	file_set(ctx, ctx->section, trim(s), trim(eq + 1));
+	if (ctx->err_line)
+		return NULL;
+	str[0] = '\0';
+	return str;
+}
+
+int cfg_load_file(struct tfs_config *cfg, const char *path, char *err,
+		  size_t errlen)
+{
+	struct file_ctx ctx = {
+		.cfg = cfg,
+		.path = path,
+		.err = err,
+		.errlen = errlen,
+	};
+	char *name;
+	int rc;
+
+	ctx.f = fopen(path, "re");
+	if (!ctx.f) {
+		rc = -errno;
+		say(err, errlen, "%s: cannot open: %s", path, strerror(-rc));
+		return rc;
+	}
+	name = strdup(path);
+	if (!name) {
+		fclose(ctx.f);
+		say(err, errlen, "%s: out of memory", path);
+		return -ENOMEM;
+	}
+	free(cfg->config_file);
+	cfg->config_file = name;
+
+	rc = ini_parse_stream(file_reader, &ctx, file_handler, &ctx);
+	free(ctx.line);
+	fclose(ctx.f);
+	if (ctx.err_line)
+		return ctx.rc;
+	if (rc < 0) {
+		say(err, errlen, "%s: out of memory", path);
+		return -ENOMEM;
+	}
+	if (rc > 0) {
+		/* The reader lets through only lines inih accepts. */
+		say(err, errlen, "%s:%d: syntax error", path, rc);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Validation */
+
+/* "FILE:LINE: key", "-o section_key" or "section_key" for @k's origin. */
+static void key_where(const struct tfs_config *cfg, const struct cfg_key *k,
+		      char *buf, size_t len)
+{
+	uint32_t o = cfg->origin[key_index(k)];
+
+	if (o == ORIGIN_OPTION)
+		snprintf(buf, len, "-o %s_%s", k->section, k->name);
+	else if (o == ORIGIN_DEFAULT || o == ORIGIN_SET || !cfg->config_file)
+		snprintf(buf, len, "%s_%s", k->section, k->name);
+	else
+		snprintf(buf, len, "%s:%u: %s", cfg->config_file, o, k->name);
+}
+
+/*
+ * Make @path absolute and drop ".", ".." and repeated slashes without
+ * touching the filesystem, for a mount point that realpath() cannot
+ * resolve (a dead FUSE mount answers ENOTCONN).
+ */
+static char *lexical_path(const char *path)
+{
+	char *cwd = NULL, *buf, *out, *tok, *save;
+	size_t n, len;
+
+	if (path[0] != '/') {
+		cwd = getcwd(NULL, 0);
+		if (!cwd)
+			return NULL;
+	}
+	if (asprintf(&buf, "%s/%s", cwd ? cwd : "", path) < 0) {
+		free(cwd);
+		return NULL;
+	}
+	free(cwd);
+	len = strlen(buf) + 2;
+	out = malloc(len);
+	if (!out) {
+		free(buf);
+		return NULL;
+	}
+	n = 0;
+	for (tok = strtok_r(buf, "/", &save); tok;
+	     tok = strtok_r(NULL, "/", &save)) {
+		if (!strcmp(tok, "."))
+			continue;
+		if (!strcmp(tok, "..")) {
+			while (n > 0 && out[--n] != '/')
+				;
+			continue;
+		}
+		n += (size_t)snprintf(out + n, len - n, "/%s", tok);
+	}
+	if (!n)
+		out[n++] = '/';
+	out[n] = '\0';
+	free(buf);
+	return out;
+}
+
+/* True when @inner is @outer or below it; both absolute and canonical. */
+static bool path_within(const char *inner, const char *outer)
+{
+	size_t n = strlen(outer);
+
+	if (!strcmp(outer, "/"))
+		return true;
+	return !strncmp(inner, outer, n) && (inner[n] == '\0' || inner[n] == '/');
+}
+
+static int check_disk_path(const struct tfs_config *cfg,
+			   const char *mountpoint, char *err, size_t errlen)
+{
+	const struct cfg_key *k = find_key("disk", "path");
+	const char *path = cfg->disk.path;
+	char where[PATH_MAX + 32];
+	char *real, *mnt;
+	struct stat st;
+	int rc = 0, e;
+
+	key_where(cfg, k, where, sizeof(where));
+	if (!path) {
+		say(err, errlen, "%s: out of memory", where);
+		return -ENOMEM;
+	}
+	if (stat(path, &st)) {
+		e = errno;
+		if (e == ENOENT)
+			say(err, errlen, "%s: '%s' does not exist", where, path);
+		else
+			say(err, errlen, "%s: cannot use '%s': %s", where, path,
+			    strerror(e));
+		return -EINVAL;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		say(err, errlen, "%s: '%s' is not a directory", where, path);
+		return -EINVAL;
+	}
+	if (access(path, W_OK | X_OK)) {
+		e = errno;
+		say(err, errlen, "%s: '%s' is not writable: %s", where, path,
+		    strerror(e));
+		return -EINVAL;
+	}
+	if (!mountpoint)
+		return 0;
+
+	real = realpath(path, NULL);
+	if (!real) {
+		e = errno;
+		say(err, errlen, "%s: cannot resolve '%s': %s", where, path,
+		    strerror(e));
+		return e == ENOMEM ? -ENOMEM : -EINVAL;
+	}
+	mnt = realpath(mountpoint, NULL);
+	if (!mnt)
+		mnt = lexical_path(mountpoint);
+	if (!mnt) {
+		say(err, errlen, "%s: out of memory", where);
+		rc = -ENOMEM;
+	} else if (path_within(real, mnt)) {
+		say(err, errlen, "%s: '%s' is inside the mount point '%s'",
+		    where, path, mountpoint);
+		rc = -EINVAL;
+	}
+	free(mnt);
+	free(real);
+	return rc;
+}
+
+int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
+		 char *err, size_t errlen)
+{
+	const struct cfg_key *hw = find_key("policy", "high_watermark");
+	const struct cfg_key *tg = find_key("policy", "target");
+	char where[PATH_MAX + 32];
+	int rc;
+
+	rc = check_disk_path(cfg, mountpoint, err, errlen);
+	if (rc)
+		return rc;
+	if (cfg->policy.target >= cfg->policy.high_watermark) {
+		/* Blame the one the operator set, the target when both. */
+		if (cfg->origin[key_index(tg)] == ORIGIN_DEFAULT &&
+		    cfg->origin[key_index(hw)] != ORIGIN_DEFAULT) {
+			key_where(cfg, hw, where, sizeof(where));
+			say(err, errlen, "%s: %g must be above the target (%g)",
+			    where, cfg->policy.high_watermark,
+			    cfg->policy.target);
+		} else {
+			key_where(cfg, tg, where, sizeof(where));
+			say(err, errlen, "%s: %g must be below the high "
+					 "watermark (%g)",
+			    where, cfg->policy.target,
+			    cfg->policy.high_watermark);
+		}
+		return -EINVAL;
+	}
+	return 0;
+}

@@ -1,0 +1,994 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * config/: every key with good and bad values, every size form, the config
+ * file with its line numbers, precedence of -o over the file, and the
+ * checks of cfg_validate().
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "tap.h"
+
+#define KiB 1024ull
+#define MiB (1024ull * KiB)
+#define GiB (1024ull * MiB)
+#define TiB (1024ull * GiB)
+
+static char tmpdir[] = "/tmp/tfs-test-config.XXXXXX";
+static char err[1024];
+
+/* True when @s starts with @prefix; prints both when not. */
+static bool starts(const char *s, const char *prefix)
+{
+	if (!strncmp(s, prefix, strlen(prefix)))
+		return true;
+	printf("#   expected '%s...', got '%s'\n", prefix, s);
+	return false;
+}
+
+static bool has(const char *s, const char *needle)
+{
+	if (strstr(s, needle))
+		return true;
+	printf("#   expected '%s' in '%s'\n", needle, s);
+	return false;
+}
+
+static char *tmp_path(const char *name)
+{
+	static char buf[8][512];
+	static int next;
+	char *p = buf[next++ % 8];
+
+	snprintf(p, sizeof(buf[0]), "%s/%s", tmpdir, name);
+	return p;
+}
+
+static const char *write_file(const char *name, const char *text, size_t len)
+{
+	const char *path = tmp_path(name);
+	FILE *f = fopen(path, "w");
+
+	if (!f) {
+		perror(path);
+		exit(1);
+	}
+	fwrite(text, 1, len, f);
+	fclose(f);
+	return path;
+}
+
+static const char *conf(const char *text)
+{
+	return write_file("t.conf", text, strlen(text));
+}
+
+/* Load @text as a config file on top of the defaults. */
+static int load(struct tfs_config *cfg, const char *text)
+{
+	cfg_defaults(cfg);
+	err[0] = '\0';
+	return cfg_load_file(cfg, conf(text), err, sizeof(err));
+}
+
+/* Sizes */
+
+static void test_size_forms(void)
+{
+	static const struct {
+		const char *s;
+		uint64_t bytes;
+	} good[] = {
+		{ "0", 0 },
+		{ "4096", 4096 },
+		{ "64K", 64 * KiB },
+		{ "64k", 64 * KiB },
+		{ "64KB", 64 * KiB },
+		{ "64kb", 64 * KiB },
+		{ "64KiB", 64 * KiB },
+		{ "64kib", 64 * KiB },
+		{ "1M", MiB },
+		{ "1m", MiB },
+		{ "1MiB", MiB },
+		{ "2G", 2 * GiB },
+		{ "2g", 2 * GiB },
+		{ "2GB", 2 * GiB },
+		{ "1T", TiB },
+		{ "1t", TiB },
+		{ "1TiB", TiB },
+		{ "1.5G", 3 * GiB / 2 },
+		{ "0.5K", 512 },
+		{ "0.25M", 256 * KiB },
+		{ "1.0", 1 },
+		{ "10B", 10 },
+		{ "8 G", 8 * GiB },
+		{ " 8G ", 8 * GiB },
+		{ "16777215T", 16777215 * TiB },
+		{ "18446744073709551615", UINT64_MAX },
+	};
+	static const char *const bad[] = {
+		"", " ", "abc", "G", "-1", "-1G", "+1", "0x10", "0X10", "1e3",
+		"5P", "5X", "1.5", "1.", ".5G", "1Ki", "1KBx", "1K B", "1 2",
+		"18446744073709551616", "99999999999999999999",
+		"17179869184G", "16777216T", "inf", "nan", "25%",
+	};
+	struct cfg_size sz;
+	size_t i;
+
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		memset(&sz, 0xff, sizeof(sz));
+		if (cfg_parse_size(good[i].s, false, &sz)) {
+			printf("#   '%s' was refused\n", good[i].s);
+			CHECK(!"good size refused");
+			continue;
+		}
+		CHECK(!sz.is_percent);
+		if (sz.bytes != good[i].bytes)
+			printf("#   '%s' -> %llu\n", good[i].s,
+			       (unsigned long long)sz.bytes);
+		CHECK(sz.bytes == good[i].bytes);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		sz.bytes = 42;
+		if (cfg_parse_size(bad[i], false, &sz) != -EINVAL) {
+			printf("#   '%s' was accepted\n", bad[i]);
+			CHECK(!"bad size accepted");
+		}
+		CHECK_EQ(sz.bytes, 42);
+	}
+	CHECK_EQ(cfg_parse_size(NULL, true, &sz), -EINVAL);
+}
+
+static void test_size_percent(void)
+{
+	static const char *const bad[] = { "0%", "0.0%", "101%", "100.5%",
+					   "%",  "-5%",  "25%x", "25%%",
+					   "25 %K" };
+	struct cfg_size sz;
+	size_t i;
+
+	CHECK_EQ(cfg_parse_size("25%", true, &sz), 0);
+	CHECK(sz.is_percent && sz.percent == 25.0);
+	CHECK_EQ(cfg_parse_size("12.5%", true, &sz), 0);
+	CHECK(sz.is_percent && sz.percent == 12.5);
+	CHECK_EQ(cfg_parse_size("100%", true, &sz), 0);
+	CHECK(sz.is_percent && sz.percent == 100.0);
+	CHECK_EQ(cfg_parse_size("25 %", true, &sz), 0);
+	CHECK_EQ(cfg_parse_size("25%", false, &sz), -EINVAL);
+	/* A plain size is still a size where percentages are allowed. */
+	CHECK_EQ(cfg_parse_size("8G", true, &sz), 0);
+	CHECK(!sz.is_percent && sz.bytes == 8 * GiB);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (cfg_parse_size(bad[i], true, &sz) != -EINVAL) {
+			printf("#   '%s' was accepted\n", bad[i]);
+			CHECK(!"bad percentage accepted");
+		}
+	}
+}
+
+static void test_size_resolve(void)
+{
+	struct cfg_size sz = { .bytes = 4096 };
+
+	CHECK_EQ(cfg_size_resolve(&sz, 1000), 4096);
+	sz = (struct cfg_size){ .percent = 25, .is_percent = true };
+	CHECK_EQ(cfg_size_resolve(&sz, 1000), 250);
+	CHECK_EQ(cfg_size_resolve(&sz, 64 * GiB), 16 * GiB);
+	sz.percent = 100;
+	CHECK_EQ(cfg_size_resolve(&sz, UINT64_MAX) == UINT64_MAX, 1);
+	CHECK_EQ(cfg_size_resolve(&sz, 12345), 12345);
+	sz.percent = 12.5;
+	CHECK_EQ(cfg_size_resolve(&sz, 800), 100);
+	CHECK_EQ(cfg_size_resolve(&sz, 0), 0);
+}
+
+/* Keys */
+
+static void test_defaults(void)
+{
+	struct tfs_config cfg;
+
+	cfg_defaults(&cfg);
+	CHECK(!strcmp(cfg.device.backend, "auto"));
+	CHECK_EQ(cfg.device.gpu, 0);
+	CHECK(!cfg.device.limit.is_percent && cfg.device.limit.bytes == 0);
+	CHECK(cfg.host.limit.is_percent && cfg.host.limit.percent == 25.0);
+	CHECK(cfg.host.pinned);
+	CHECK(cfg.disk.path && !strcmp(cfg.disk.path, "/var/tmp"));
+	CHECK(cfg.disk.limit.is_percent && cfg.disk.limit.percent == 50.0);
+	CHECK_EQ(cfg.disk.compression, CFG_COMPRESS_LZ4);
+	CHECK_EQ(cfg.disk.chunk_size, MiB);
+	CHECK(!strcmp(cfg.policy.eviction, "lru"));
+	CHECK_EQ(cfg.policy.unspill, CFG_UNSPILL_DEVICE);
+	CHECK(cfg.policy.high_watermark == 0.95);
+	CHECK(cfg.policy.target == 0.85);
+	CHECK_EQ(cfg.fs.threads, 0);
+	CHECK_EQ(cfg.fs.read_ahead_kb, 1024);
+	CHECK(cfg.config_file == NULL);
+	cfg_free(&cfg);
+	CHECK(cfg.disk.path == NULL);
+	cfg_free(&cfg); /* twice is harmless */
+}
+
+/* Set through cfg_set() and through cfg_set_option(); both must agree. */
+static int set2(struct tfs_config *cfg, const char *section, const char *key,
+		const char *value)
+{
+	char opt[64], err2[512];
+	int rc1, rc2;
+
+	snprintf(opt, sizeof(opt), "%s_%s", section, key);
+	rc2 = cfg_set_option(cfg, opt, value, err2, sizeof(err2));
+	rc1 = cfg_set(cfg, section, key, value, err, sizeof(err));
+	if (rc1 != rc2)
+		printf("#   %s=%s: cfg_set %d, cfg_set_option %d\n", opt, value,
+		       rc1, rc2);
+	CHECK_EQ(rc1, rc2);
+	if (rc1) {
+		/* "KEY: what" and "-o section_KEY: what" say the same. */
+		char want[600];
+
+		CHECK(starts(err, key));
+		snprintf(want, sizeof(want), "-o %s: %s", opt,
+			 err + strlen(key) + 2);
+		CHECK(!strcmp(err2, want) || !printf("#   %s\n", err2));
+	}
+	return rc1;
+}
+
+static void test_device_keys(void)
+{
+	static const char *const backends[] = { "auto", "cuda", "sim", "none" };
+	struct tfs_config cfg;
+	size_t i;
+
+	cfg_defaults(&cfg);
+	for (i = 0; i < 4; i++) {
+		CHECK_EQ(set2(&cfg, "device", "backend", backends[i]), 0);
+		CHECK(!strcmp(cfg.device.backend, backends[i]));
+	}
+	CHECK_EQ(set2(&cfg, "device", "backend", "SIM"), 0);
+	CHECK(!strcmp(cfg.device.backend, "sim"));
+	CHECK_EQ(set2(&cfg, "device", "backend", "gpu"), -EINVAL);
+	CHECK(has(err, "'gpu' is not one of auto, cuda, sim or none"));
+	CHECK_EQ(set2(&cfg, "device", "backend", ""), -EINVAL);
+	CHECK(!strcmp(cfg.device.backend, "sim"));
+
+	CHECK_EQ(set2(&cfg, "device", "gpu", "3"), 0);
+	CHECK_EQ(cfg.device.gpu, 3);
+	CHECK_EQ(set2(&cfg, "device", "gpu", "0"), 0);
+	CHECK_EQ(cfg.device.gpu, 0);
+	CHECK_EQ(set2(&cfg, "device", "gpu", "2147483647"), 0);
+	CHECK_EQ(cfg.device.gpu, 2147483647);
+	CHECK_EQ(set2(&cfg, "device", "gpu", "-1"), -EINVAL);
+	CHECK(has(err, "negative"));
+	CHECK_EQ(set2(&cfg, "device", "gpu", "2147483648"), -EINVAL);
+	CHECK(has(err, "out of range"));
+	CHECK_EQ(set2(&cfg, "device", "gpu", "one"), -EINVAL);
+	CHECK(has(err, "'one' is not a whole number"));
+	CHECK_EQ(set2(&cfg, "device", "gpu", "1.5"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "device", "gpu", ""), -EINVAL);
+	CHECK_EQ(cfg.device.gpu, 2147483647);
+
+	CHECK_EQ(set2(&cfg, "device", "limit", "4M"), 0);
+	CHECK(!cfg.device.limit.is_percent && cfg.device.limit.bytes == 4 * MiB);
+	CHECK_EQ(set2(&cfg, "device", "limit", "80%"), 0);
+	CHECK(cfg.device.limit.is_percent && cfg.device.limit.percent == 80);
+	CHECK_EQ(set2(&cfg, "device", "limit", "0"), -EINVAL);
+	CHECK(has(err, "a limit of zero is not allowed"));
+	CHECK_EQ(set2(&cfg, "device", "limit", "0G"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "device", "limit", "0%"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "device", "limit", "lots"), -EINVAL);
+	CHECK(cfg.device.limit.is_percent && cfg.device.limit.percent == 80);
+	cfg_free(&cfg);
+}
+
+static void test_host_keys(void)
+{
+	static const char *const yes[] = { "yes", "YES", "true", "True", "on",
+					   "1" };
+	static const char *const no[] = { "no", "No", "false", "FALSE", "off",
+					  "0" };
+	struct tfs_config cfg;
+	size_t i;
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(set2(&cfg, "host", "limit", "8G"), 0);
+	CHECK(!cfg.host.limit.is_percent && cfg.host.limit.bytes == 8 * GiB);
+	CHECK_EQ(set2(&cfg, "host", "limit", "50%"), 0);
+	CHECK(cfg.host.limit.is_percent && cfg.host.limit.percent == 50);
+	CHECK_EQ(set2(&cfg, "host", "limit", "0"), -EINVAL);
+	CHECK(has(err, "a limit of zero is not allowed"));
+	CHECK_EQ(set2(&cfg, "host", "limit", "150%"), -EINVAL);
+	CHECK(has(err, "above 0 and at most 100"));
+	CHECK_EQ(set2(&cfg, "host", "limit", "-8G"), -EINVAL);
+	CHECK(has(err, "'-8G' is negative"));
+	CHECK_EQ(set2(&cfg, "host", "limit", "0x100"), -EINVAL);
+	CHECK(has(err, "hexadecimal"));
+	CHECK_EQ(set2(&cfg, "host", "limit", "8Q"), -EINVAL);
+	CHECK(has(err, "unknown suffix 'Q'"));
+	CHECK_EQ(set2(&cfg, "host", "limit", "99999999999T"), -EINVAL);
+	CHECK(has(err, "too large"));
+	CHECK(cfg.host.limit.is_percent && cfg.host.limit.percent == 50);
+
+	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		cfg.host.pinned = false;
+		CHECK_EQ(set2(&cfg, "host", "pinned", yes[i]), 0);
+		CHECK(cfg.host.pinned);
+		CHECK_EQ(set2(&cfg, "host", "pinned", no[i]), 0);
+		CHECK(!cfg.host.pinned);
+	}
+	CHECK_EQ(set2(&cfg, "host", "pinned", "maybe"), -EINVAL);
+	CHECK(has(err, "'maybe' is not a boolean"));
+	CHECK_EQ(set2(&cfg, "host", "pinned", "2"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "host", "pinned", ""), -EINVAL);
+	cfg_free(&cfg);
+}
+
+static void test_disk_keys(void)
+{
+	static const char *const bad_chunks[] = { "32K", "128M", "96K",
+						  "1.5M", "0", "25%", "1G",
+						  "65535", "x" };
+	struct tfs_config cfg;
+	char *cwd, want[4096];
+	size_t i;
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(set2(&cfg, "disk", "path", "/srv/spill"), 0);
+	CHECK(!strcmp(cfg.disk.path, "/srv/spill"));
+	cwd = getcwd(NULL, 0);
+	snprintf(want, sizeof(want), "%s/rel/dir", cwd);
+	free(cwd);
+	CHECK_EQ(set2(&cfg, "disk", "path", "rel/dir"), 0);
+	CHECK(!strcmp(cfg.disk.path, want));
+	CHECK_EQ(set2(&cfg, "disk", "path", ""), -EINVAL);
+	CHECK(has(err, "empty path"));
+	CHECK(!strcmp(cfg.disk.path, want));
+
+	CHECK_EQ(set2(&cfg, "disk", "limit", "100G"), 0);
+	CHECK(!cfg.disk.limit.is_percent && cfg.disk.limit.bytes == 100 * GiB);
+	CHECK_EQ(set2(&cfg, "disk", "limit", "90%"), 0);
+	CHECK(cfg.disk.limit.is_percent && cfg.disk.limit.percent == 90);
+	CHECK_EQ(set2(&cfg, "disk", "limit", "0"), -EINVAL);
+	CHECK(has(err, "a limit of zero is not allowed"));
+
+	CHECK_EQ(set2(&cfg, "disk", "compression", "none"), 0);
+	CHECK_EQ(cfg.disk.compression, CFG_COMPRESS_NONE);
+	CHECK_EQ(set2(&cfg, "disk", "compression", "lz4"), 0);
+	CHECK_EQ(cfg.disk.compression, CFG_COMPRESS_LZ4);
+	CHECK_EQ(set2(&cfg, "disk", "compression", "zstd"), -EINVAL);
+	CHECK(has(err, "'zstd' is not one of lz4 or none"));
+
+	CHECK_EQ(set2(&cfg, "disk", "chunk_size", "64K"), 0);
+	CHECK_EQ(cfg.disk.chunk_size, 64 * KiB);
+	CHECK_EQ(set2(&cfg, "disk", "chunk_size", "64M"), 0);
+	CHECK_EQ(cfg.disk.chunk_size, 64 * MiB);
+	CHECK_EQ(set2(&cfg, "disk", "chunk_size", "262144"), 0);
+	CHECK_EQ(cfg.disk.chunk_size, 256 * KiB);
+	for (i = 0; i < sizeof(bad_chunks) / sizeof(bad_chunks[0]); i++) {
+		if (set2(&cfg, "disk", "chunk_size", bad_chunks[i]) != -EINVAL) {
+			printf("#   chunk_size '%s' accepted\n", bad_chunks[i]);
+			CHECK(!"bad chunk size accepted");
+		}
+	}
+	CHECK_EQ(set2(&cfg, "disk", "chunk_size", "32K"), -EINVAL);
+	CHECK(has(err, "'32K' is out of range, must be 64K to 64M"));
+	CHECK_EQ(set2(&cfg, "disk", "chunk_size", "96K"), -EINVAL);
+	CHECK(has(err, "'96K' is not a power of two"));
+	CHECK_EQ(set2(&cfg, "disk", "chunk_size", "25%"), -EINVAL);
+	CHECK(has(err, "only allowed for limits"));
+	CHECK_EQ(cfg.disk.chunk_size, 256 * KiB);
+	cfg_free(&cfg);
+}
+
+static void test_policy_keys(void)
+{
+	static const char *const bad[] = { "0",	  "0.0",  "1.01", "2",
+					   "-0.5", "nan",  "inf",  "0x1p-1",
+					   "1e-1", "",	   "95%",  "0.9.1",
+					   ".",	   "abc" };
+	struct tfs_config cfg;
+	size_t i;
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(set2(&cfg, "policy", "eviction", "lru"), 0);
+	CHECK(!strcmp(cfg.policy.eviction, "lru"));
+	CHECK_EQ(set2(&cfg, "policy", "eviction", "lfu"), -EINVAL);
+	CHECK(has(err, "'lfu' is not supported, only lru is"));
+
+	CHECK_EQ(set2(&cfg, "policy", "unspill", "host"), 0);
+	CHECK_EQ(cfg.policy.unspill, CFG_UNSPILL_HOST);
+	CHECK_EQ(set2(&cfg, "policy", "unspill", "none"), 0);
+	CHECK_EQ(cfg.policy.unspill, CFG_UNSPILL_NONE);
+	CHECK_EQ(set2(&cfg, "policy", "unspill", "device"), 0);
+	CHECK_EQ(cfg.policy.unspill, CFG_UNSPILL_DEVICE);
+	CHECK_EQ(set2(&cfg, "policy", "unspill", "disk"), -EINVAL);
+	CHECK(has(err, "'disk' is not one of device, host or none"));
+
+	CHECK_EQ(set2(&cfg, "policy", "high_watermark", "0.9"), 0);
+	CHECK(cfg.policy.high_watermark == 0.9);
+	CHECK_EQ(set2(&cfg, "policy", "high_watermark", "1"), 0);
+	CHECK(cfg.policy.high_watermark == 1.0);
+	CHECK_EQ(set2(&cfg, "policy", "target", "0.5"), 0);
+	CHECK(cfg.policy.target == 0.5);
+	CHECK_EQ(set2(&cfg, "policy", "target", ".75"), 0);
+	CHECK(cfg.policy.target == 0.75);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (set2(&cfg, "policy", "target", bad[i]) != -EINVAL ||
+		    set2(&cfg, "policy", "high_watermark", bad[i]) != -EINVAL) {
+			printf("#   fraction '%s' accepted\n", bad[i]);
+			CHECK(!"bad fraction accepted");
+		}
+	}
+	CHECK_EQ(set2(&cfg, "policy", "target", "1.5"), -EINVAL);
+	CHECK(has(err, "above 0 and at most 1"));
+	CHECK(cfg.policy.target == 0.75);
+	cfg_free(&cfg);
+}
+
+static void test_fs_keys(void)
+{
+	struct tfs_config cfg;
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(set2(&cfg, "fs", "threads", "16"), 0);
+	CHECK_EQ(cfg.fs.threads, 16);
+	CHECK_EQ(set2(&cfg, "fs", "threads", "256"), 0);
+	CHECK_EQ(cfg.fs.threads, 256);
+	CHECK_EQ(set2(&cfg, "fs", "threads", "0"), 0);
+	CHECK_EQ(cfg.fs.threads, 0);
+	CHECK_EQ(set2(&cfg, "fs", "threads", "257"), -EINVAL);
+	CHECK(has(err, "'257' is out of range, must be 0 to 256"));
+	CHECK_EQ(set2(&cfg, "fs", "threads", "-1"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "fs", "threads", "4K"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "fs", "threads", "99999999999999999999999"),
+		 -EINVAL);
+
+	CHECK_EQ(set2(&cfg, "fs", "read_ahead_kb", "0"), 0);
+	CHECK_EQ(cfg.fs.read_ahead_kb, 0);
+	CHECK_EQ(set2(&cfg, "fs", "read_ahead_kb", "65536"), 0);
+	CHECK_EQ(cfg.fs.read_ahead_kb, 65536);
+	CHECK_EQ(set2(&cfg, "fs", "read_ahead_kb", "65537"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "fs", "read_ahead_kb", "1M"), -EINVAL);
+	CHECK_EQ(cfg.fs.read_ahead_kb, 65536);
+	cfg_free(&cfg);
+}
+
+static void test_messages(void)
+{
+	struct tfs_config cfg;
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg_set_option(&cfg, "host_limit", "lots", err, sizeof(err)),
+		 -EINVAL);
+	CHECK(starts(err, "-o host_limit: 'lots' is not a size"));
+	CHECK_EQ(cfg_set(&cfg, "host", "limit", "lots", err, sizeof(err)),
+		 -EINVAL);
+	CHECK(starts(err, "limit: 'lots' is not a size"));
+	/* Option names are matched without regard to case. */
+	CHECK_EQ(cfg_set_option(&cfg, "HOST_LIMIT", "1G", err, sizeof(err)), 0);
+	CHECK(cfg.host.limit.bytes == GiB);
+	CHECK_EQ(cfg_set_option(&cfg, "host_limit", NULL, err, sizeof(err)),
+		 -EINVAL);
+	CHECK(starts(err, "-o host_limit: missing value"));
+	/* A tiny buffer gets a truncated message, not an overflow. */
+	CHECK_EQ(cfg_set_option(&cfg, "host_limit", "x", err, 8), -EINVAL);
+	CHECK(!strcmp(err, "-o host"));
+	CHECK_EQ(cfg_set_option(&cfg, "host_limit", "x", NULL, 0), -EINVAL);
+	cfg_free(&cfg);
+}
+
+static void test_unknown(void)
+{
+	struct tfs_config cfg;
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg_set(&cfg, "gpu", "limit", "1G", err, sizeof(err)),
+		 -ENOENT);
+	CHECK(starts(err, "limit: unknown section '[gpu]'"));
+	CHECK_EQ(cfg_set(&cfg, "host", "limt", "1G", err, sizeof(err)),
+		 -ENOENT);
+	CHECK(starts(err, "limt: unknown key in [host] (known: limit, pinned)"));
+	CHECK_EQ(cfg_set(&cfg, "", "limit", "1G", err, sizeof(err)), -ENOENT);
+	CHECK(starts(err, "limit: key outside any section"));
+	CHECK_EQ(cfg_set_option(&cfg, "host_limt", "1G", err, sizeof(err)),
+		 -ENOENT);
+	CHECK(starts(err, "-o host_limt: unknown key (known: host_limit, "
+			  "host_pinned)"));
+	CHECK_EQ(cfg_set_option(&cfg, "bogus", "1", err, sizeof(err)), -ENOENT);
+	CHECK(starts(err, "-o bogus: unknown key"));
+	CHECK_EQ(cfg_set_option(&cfg, "host", "1", err, sizeof(err)), -ENOENT);
+	CHECK_EQ(cfg_set_option(&cfg, "host_", "1", err, sizeof(err)), -ENOENT);
+	CHECK_EQ(cfg_set_option(&cfg, "", "1", err, sizeof(err)), -ENOENT);
+	CHECK_EQ(cfg_set_option(&cfg, "hostlimit", "1", err, sizeof(err)),
+		 -ENOENT);
+	CHECK_EQ(cfg_set_option(&cfg, "host_limit_", "1", err, sizeof(err)),
+		 -ENOENT);
+	CHECK(cfg.host.limit.is_percent && cfg.host.limit.percent == 25);
+	cfg_free(&cfg);
+}
+
+static void test_is_option(void)
+{
+	static const char *const yes[] = {
+		"device_backend", "device_gpu",	    "device_limit",
+		"host_limit",	  "host_pinned",    "disk_path",
+		"disk_limit",	  "disk_compression", "disk_chunk_size",
+		"policy_eviction", "policy_unspill", "policy_high_watermark",
+		"policy_target",  "fs_threads",	    "fs_read_ahead_kb",
+		"host_limit=8G",  "Host_Limit",
+	};
+	static const char *const no[] = {
+		"config", "allow_other", "host",  "host_",   "limit",
+		"",	  "fs_",	 "=8G",	  "hostlimit", "disk_path_",
+		"fsname", "device_limitx",
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+		if (!cfg_is_option(yes[i])) {
+			printf("#   '%s' is not an option\n", yes[i]);
+			CHECK(!"option missed");
+		}
+	for (i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		if (cfg_is_option(no[i])) {
+			printf("#   '%s' is an option\n", no[i]);
+			CHECK(!"not an option");
+		}
+}
+
+static void test_help(void)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	cfg_print_help(f, 4);
+	fclose(f);
+	CHECK(has(text, "    -o device_backend=auto|cuda|sim|none "));
+	CHECK(has(text, "-o host_limit=SIZE|N%"));
+	CHECK(has(text, "-o disk_chunk_size=SIZE"));
+	CHECK(has(text, "-o fs_read_ahead_kb=N"));
+	CHECK(has(text, "(default: 0.85)"));
+	CHECK(has(text, "(default: /var/tmp)"));
+	free(text);
+}
+
+/* The config file */
+
+static void test_file_good(void)
+{
+	/* Indented keys, both comment styles, inline comments, ':' and
+	 * CRLF line ends, a UTF-8 byte order mark, mixed case. */
+	static const char text[] =
+		"\xef\xbb\xbf; tierfs test config\n"
+		"# another comment\n"
+		"\n"
+		"[device]\n"
+		"backend = sim\n"
+		"gpu=1\n"
+		"limit = 4M ; small\n"
+		"\n"
+		"[ host ]   ; the RAM tier\n"
+		"    limit = 8G\n"
+		"    pinned = no\n"
+		"[disk]\r\n"
+		"\tpath = /srv/tierfs\r\n"
+		"limit: 10%\n"
+		"compression = none\n"
+		"chunk_size = 256K\n"
+		"[Policy]\n"
+		"Eviction = LRU\n"
+		"unspill = host\n"
+		"high_watermark = 0.9\n"
+		"target = 0.7\n"
+		"[fs]\n"
+		"threads = 8\n"
+		"read_ahead_kb = 0";
+	struct tfs_config cfg;
+
+	CHECK_EQ(load(&cfg, text), 0);
+	CHECK(!err[0] || !printf("#   %s\n", err));
+	CHECK(!strcmp(cfg.device.backend, "sim"));
+	CHECK_EQ(cfg.device.gpu, 1);
+	CHECK(!cfg.device.limit.is_percent && cfg.device.limit.bytes == 4 * MiB);
+	CHECK(!cfg.host.limit.is_percent && cfg.host.limit.bytes == 8 * GiB);
+	CHECK(!cfg.host.pinned);
+	CHECK(!strcmp(cfg.disk.path, "/srv/tierfs"));
+	CHECK(cfg.disk.limit.is_percent && cfg.disk.limit.percent == 10);
+	CHECK_EQ(cfg.disk.compression, CFG_COMPRESS_NONE);
+	CHECK_EQ(cfg.disk.chunk_size, 256 * KiB);
+	CHECK(!strcmp(cfg.policy.eviction, "lru"));
+	CHECK_EQ(cfg.policy.unspill, CFG_UNSPILL_HOST);
+	CHECK(cfg.policy.high_watermark == 0.9);
+	CHECK(cfg.policy.target == 0.7);
+	CHECK_EQ(cfg.fs.threads, 8);
+	CHECK_EQ(cfg.fs.read_ahead_kb, 0);
+	CHECK(cfg.config_file && !strcmp(cfg.config_file, tmp_path("t.conf")));
+	cfg_free(&cfg);
+
+	/* An empty file changes nothing. */
+	CHECK_EQ(load(&cfg, ""), 0);
+	CHECK(cfg.host.limit.is_percent && cfg.host.limit.percent == 25);
+	cfg_free(&cfg);
+}
+
+static void test_file_long_lines(void)
+{
+	char text[4096], path[1024];
+	struct tfs_config cfg;
+
+	/* Longer than inih's 200-byte line buffer, before and after. */
+	memset(path, 'p', sizeof(path));
+	memcpy(path, "/srv/", 5);
+	path[600] = '\0';
+	snprintf(text, sizeof(text),
+		 "; %0300d\n"
+		 "[disk]\n"
+		 "path = %s ; comment\n"
+		 "limit = 1G\n"
+		 "chunk_size = %0250d\n",
+		 0, path, 7);
+	CHECK_EQ(load(&cfg, text), -EINVAL);
+	CHECK(!strcmp(cfg.disk.path, path));
+	CHECK(!cfg.disk.limit.is_percent && cfg.disk.limit.bytes == GiB);
+	CHECK(starts(err, tmp_path("t.conf")));
+	CHECK(has(err, ".conf:5: chunk_size: '000"));
+	CHECK(has(err, "out of range"));
+	cfg_free(&cfg);
+}
+
+/* Each bad file fails at its line with its message. */
+static void test_file_errors(void)
+{
+	static const struct {
+		const char *text;
+		int rc;
+		const char *msg; /* after "FILE:" */
+	} cases[] = {
+		{ "[host]\nlimit = 8G\nlimt = 8G\n", -EINVAL,
+		  "3: limt: unknown key in [host] (known: limit, pinned)" },
+		{ "[host]\nlimit = 8G\n[gpu]\nlimit = 1G\n", -EINVAL,
+		  "3: [gpu]: unknown section (known: device, host, disk, "
+		  "policy, fs)" },
+		{ "; comment\n\n[host]\n\nlimit = lots\n", -EINVAL,
+		  "5: limit: 'lots' is not a size" },
+		{ "[host]\n  limit = 8G\n  pinned = perhaps\n", -EINVAL,
+		  "3: pinned: 'perhaps' is not a boolean, use yes or no" },
+		{ "[host]\nlimit 8G\n", -EINVAL,
+		  "2: 'limit 8G': expected 'key = value' or '[section]'" },
+		{ "[host]\nlimit ; = 8G\n", -EINVAL,
+		  "2: 'limit': expected 'key = value' or '[section]'" },
+		{ "[host\nlimit = 8G\n", -EINVAL,
+		  "1: '[host': missing ']' after the section name" },
+		{ "[host ; ]\nlimit = 8G\n", -EINVAL,
+		  "1: '[host ': missing ']' after the section name" },
+		{ "[host] x\n", -EINVAL,
+		  "1: '[host]': unexpected text after ']'" },
+		{ "limit = 8G\n", -EINVAL,
+		  "1: limit: key outside any section" },
+		{ "[host]\n= 8G\n", -EINVAL, "2: missing key before '='" },
+		{ "[host]\nlimit =\n", -EINVAL, "2: limit: empty value" },
+		{ "[host]\nlimit = 0\n", -EINVAL,
+		  "2: limit: '0': a limit of zero is not allowed" },
+		{ "[device]\nlimit = 0\n", -EINVAL,
+		  "2: limit: '0': a limit of zero is not allowed" },
+		{ "[disk]\nlimit = 0%\n", -EINVAL,
+		  "2: limit: '0%': a percentage must be above 0" },
+		{ "[disk]\r\nchunk_size = 32K\r\n", -EINVAL,
+		  "2: chunk_size: '32K' is out of range, must be 64K to 64M" },
+		{ "[disk]\nchunk_size = 3M\n", -EINVAL,
+		  "2: chunk_size: '3M' is not a power of two" },
+		{ "[host]\nlimit = 8G # a comment\n", -EINVAL,
+		  "2: limit: '8G # a comment' is not a size: unexpected" },
+		{ "[fs]\nthreads = 1000\n", -EINVAL,
+		  "2: threads: '1000' is out of range, must be 0 to 256" },
+		{ "[policy]\nhigh_watermark = 1.5\n", -EINVAL,
+		  "2: high_watermark: '1.5' is out of range" },
+		{ "[device]\nbackend = opencl\n", -EINVAL,
+		  "2: backend: 'opencl' is not one of auto, cuda, sim or none" },
+		/* The first error wins. */
+		{ "[host]\nlimit = 1\nlimit = x\nbogus = 1\n[nope]\n", -EINVAL,
+		  "3: limit: 'x' is not a size" },
+	};
+	struct tfs_config cfg;
+	char want[512];
+	size_t i;
+	int rc;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		rc = load(&cfg, cases[i].text);
+		snprintf(want, sizeof(want), "%s:%s", tmp_path("t.conf"),
+			 cases[i].msg);
+		if (rc != cases[i].rc)
+			printf("#   case %zu: rc %d\n", i, rc);
+		CHECK_EQ(rc, cases[i].rc);
+		CHECK(starts(err, want));
+		cfg_free(&cfg);
+	}
+
+	/* A NUL byte inside a line. */
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg_load_file(&cfg,
+			       write_file("nul.conf", "[host]\nlim\0it = 1G\n",
+					  19),
+			       err, sizeof(err)),
+		 -EINVAL);
+	CHECK(has(err, "nul.conf:2: line contains a NUL byte"));
+	cfg_free(&cfg);
+}
+
+static void test_file_open_errors(void)
+{
+	struct tfs_config cfg;
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg_load_file(&cfg, tmp_path("missing.conf"), err,
+			       sizeof(err)),
+		 -ENOENT);
+	CHECK(has(err, "missing.conf: cannot open: No such file or directory"));
+	CHECK_EQ(cfg_load_file(&cfg, tmpdir, err, sizeof(err)), -EISDIR);
+	CHECK(has(err, ": cannot read: Is a directory"));
+	cfg_free(&cfg);
+}
+
+static void test_precedence(void)
+{
+	struct tfs_config cfg;
+
+	/* Defaults, then the file, then -o; keys the file leaves alone keep
+	 * their defaults. */
+	CHECK_EQ(load(&cfg, "[host]\nlimit = 1G\n[disk]\nlimit = 5G\n"), 0);
+	CHECK_EQ(cfg_set_option(&cfg, "host_limit", "2G", err, sizeof(err)), 0);
+	CHECK(cfg.host.limit.bytes == 2 * GiB);
+	CHECK(cfg.disk.limit.bytes == 5 * GiB);
+	CHECK(cfg.policy.target == 0.85);
+	CHECK(!strcmp(cfg.disk.path, "/var/tmp"));
+	/* A later line of the file wins over an earlier one. */
+	cfg_free(&cfg);
+	CHECK_EQ(load(&cfg, "[host]\nlimit = 1G\n[host]\nlimit = 3G\n"), 0);
+	CHECK(cfg.host.limit.bytes == 3 * GiB);
+	/* Loading a second file layers it on the first. */
+	CHECK_EQ(cfg_load_file(&cfg, write_file("u.conf", "[fs]\nthreads=4\n",
+						15),
+			       err, sizeof(err)),
+		 0);
+	CHECK(cfg.host.limit.bytes == 3 * GiB);
+	CHECK_EQ(cfg.fs.threads, 4);
+	CHECK(!strcmp(cfg.config_file, tmp_path("u.conf")));
+	cfg_free(&cfg);
+}
+
+/* cfg_validate() */
+
+static void test_validate_ok(void)
+{
+	struct tfs_config cfg;
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
+	mkdir(tmp_path("mnt"), 0755);
+	mkdir(tmp_path("mnt2"), 0755);
+	CHECK_EQ(cfg_validate(&cfg, tmp_path("mnt"), err, sizeof(err)), 0);
+	/* A sibling whose name starts with the mount point's is fine. */
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmp_path("mnt2"), err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, tmp_path("mnt"), err, sizeof(err)), 0);
+	/* So is a mount point below the disk path. */
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, tmp_path("mnt"), err, sizeof(err)), 0);
+	cfg_free(&cfg);
+}
+
+static void test_validate_path(void)
+{
+	struct tfs_config cfg;
+	char want[1024];
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmp_path("nope"), err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	snprintf(want, sizeof(want), "-o disk_path: '%s' does not exist",
+		 tmp_path("nope"));
+	CHECK(!strcmp(err, want) || !printf("#   %s\n", err));
+
+	write_file("plain", "x", 1);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmp_path("plain"), err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(has(err, "plain' is not a directory"));
+	CHECK(starts(err, "-o disk_path: "));
+
+	/* Named by file and line when the file set it. */
+	snprintf(want, sizeof(want), "[disk]\n\npath = %s\n", tmp_path("nope"));
+	CHECK_EQ(cfg_load_file(&cfg, conf(want), err, sizeof(err)), 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	snprintf(want, sizeof(want), "%s:3: path: '%s' does not exist",
+		 tmp_path("t.conf"), tmp_path("nope"));
+	CHECK(!strcmp(err, want) || !printf("#   %s\n", err));
+	cfg_free(&cfg);
+
+	/* Out of memory in cfg_defaults() shows up here. */
+	cfg_defaults(&cfg);
+	free(cfg.disk.path);
+	cfg.disk.path = NULL;
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -ENOMEM);
+	CHECK(has(err, "out of memory"));
+	cfg_free(&cfg);
+}
+
+static void test_validate_inside_mount(void)
+{
+	struct tfs_config cfg;
+	char weird[1024];
+
+	mkdir(tmp_path("m"), 0755);
+	mkdir(tmp_path("m/spill"), 0755);
+	mkdir(tmp_path("m/spill/deeper"), 0755);
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmp_path("m/spill"), err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
+	CHECK_EQ(cfg_validate(&cfg, tmp_path("m"), err, sizeof(err)), -EINVAL);
+	CHECK(starts(err, "-o disk_path: "));
+	CHECK(has(err, "is inside the mount point"));
+	/* The mount point itself. */
+	CHECK_EQ(cfg_validate(&cfg, tmp_path("m/spill"), err, sizeof(err)),
+		 -EINVAL);
+	/* Through a symlink, and with a mount point spelled oddly. */
+	CHECK_EQ(symlink(tmp_path("m/spill/deeper"), tmp_path("link")), 0);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmp_path("link"), err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, tmp_path("m"), err, sizeof(err)), -EINVAL);
+	snprintf(weird, sizeof(weird), "%s//./m/", tmpdir);
+	CHECK_EQ(cfg_validate(&cfg, weird, err, sizeof(err)), -EINVAL);
+	/* A mount point realpath() cannot resolve is compared as written. */
+	snprintf(weird, sizeof(weird), "%s/gone/../m", tmpdir);
+	CHECK_EQ(cfg_validate(&cfg, weird, err, sizeof(err)), -EINVAL);
+	CHECK(has(err, "is inside the mount point"));
+	snprintf(weird, sizeof(weird), "%s/gone/../elsewhere", tmpdir);
+	CHECK_EQ(cfg_validate(&cfg, weird, err, sizeof(err)), 0);
+	/* A relative mount point. */
+	CHECK_EQ(chdir(tmpdir), 0);
+	CHECK_EQ(cfg_validate(&cfg, "m", err, sizeof(err)), -EINVAL);
+	CHECK_EQ(cfg_validate(&cfg, "./gone/../m/", err, sizeof(err)), -EINVAL);
+	CHECK_EQ(cfg_validate(&cfg, "gone/../../elsewhere", err, sizeof(err)),
+		 0);
+	CHECK_EQ(chdir("/"), 0);
+	cfg_free(&cfg);
+}
+
+/*
+ * root passes access(W_OK) on any mode, so as root a read-only bind mount
+ * makes the directory unwritable; where that is not allowed, the test is
+ * skipped.
+ */
+static bool ro_mounted;
+
+static bool make_unwritable(const char *dir)
+{
+	mkdir(dir, 0755);
+	if (chmod(dir, 0555))
+		perror("chmod");
+	if (access(dir, W_OK) == 0 && mount(dir, dir, NULL, MS_BIND, NULL) == 0) {
+		ro_mounted = true;
+		if (mount(NULL, dir, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY,
+			  NULL))
+			perror("remount read-only");
+	}
+	return access(dir, W_OK) != 0;
+}
+
+static void undo_unwritable(const char *dir)
+{
+	if (ro_mounted && umount(dir))
+		perror("umount");
+	ro_mounted = false;
+	chmod(dir, 0755);
+}
+
+static void test_validate_not_writable(void)
+{
+	struct tfs_config cfg;
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmp_path("ro"), err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(starts(err, "-o disk_path: "));
+	CHECK(has(err, "' is not writable: "));
+	cfg_free(&cfg);
+}
+
+static void test_validate_watermarks(void)
+{
+	struct tfs_config cfg;
+
+	cfg_defaults(&cfg);
+	cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err));
+	CHECK_EQ(cfg_set_option(&cfg, "policy_target", "0.95", err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(starts(err, "-o policy_target: 0.95 must be below the high "
+			  "watermark (0.95)"));
+	cfg_free(&cfg);
+
+	/* The key that was set is the one named. */
+	CHECK_EQ(load(&cfg, "[policy]\nhigh_watermark = 0.8\n"), 0);
+	cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err));
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(has(err, "t.conf:2: high_watermark: 0.8 must be above the "
+		       "target (0.85)"));
+	CHECK_EQ(cfg_set_option(&cfg, "policy_target", "0.5", err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
+	cfg_free(&cfg);
+}
+
+static void cleanup(void)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	if (system(cmd))
+		fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+int main(void)
+{
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	TAP_RUN(test_size_forms);
+	TAP_RUN(test_size_percent);
+	TAP_RUN(test_size_resolve);
+	TAP_RUN(test_defaults);
+	TAP_RUN(test_device_keys);
+	TAP_RUN(test_host_keys);
+	TAP_RUN(test_disk_keys);
+	TAP_RUN(test_policy_keys);
+	TAP_RUN(test_fs_keys);
+	TAP_RUN(test_messages);
+	TAP_RUN(test_unknown);
+	TAP_RUN(test_is_option);
+	TAP_RUN(test_help);
+	TAP_RUN(test_file_good);
+	TAP_RUN(test_file_long_lines);
+	TAP_RUN(test_file_errors);
+	TAP_RUN(test_file_open_errors);
+	TAP_RUN(test_precedence);
+	TAP_RUN(test_validate_ok);
+	TAP_RUN(test_validate_path);
+	TAP_RUN(test_validate_inside_mount);
+	if (make_unwritable(tmp_path("ro")))
+		TAP_RUN(test_validate_not_writable);
+	else
+		tap_skip("test_validate_not_writable",
+			 "root may write to any mode here and a read-only bind "
+			 "mount is not allowed");
+	undo_unwritable(tmp_path("ro"));
+	TAP_RUN(test_validate_watermarks);
+	cleanup();
+	return tap_done();
+}
