@@ -13,6 +13,7 @@
  *   export_client sum PATH             the SUM of PATH's bytes, read(2)
  *   export_client shm PATH             export, print the shm object's mode
  *                                      and owner, release, say if it is gone
+ *   export_client alloc PATH SIZE      tfs_alloc: SIZE zeroed device bytes
  *   export_client ioctl PATH CASE      one malformed or plain ioctl; prints
  *                                      "ok" or "errno=NAME"
  *
@@ -273,6 +274,9 @@ static int cmd_ioctl(const char *path, const char *c)
 	} else if (!strcmp(c, "move-tier")) {
 		cmd = TFS_IOC_MOVE;
 		u.mv.tier = 7;
+	} else if (!strcmp(c, "move-disk")) {
+		cmd = TFS_IOC_MOVE;
+		u.mv.tier = TFS_TIER_DISK;
 	} else if (!strcmp(c, "move-reserved")) {
 		cmd = TFS_IOC_MOVE;
 		u.mv.tier = TFS_TIER_HOST;
@@ -304,7 +308,7 @@ static int cmd_ioctl(const char *path, const char *c)
 static void usage(void)
 {
 	fprintf(stderr, "usage: export_client cat|fill|pattern|hold|sum|shm|"
-			"ioctl ARGS (see the source)\n");
+			"alloc|ioctl ARGS (see the source)\n");
 	exit(2);
 }
 
@@ -327,6 +331,13 @@ int main(int argc, char **argv)
 		return cmd_sum(argv[2]);
 	if (!strcmp(argv[1], "shm"))
 		return cmd_shm(argv[2]);
+	if (!strcmp(argv[1], "alloc") && argc == 4) {
+		int rc = tfs_alloc(argv[2], strtoull(argv[3], NULL, 0));
+
+		if (rc)
+			die("tfs_alloc", rc);
+		return 0;
+	}
 	if (!strcmp(argv[1], "ioctl") && argc == 4)
 		return cmd_ioctl(argv[2], argv[3]);
 	usage();
