@@ -692,7 +692,7 @@ static int range_chunk(struct tier_disk *d, const struct tier_dobj *o,
 {
 	uint64_t cs = d->chunk_size, start = idx * cs;
 	uint64_t lo = off > start ? off - start : 0;
-	uint64_t end = off + len < start + cs ? off + len - start : cs;
+	uint64_t end = off + len - start < cs ? off + len - start : cs;
 	char *out = dst + (start + lo - off);
 	uint32_t m = meta_get(o, idx);
 
