@@ -214,6 +214,14 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	interrupted = 1;
+}
+
+/* Sleeps @s seconds, less when SIGINT or SIGTERM arrives under --watch. */
 static void sleep_s(double s)
 {
 	struct timespec ts = {
@@ -221,7 +229,7 @@ static void sleep_s(double s)
 		.tv_nsec = (long)((s - (time_t)s) * 1e9),
 	};
 
-	while (nanosleep(&ts, &ts) && errno == EINTR)
+	while (nanosleep(&ts, &ts) && errno == EINTR && !interrupted)
 		;
 }
 
@@ -881,13 +889,6 @@ static void status_json(FILE *f, const char *mount, const struct stats *s,
 	fputs("}\n", f);
 }
 
-static volatile sig_atomic_t interrupted;
-
-static void on_signal(int sig)
-{
-	interrupted = 1;
-}
-
 static bool utf8_locale(void)
 {
 	const char *cs = nl_langinfo(CODESET);
@@ -1309,6 +1310,13 @@ static const char *ls_tier(const struct ls_ent *e)
 	}
 }
 
+/* A name with a newline in it must not break the table into two rows. */
+static void put_name(FILE *f, const char *s)
+{
+	for (; *s; s++)
+		fputc((unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s, f);
+}
+
 static void ls_print_text(const struct ls_list *l, bool human)
 {
 	int wsize = 4, wstored = 6, wpins = 4;
@@ -1334,7 +1342,7 @@ static void ls_print_text(const struct ls_list *l, bool human)
 		const struct ls_ent *e = &l->e[i];
 		bool f = e->type == 'f';
 
-		printf("%-6s  %*s  %*s  %-19s  %*s  %s%s\n", ls_tier(e), wsize,
+		printf("%-6s  %*s  %*s  %-19s  %*s  ", ls_tier(e), wsize,
 		       f ? ls_num(a, sizeof(a), e->have_size, e->size, human) :
 			   "-",
 		       wstored,
@@ -1346,8 +1354,9 @@ static void ls_print_text(const struct ls_list *l, bool human)
 			       "-",
 		       wpins,
 		       f ? ls_num(d, sizeof(d), e->have_pins, e->pins, false) :
-			   "-",
-		       ls_name(e), e->type == 'd' ? "/" : "");
+			   "-");
+		put_name(stdout, ls_name(e));
+		fputs(e->type == 'd' ? "/\n" : "\n", stdout);
 	}
 }
 
