@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * Process plumbing: one log sink for tierfs and libfuse, daemonizing with a
+ * status pipe, the bdi read-ahead, and the SIGHUP thread.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "fs/fs_i.h"
+
+static bool log_syslog;
+
+static void log_line(int level, const char *fmt, va_list ap)
+{
+	char msg[2048];
+	size_t n;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	/* libfuse ends its messages with a newline, tierfs does not. */
+	n = strlen(msg);
+	while (n && msg[n - 1] == '\n')
+		msg[--n] = '\0';
+	if (log_syslog)
+		syslog(level, "%s", msg);
+	else
+		fprintf(stderr, "tierfs: %s\n", msg);
+}
+
+static void tfs_sink(enum tfs_log_level level, const char *fmt, va_list ap)
+{
+	log_line((int)level, fmt, ap);
+}
+
+static void fuse_sink(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	if ((int)level > (int)tfs_log_max)
+		return;
+	log_line((int)level, fmt, ap);
+}
+
+void tfs_log_setup(bool to_syslog)
+{
+	if (to_syslog && !log_syslog)
+		openlog("tierfs", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+	log_syslog = to_syslog;
+	tfs_log_set_sink(tfs_sink);
+	fuse_set_log_func(fuse_sink);
+}
+
+static int ready_fd = -1;
+
+/*
+ * The parent stays until the child has mounted, so that "tierfs MNT" in a
+ * script or unit returns only once the mount is usable, and fails with the
+ * child's reason when it is not.
+ */
+int tfs_daemonize(void)
+{
+	char msg[2048];
+	ssize_t n, got = 0;
+	int p[2];
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC))
+		return -errno;
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		int rc = -errno;
+
+		close(p[0]);
+		close(p[1]);
+		return rc;
+	}
+	if (pid > 0) {
+		close(p[1]);
+		while ((size_t)got < sizeof(msg) - 1) {
+			n = read(p[0], msg + got, sizeof(msg) - 1 - (size_t)got);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break;
+			got += n;
+		}
+		msg[got] = '\0';
+		if (got > 0 && msg[0] == '0')
+			_exit(0);
+		if (got > 1)
+			fprintf(stderr, "tierfs: %s\n", msg + 1);
+		else if (got == 0)
+			fprintf(stderr, "tierfs: daemon exited before mounting\n");
+		/* A failed child exits by itself; do not leave a zombie. */
+		waitpid(pid, NULL, WNOHANG);
+		_exit(1);
+	}
+	close(p[0]);
+	ready_fd = p[1];
+	if (setsid() < 0)
+		tfs_warn("setsid failed: %s", strerror(errno));
+	return 0;
+}
+
+void tfs_daemon_ready(int status, const char *msg)
+{
+	char buf[2048];
+	int fd, len;
+
+	if (ready_fd < 0) {
+		if (status && msg)
+			fprintf(stderr, "tierfs: %s\n", msg);
+		return;
+	}
+	len = snprintf(buf, sizeof(buf), "%c%s", status ? '1' : '0',
+		       msg ? msg : "");
+	if (len >= (int)sizeof(buf))
+		len = sizeof(buf) - 1;
+	if (write(ready_fd, buf, (size_t)len) < 0)
+		tfs_warn("cannot report to the parent: %s", strerror(errno));
+	close(ready_fd);
+	ready_fd = -1;
+	if (status)
+		return;
+	if (chdir("/"))
+		tfs_warn("cannot chdir to '/': %s", strerror(errno));
+	fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (fd >= 0) {
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		if (fd > 2)
+			close(fd);
+	}
+	tfs_log_setup(true);
+}
+
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape(char *s)
+{
+	char *w = s;
+
+	while (*s) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' &&
+		    s[2] >= '0' && s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
+			*w++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 +
+				      (s[3] - '0'));
+			s += 4;
+		} else {
+			*w++ = *s++;
+		}
+	}
+	*w = '\0';
+}
+
+/*
+ * The mount's bdi is named after its st_dev. stat() of the mount point
+ * would be a FUSE request that this thread may be the one to answer, so the
+ * number comes from mountinfo; the last match is the mount on top.
+ */
+void tfs_set_read_ahead(const char *mountpoint, unsigned int kb)
+{
+	unsigned int maj = 0, min = 0, m1, m2;
+	char *line = NULL, path[128];
+	bool found = false;
+	size_t cap = 0;
+	FILE *f;
+	int fd;
+
+	if (!kb)
+		return;
+	f = fopen("/proc/self/mountinfo", "re");
+	if (!f) {
+		tfs_warn("cannot read '/proc/self/mountinfo': %s",
+			 strerror(errno));
+		return;
+	}
+	while (getline(&line, &cap, f) > 0) {
+		char mp[4096];
+
+		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &m1, &m2, mp) != 3)
+			continue;
+		unescape(mp);
+		if (!strcmp(mp, mountpoint)) {
+			maj = m1;
+			min = m2;
+			found = true;
+		}
+	}
+	free(line);
+	fclose(f);
+	if (!found) {
+		tfs_warn("cannot find '%s' in mountinfo: read-ahead left as is",
+			 mountpoint);
+		return;
+	}
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj,
+		 min);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || dprintf(fd, "%u\n", kb) < 0)
+		tfs_warn("cannot set read-ahead in '%s': %s", path,
+			 strerror(errno));
+	else
+		tfs_debug("read-ahead of '%s' set to %u KiB", mountpoint, kb);
+	if (fd >= 0)
+		close(fd);
+}
+
+static pthread_t hup_thread;
+static bool hup_running;
+static atomic_bool hup_stop;
+static tfs_reload_fn hup_fn;
+
+/*
+ * SIGHUP is blocked in every thread (main blocks it before any thread
+ * exists, libfuse's workers block everything), so sigwait() here is the
+ * only place it is ever taken, and a reload runs in a plain thread that
+ * may take locks and log, unlike a signal handler.
+ */
+static void *hup_main(void *arg)
+{
+	sigset_t set;
+	int sig;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGHUP);
+	for (;;) {
+		if (sigwait(&set, &sig))
+			continue;
+		if (atomic_load(&hup_stop))
+			break;
+		hup_fn();
+	}
+	return NULL;
+}
+
+int tfs_sighup_start(tfs_reload_fn fn)
+{
+	int rc;
+
+	hup_fn = fn;
+	rc = pthread_create(&hup_thread, NULL, hup_main, NULL);
+	if (rc)
+		return -rc;
+	hup_running = true;
+	return 0;
+}
+
+void tfs_sighup_stop(void)
+{
+	if (!hup_running)
+		return;
+	atomic_store(&hup_stop, true);
+	pthread_kill(hup_thread, SIGHUP);
+	pthread_join(hup_thread, NULL);
+	hup_running = false;
+}

@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Private to fs/: the inode and dentry tables that give the buffer store a
+ * namespace, and the handlers the low-level FUSE ops are built from.
+ *
+ * Locking. One mutex, tfs.ns_lock, protects every field of every inode,
+ * dentry, directory and xattr list, and both hash tables. It is held for
+ * table work only: never across a tier_buf_* call that may copy, spill or
+ * wait for a buffer lock held by I/O, and never across fuse_reply_*.
+ *
+ * An inode's identity fields (ino, and buf for a regular file) never change
+ * while it lives, so an op may use them unlocked as long as the inode is
+ * pinned: by the kernel's lookup reference for the nodeid of the request, by
+ * an open file, or by a lookup count the op took itself.
+ */
+#ifndef TFS_FS_I_H
+#define TFS_FS_I_H
+
+#define FUSE_USE_VERSION 312
+
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "config/config.h"
+#include "config/log.h"
+#include "tiers/store.h"
+
+#define TFS_NAME_MAX 255
+#define TFS_XATTR_VALUE_MAX (64 * 1024)
+/* Cap on the user xattrs one inode may hold, so a loop cannot eat RAM. */
+#define TFS_XATTR_INODE_MAX (256 * 1024)
+/* The largest FUSE read and write (max_pages is derived from max_write). */
+#define TFS_IO_MAX (1024 * 1024)
+
+struct tfs_xattr {
+	struct tfs_xattr *next;
+	uint32_t vlen;
+	uint8_t nlen;
+	char data[]; /* name, NUL, value */
+};
+
+struct tfs_dentry;
+
+/*
+ * A readdir slot. Cookies only grow, so an offset the kernel hands back
+ * still finds its place by binary search after entries before it were
+ * removed and the array compacted. A removed entry leaves d == NULL until
+ * the next compaction.
+ */
+struct tfs_slot {
+	uint64_t cookie;
+	struct tfs_dentry *d;
+};
+
+struct tfs_dir {
+	struct tfs_inode *parent; /* "..": the root points at itself */
+	struct tfs_slot *slots;
+	uint32_t n, cap; /* slots used (tombstones included), allocated */
+	uint32_t live; /* entries, for ENOTEMPTY and st_size */
+	uint64_t next_cookie;
+};
+
+struct tfs_dentry {
+	struct tfs_dentry *hnext;
+	struct tfs_inode *parent;
+	struct tfs_inode *inode;
+	uint64_t cookie;
+	uint32_t hash;
+	uint8_t namelen;
+	char name[]; /* NUL-terminated */
+};
+
+/* flags */
+#define TFS_I_DIRTY 0x1u /* written since the buffer was last registered */
+
+struct tfs_inode {
+	struct tfs_inode *hnext; /* ino hash chain, then the reap list */
+	uint64_t ino;
+	uint64_t nlookup; /* kernel references, see forget */
+	uint32_t nopen; /* open files */
+	uint32_t nlink;
+	uint32_t mode;
+	uint32_t uid, gid;
+	uint32_t flags;
+	uint64_t rdev;
+	struct timespec atime, mtime, ctime;
+	union {
+		struct tier_buf *buf; /* S_IFREG, immutable */
+		struct tfs_dir *dir; /* S_IFDIR */
+		char *target; /* S_IFLNK */
+	};
+	struct tfs_xattr *xattrs;
+	uint32_t xattr_bytes;
+};
+
+/* One open regular file: fi->fh. */
+struct tfs_file {
+	struct tfs_inode *inode;
+	uint64_t owner; /* lease owner id for tier_buf_export, unique */
+	bool writable;
+	bool exported; /* may hold an export lease */
+};
+
+struct tfs_hash {
+	void **b;
+	size_t mask; /* buckets - 1 */
+	size_t count;
+};
+
+struct tfs_fs {
+	struct tier_store *store;
+	struct fuse_session *se;
+	/* Order: ns_lock, then any tier_buf_* lock; never the other way. */
+	pthread_mutex_t ns_lock;
+	struct tfs_hash inodes; /* ns_lock */
+	struct tfs_hash dentries; /* ns_lock */
+	struct tfs_inode *root;
+	uint64_t next_ino; /* ns_lock */
+	atomic_uint_fast64_t next_owner;
+	double entry_timeout, attr_timeout;
+};
+
+extern struct tfs_fs tfs;
+
+/* inode.c: everything *_locked needs tfs.ns_lock held. */
+int tfs_ns_init(void);
+void tfs_ns_destroy(void);
+void tfs_ns_lock(void);
+void tfs_ns_unlock(void);
+struct tfs_inode *tfs_inode_get_locked(fuse_ino_t ino);
+/* A new inode with nlink 0; @buf is owned by it from now on. */
+struct tfs_inode *tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid,
+				       dev_t rdev, struct tier_buf *buf);
+/* Queue @i for freeing when it has no name, no lookups and no opens. */
+void tfs_inode_check_locked(struct tfs_inode *i, struct tfs_inode **reap);
+/* Free what tfs_inode_check_locked() queued; call without the lock. */
+void tfs_reap(struct tfs_inode *reap);
+void tfs_forget_locked(struct tfs_inode *i, uint64_t n,
+		       struct tfs_inode **reap);
+struct tfs_dentry *tfs_dentry_find_locked(struct tfs_inode *parent,
+					  const char *name, size_t len);
+int tfs_dentry_add_locked(struct tfs_inode *parent, const char *name,
+			  size_t len, struct tfs_inode *inode);
+void tfs_dentry_del_locked(struct tfs_dentry *d);
+/* First slot with a cookie above @off. */
+uint32_t tfs_dir_seek_locked(const struct tfs_dir *dir, uint64_t off);
+/* Fill @st from the inode; a regular file's size and blocks come from
+ * tfs_stat_data(), unlocked. */
+void tfs_stat_locked(const struct tfs_inode *i, struct stat *st);
+void tfs_stat_data(const struct tfs_inode *i, struct stat *st);
+void tfs_now(struct timespec *ts);
+void tfs_touch_locked(struct tfs_inode *i, bool mtime);
+
+/* ops.c */
+extern const struct fuse_lowlevel_ops tfs_ops;
+/* A thread's pre-faulted reply buffer of at least TFS_IO_MAX bytes. */
+void *tfs_reply_buf(void);
+/* What init() asks the kernel for as max_readahead; 0 leaves it. */
+void tfs_ops_set_read_ahead(unsigned int kb);
+
+/* dir.c */
+void tfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void tfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		 struct fuse_file_info *fi);
+void tfs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		     struct fuse_file_info *fi);
+void tfs_releasedir(fuse_req_t req, fuse_ino_t ino,
+		    struct fuse_file_info *fi);
+
+/* xattr.c */
+void tfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		  const char *value, size_t size, int flags);
+void tfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+		  size_t size);
+void tfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void tfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+
+/* ioctl.c */
+void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+	       struct fuse_file_info *fi, unsigned int flags,
+	       const void *in_buf, size_t in_bufsz, size_t out_bufsz);
+
+/* daemon.c */
+void tfs_log_setup(bool foreground);
+/* Fork; the parent waits for tfs_daemon_ready() and never returns. */
+int tfs_daemonize(void);
+void tfs_daemon_ready(int status, const char *msg);
+void tfs_set_read_ahead(const char *mountpoint, unsigned int kb);
+typedef void (*tfs_reload_fn)(void);
+int tfs_sighup_start(tfs_reload_fn fn);
+void tfs_sighup_stop(void);
+
+#endif

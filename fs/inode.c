@@ -1,0 +1,451 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The namespace: inode numbers to inodes, (parent, name) to dentries, and
+ * each directory's readdir order. Both tables are chained hashes that double
+ * when their load passes one, so lookups stay O(1) in a directory of
+ * millions of entries and no directory pays for a private table.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fs/fs_i.h"
+
+struct tfs_fs tfs = {
+	.ns_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+#define HASH_MIN_BUCKETS 1024
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+static uint32_t name_hash(uint64_t parent, const char *name, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ULL ^ mix64(parent);
+	size_t k;
+
+	for (k = 0; k < len; k++) {
+		h ^= (unsigned char)name[k];
+		h *= 0x100000001b3ULL;
+	}
+	return (uint32_t)mix64(h);
+}
+
+static int hash_init(struct tfs_hash *h)
+{
+	h->b = calloc(HASH_MIN_BUCKETS, sizeof(*h->b));
+	if (!h->b)
+		return -ENOMEM;
+	h->mask = HASH_MIN_BUCKETS - 1;
+	h->count = 0;
+	return 0;
+}
+
+static size_t inode_bucket(const struct tfs_hash *h, uint64_t ino)
+{
+	return mix64(ino) & h->mask;
+}
+
+/*
+ * Doubling is O(n) but amortised O(1); a failed allocation just leaves the
+ * table denser, which costs speed, not correctness.
+ */
+static void inode_hash_grow(struct tfs_hash *h)
+{
+	size_t nb = (h->mask + 1) * 2, k;
+	void **b = calloc(nb, sizeof(*b));
+
+	if (!b)
+		return;
+	for (k = 0; k <= h->mask; k++) {
+		struct tfs_inode *i = h->b[k], *next;
+
+		for (; i; i = next) {
+			size_t at = mix64(i->ino) & (nb - 1);
+
+			next = i->hnext;
+			i->hnext = b[at];
+			b[at] = i;
+		}
+	}
+	free(h->b);
+	h->b = b;
+	h->mask = nb - 1;
+}
+
+static void dentry_hash_grow(struct tfs_hash *h)
+{
+	size_t nb = (h->mask + 1) * 2, k;
+	void **b = calloc(nb, sizeof(*b));
+
+	if (!b)
+		return;
+	for (k = 0; k <= h->mask; k++) {
+		struct tfs_dentry *d = h->b[k], *next;
+
+		for (; d; d = next) {
+			size_t at = d->hash & (nb - 1);
+
+			next = d->hnext;
+			d->hnext = b[at];
+			b[at] = d;
+		}
+	}
+	free(h->b);
+	h->b = b;
+	h->mask = nb - 1;
+}
+
+void tfs_ns_lock(void)
+{
+	pthread_mutex_lock(&tfs.ns_lock);
+}
+
+void tfs_ns_unlock(void)
+{
+	pthread_mutex_unlock(&tfs.ns_lock);
+}
+
+void tfs_now(struct timespec *ts)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+}
+
+void tfs_touch_locked(struct tfs_inode *i, bool mtime)
+{
+	struct timespec now;
+
+	tfs_now(&now);
+	i->ctime = now;
+	if (mtime)
+		i->mtime = now;
+}
+
+struct tfs_inode *tfs_inode_get_locked(fuse_ino_t ino)
+{
+	struct tfs_inode *i = tfs.inodes.b[inode_bucket(&tfs.inodes, ino)];
+
+	while (i && i->ino != ino)
+		i = i->hnext;
+	return i;
+}
+
+struct tfs_inode *tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid,
+				       dev_t rdev, struct tier_buf *buf)
+{
+	struct tfs_inode *i = calloc(1, sizeof(*i));
+	size_t at;
+
+	if (!i)
+		return NULL;
+	if (S_ISDIR(mode)) {
+		i->dir = calloc(1, sizeof(*i->dir));
+		if (!i->dir) {
+			free(i);
+			return NULL;
+		}
+		/* 1 and 2 are "." and ".." in readdir. */
+		i->dir->next_cookie = 3;
+	} else if (S_ISREG(mode)) {
+		i->buf = buf;
+	}
+	i->ino = tfs.next_ino++;
+	i->mode = mode;
+	i->uid = uid;
+	i->gid = gid;
+	i->rdev = rdev;
+	tfs_now(&i->atime);
+	i->mtime = i->ctime = i->atime;
+
+	at = inode_bucket(&tfs.inodes, i->ino);
+	i->hnext = tfs.inodes.b[at];
+	tfs.inodes.b[at] = i;
+	if (++tfs.inodes.count > tfs.inodes.mask + 1)
+		inode_hash_grow(&tfs.inodes);
+	return i;
+}
+
+static void inode_unhash_locked(struct tfs_inode *i)
+{
+	struct tfs_inode **pp = (struct tfs_inode **)&tfs.inodes.b[
+		inode_bucket(&tfs.inodes, i->ino)];
+
+	while (*pp && *pp != i)
+		pp = &(*pp)->hnext;
+	if (*pp) {
+		*pp = i->hnext;
+		tfs.inodes.count--;
+	}
+}
+
+void tfs_inode_check_locked(struct tfs_inode *i, struct tfs_inode **reap)
+{
+	if (i->nlink || i->nlookup || i->nopen || i == tfs.root)
+		return;
+	inode_unhash_locked(i);
+	i->hnext = *reap;
+	*reap = i;
+}
+
+static void inode_free(struct tfs_inode *i)
+{
+	struct tfs_xattr *x, *next;
+
+	if (S_ISREG(i->mode)) {
+		if (i->buf)
+			tier_buf_destroy(i->buf);
+	} else if (S_ISDIR(i->mode)) {
+		if (i->dir) {
+			free(i->dir->slots);
+			free(i->dir);
+		}
+	} else if (S_ISLNK(i->mode)) {
+		free(i->target);
+	}
+	for (x = i->xattrs; x; x = next) {
+		next = x->next;
+		free(x);
+	}
+	free(i);
+}
+
+void tfs_reap(struct tfs_inode *reap)
+{
+	struct tfs_inode *next;
+
+	for (; reap; reap = next) {
+		next = reap->hnext;
+		inode_free(reap);
+	}
+}
+
+void tfs_forget_locked(struct tfs_inode *i, uint64_t n,
+		       struct tfs_inode **reap)
+{
+	if (n > i->nlookup) {
+		tfs_warn("forget of %llu lookups on inode %llu holding %llu",
+			 (unsigned long long)n, (unsigned long long)i->ino,
+			 (unsigned long long)i->nlookup);
+		n = i->nlookup;
+	}
+	i->nlookup -= n;
+	tfs_inode_check_locked(i, reap);
+}
+
+struct tfs_dentry *tfs_dentry_find_locked(struct tfs_inode *parent,
+					  const char *name, size_t len)
+{
+	uint32_t h = name_hash(parent->ino, name, len);
+	struct tfs_dentry *d = tfs.dentries.b[h & tfs.dentries.mask];
+
+	for (; d; d = d->hnext) {
+		if (d->hash == h && d->parent == parent &&
+		    d->namelen == len && !memcmp(d->name, name, len))
+			return d;
+	}
+	return NULL;
+}
+
+uint32_t tfs_dir_seek_locked(const struct tfs_dir *dir, uint64_t off)
+{
+	uint32_t lo = 0, hi = dir->n;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (dir->slots[mid].cookie <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int tfs_dentry_add_locked(struct tfs_inode *parent, const char *name,
+			  size_t len, struct tfs_inode *inode)
+{
+	struct tfs_dir *dir = parent->dir;
+	struct tfs_dentry *d;
+	size_t at;
+
+	if (dir->n == dir->cap) {
+		uint32_t ncap = dir->cap ? dir->cap * 2 : 8;
+		struct tfs_slot *s;
+
+		if (ncap < dir->cap)
+			return -ENOSPC;
+		s = realloc(dir->slots, ncap * sizeof(*s));
+		if (!s)
+			return -ENOMEM;
+		dir->slots = s;
+		dir->cap = ncap;
+	}
+	d = malloc(sizeof(*d) + len + 1);
+	if (!d)
+		return -ENOMEM;
+	d->parent = parent;
+	d->inode = inode;
+	d->namelen = (uint8_t)len;
+	memcpy(d->name, name, len);
+	d->name[len] = '\0';
+	d->hash = name_hash(parent->ino, name, len);
+	d->cookie = dir->next_cookie++;
+	dir->slots[dir->n].cookie = d->cookie;
+	dir->slots[dir->n].d = d;
+	dir->n++;
+	dir->live++;
+
+	at = d->hash & tfs.dentries.mask;
+	d->hnext = tfs.dentries.b[at];
+	tfs.dentries.b[at] = d;
+	if (++tfs.dentries.count > tfs.dentries.mask + 1)
+		dentry_hash_grow(&tfs.dentries);
+	return 0;
+}
+
+/*
+ * Compact only once tombstones outnumber live entries: that keeps removal
+ * amortised O(1) while an "rm -rf" walks a huge directory from the front.
+ */
+static void dir_compact(struct tfs_dir *dir)
+{
+	uint32_t k, w = 0;
+
+	for (k = 0; k < dir->n; k++) {
+		if (dir->slots[k].d)
+			dir->slots[w++] = dir->slots[k];
+	}
+	dir->n = w;
+	if (dir->cap > 64 && w < dir->cap / 4) {
+		uint32_t ncap = dir->cap / 2;
+		struct tfs_slot *s = realloc(dir->slots, ncap * sizeof(*s));
+
+		if (s) {
+			dir->slots = s;
+			dir->cap = ncap;
+		}
+	}
+}
+
+void tfs_dentry_del_locked(struct tfs_dentry *d)
+{
+	struct tfs_dir *dir = d->parent->dir;
+	struct tfs_dentry **pp = (struct tfs_dentry **)&tfs.dentries.b[
+		d->hash & tfs.dentries.mask];
+	uint32_t at;
+
+	while (*pp && *pp != d)
+		pp = &(*pp)->hnext;
+	if (*pp) {
+		*pp = d->hnext;
+		tfs.dentries.count--;
+	}
+	at = tfs_dir_seek_locked(dir, d->cookie - 1);
+	if (at < dir->n && dir->slots[at].d == d)
+		dir->slots[at].d = NULL;
+	dir->live--;
+	if (dir->n - dir->live > 32 && dir->n - dir->live > dir->live)
+		dir_compact(dir);
+	free(d);
+}
+
+void tfs_stat_locked(const struct tfs_inode *i, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = i->ino;
+	st->st_mode = i->mode;
+	st->st_nlink = i->nlink;
+	st->st_uid = i->uid;
+	st->st_gid = i->gid;
+	st->st_rdev = i->rdev;
+	st->st_blksize = 4096;
+	st->st_atim = i->atime;
+	st->st_mtim = i->mtime;
+	st->st_ctim = i->ctime;
+	if (S_ISDIR(i->mode)) {
+		/* Like tmpfs: a size that grows with the entries. */
+		st->st_size = (off_t)(i->dir->live + 2) * 32;
+	} else if (S_ISLNK(i->mode)) {
+		st->st_size = (off_t)strlen(i->target);
+	}
+}
+
+void tfs_stat_data(const struct tfs_inode *i, struct stat *st)
+{
+	struct tier_buf_stat bs;
+
+	if (!S_ISREG(i->mode))
+		return;
+	tier_buf_stat(i->buf, &bs);
+	st->st_size = (off_t)bs.size;
+	st->st_blocks = (blkcnt_t)bs.blocks;
+}
+
+int tfs_ns_init(void)
+{
+	struct tfs_inode *root;
+	int rc;
+
+	rc = hash_init(&tfs.inodes);
+	if (rc)
+		return rc;
+	rc = hash_init(&tfs.dentries);
+	if (rc)
+		goto out_inodes;
+	tfs.next_ino = FUSE_ROOT_ID;
+	root = tfs_inode_new_locked(S_IFDIR | 0755, getuid(), getgid(), 0,
+				    NULL);
+	if (!root) {
+		rc = -ENOMEM;
+		goto out_dentries;
+	}
+	root->nlink = 2;
+	root->dir->parent = root;
+	tfs.root = root;
+	return 0;
+
+out_dentries:
+	free(tfs.dentries.b);
+out_inodes:
+	free(tfs.inodes.b);
+	return rc;
+}
+
+/* At unmount the kernel sends no more forgets: free whatever is left. */
+void tfs_ns_destroy(void)
+{
+	size_t k;
+
+	if (!tfs.inodes.b)
+		return;
+	for (k = 0; k <= tfs.dentries.mask; k++) {
+		struct tfs_dentry *d = tfs.dentries.b[k], *next;
+
+		for (; d; d = next) {
+			next = d->hnext;
+			free(d);
+		}
+	}
+	for (k = 0; k <= tfs.inodes.mask; k++) {
+		struct tfs_inode *i = tfs.inodes.b[k], *next;
+
+		for (; i; i = next) {
+			next = i->hnext;
+			inode_free(i);
+		}
+	}
+	free(tfs.dentries.b);
+	free(tfs.inodes.b);
+	tfs.dentries.b = NULL;
+	tfs.inodes.b = NULL;
+	tfs.root = NULL;
+}

@@ -1,0 +1,399 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * tierfs MOUNTPOINT [-o opt,...] [-f] [-d] [-s]
+ *
+ * Options are sorted once: config=FILE and every config key go to config/,
+ * the rest to libfuse. The configuration is complete and valid before
+ * anything forks or mounts, so a typo never leaves a mount behind.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fs/fs_i.h"
+
+#ifndef TFS_VERSION
+#define TFS_VERSION "0.1.0"
+#endif
+
+struct override {
+	char *key;
+	char *value;
+};
+
+struct cmdline {
+	char *config; /* -o config=FILE */
+	struct override *ov; /* -o section_key=value, in order */
+	size_t nov;
+	char *nonopt[2]; /* [SOURCE] MOUNTPOINT */
+	int nnonopt;
+	bool bad;
+};
+
+static struct cmdline cl;
+static char *mountpoint;
+static struct tfs_config cfg;
+
+/* mount(8) and fstab pass these; they mean nothing to tierfs or FUSE. */
+static bool fstab_noise(const char *key)
+{
+	static const char *const words[] = {
+		"defaults", "auto", "noauto", "user", "users", "nouser",
+		"_netdev", "nofail", "owner", "group", "comment",
+	};
+	size_t k;
+
+	if (!strncmp(key, "x-", 2))
+		return true;
+	for (k = 0; k < sizeof(words) / sizeof(words[0]); k++) {
+		if (!strcmp(key, words[k]))
+			return true;
+	}
+	return false;
+}
+
+static int opt_proc(void *data, const char *arg, int key,
+		    struct fuse_args *outargs)
+{
+	struct cmdline *c = data;
+	const char *eq;
+	char *name;
+
+	if (key == FUSE_OPT_KEY_NONOPT) {
+		if (c->nnonopt == 2) {
+			fprintf(stderr, "tierfs: too many arguments: '%s'\n",
+				arg);
+			c->bad = true;
+			return -1;
+		}
+		c->nonopt[c->nnonopt] = strdup(arg);
+		if (!c->nonopt[c->nnonopt])
+			return -1;
+		c->nnonopt++;
+		return 0;
+	}
+	if (key != FUSE_OPT_KEY_OPT || arg[0] == '-')
+		return 1;
+	eq = strchr(arg, '=');
+	name = strndup(arg, eq ? (size_t)(eq - arg) : strlen(arg));
+	if (!name)
+		return -1;
+	if (!strcmp(name, "config")) {
+		free(name);
+		if (!eq || !eq[1]) {
+			fprintf(stderr, "tierfs: -o config: needs a file\n");
+			c->bad = true;
+			return -1;
+		}
+		free(c->config);
+		c->config = strdup(eq + 1);
+		return c->config ? 0 : -1;
+	}
+	if (cfg_is_option(name)) {
+		struct override *ov;
+
+		if (!eq) {
+			fprintf(stderr, "tierfs: -o %s: needs a value\n", name);
+			free(name);
+			c->bad = true;
+			return -1;
+		}
+		ov = realloc(c->ov, (c->nov + 1) * sizeof(*ov));
+		if (!ov) {
+			free(name);
+			return -1;
+		}
+		c->ov = ov;
+		ov[c->nov].key = name;
+		ov[c->nov].value = strdup(eq + 1);
+		if (!ov[c->nov].value)
+			return -1;
+		c->nov++;
+		return 0;
+	}
+	if (fstab_noise(name)) {
+		free(name);
+		return 0;
+	}
+	free(name);
+	return 1;
+}
+
+static void cmdline_free(struct cmdline *c)
+{
+	size_t k;
+
+	for (k = 0; k < c->nov; k++) {
+		free(c->ov[k].key);
+		free(c->ov[k].value);
+	}
+	free(c->ov);
+	free(c->config);
+	free(c->nonopt[0]);
+	free(c->nonopt[1]);
+}
+
+/*
+ * Defaults, then the file, then -o: used at start and again on SIGHUP, so
+ * that a reload keeps what the command line forced.
+ */
+static int load_config(struct tfs_config *c, const char *mnt, char *err,
+		       size_t errlen)
+{
+	const char *file = cl.config;
+	size_t k;
+	int rc;
+
+	cfg_defaults(c);
+	if (!file && !access(TFS_DEFAULT_CONFIG, F_OK))
+		file = TFS_DEFAULT_CONFIG;
+	if (file) {
+		rc = cfg_load_file(c, file, err, errlen);
+		if (rc)
+			return rc;
+	}
+	for (k = 0; k < cl.nov; k++) {
+		rc = cfg_set_option(c, cl.ov[k].key, cl.ov[k].value, err,
+				    errlen);
+		if (rc)
+			return rc;
+	}
+	return cfg_validate(c, mnt, err, errlen);
+}
+
+/*
+ * Runs in the SIGHUP thread. The mount point is not resolved again (that
+ * would be a request to this very mount), and what cannot change live is
+ * ignored by tier_store_reconfigure().
+ */
+static void reload(void)
+{
+	struct tfs_config nc;
+	char err[1024];
+	int rc;
+
+	err[0] = '\0';
+	rc = load_config(&nc, NULL, err, sizeof(err));
+	if (rc) {
+		tfs_err("reload failed, keeping the running configuration: %s",
+			err[0] ? err : strerror(-rc));
+		cfg_free(&nc);
+		return;
+	}
+	rc = tier_store_reconfigure(tfs.store, &nc);
+	if (rc) {
+		tfs_err("cannot apply the reloaded configuration: %s",
+			strerror(-rc));
+		cfg_free(&nc);
+		return;
+	}
+	tfs_notice("configuration reloaded%s%s%s",
+		   nc.config_file ? " from '" : "",
+		   nc.config_file ? nc.config_file : "",
+		   nc.config_file ? "'" : "");
+	/* Only this thread replaces cfg after start-up. */
+	cfg_free(&cfg);
+	cfg = nc;
+}
+
+static void usage(const char *prog)
+{
+	printf("usage: %s MOUNTPOINT [-o opt,...] [-f] [-d] [-s]\n"
+	       "       %s SOURCE MOUNTPOINT -o opt,...   (mount.fuse3, fstab)\n"
+	       "\n"
+	       "Present tiered GPU/host/disk buffers as files.\n"
+	       "\n"
+	       "tierfs options:\n"
+	       "    -h, --help             print this help\n"
+	       "    -V, --version          print the version\n"
+	       "    -f                     stay in the foreground, log to stderr\n"
+	       "    -d                     FUSE debug output (implies -f)\n"
+	       "    -s                     single-threaded\n"
+	       "    -o config=FILE         read FILE instead of %s\n"
+	       "    -o allow_other         let other users see the mount\n"
+	       "\n"
+	       "Configuration (also [section] key in the config file):\n",
+	       prog, prog, TFS_DEFAULT_CONFIG);
+	cfg_print_help(stdout, 4);
+	printf("\nFUSE options:\n");
+	fflush(stdout);
+	fuse_lowlevel_help();
+}
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	tfs_daemon_ready(1, msg);
+}
+
+int main(int argc, char **argv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts opts = { 0 };
+	struct fuse_loop_config *lc = NULL;
+	char err[1024], tag[32];
+	sigset_t hup;
+	int rc, ret = 1;
+	bool mounted = false, handlers = false;
+
+	/* Before any thread exists, so that every thread inherits it. */
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &hup, NULL);
+	tfs_log_setup(false);
+
+	if (fuse_opt_parse(&args, &cl, NULL, opt_proc) || cl.bad)
+		goto out_args;
+	if (fuse_parse_cmdline(&args, &opts))
+		goto out_args;
+	if (opts.show_help) {
+		usage(argv[0]);
+		ret = 0;
+		goto out_opts;
+	}
+	if (opts.show_version) {
+		printf("tierfs version %s\n", TFS_VERSION);
+		printf("FUSE library version %s\n", fuse_pkgversion());
+		fuse_lowlevel_version();
+		ret = 0;
+		goto out_opts;
+	}
+	if (!cl.nnonopt) {
+		fprintf(stderr, "usage: %s MOUNTPOINT [-o opt,...] [-f] [-d]\n"
+			"       %s --help for more\n", argv[0], argv[0]);
+		goto out_opts;
+	}
+	mountpoint = realpath(cl.nonopt[cl.nnonopt - 1], NULL);
+	if (!mountpoint) {
+		fprintf(stderr, "tierfs: bad mount point '%s': %s\n",
+			cl.nonopt[cl.nnonopt - 1], strerror(errno));
+		goto out_opts;
+	}
+	err[0] = '\0';
+	rc = load_config(&cfg, mountpoint, err, sizeof(err));
+	if (rc) {
+		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-rc));
+		goto out_cfg;
+	}
+	if (opts.debug)
+		tfs_log_max = TFS_LOG_DEBUG;
+	/* Always: without it the kernel would let anyone read any file. */
+	if (fuse_opt_add_arg(&args,
+			     "-odefault_permissions,fsname=tierfs,subtype=tierfs"))
+		goto out_cfg;
+
+	if (!opts.foreground) {
+		rc = tfs_daemonize();
+		if (rc) {
+			fprintf(stderr, "tierfs: cannot fork: %s\n",
+				strerror(-rc));
+			goto out_cfg;
+		}
+	}
+	/* CUDA must start in the process that serves the mount. */
+	snprintf(tag, sizeof(tag), "%ld", (long)getpid());
+	rc = tfs_ns_init();
+	if (rc) {
+		fail("cannot set up the namespace: %s", strerror(-rc));
+		goto out_cfg;
+	}
+	err[0] = '\0';
+	rc = tier_store_init(&tfs.store, &cfg, tag, err, sizeof(err));
+	if (rc) {
+		fail("cannot start the store: %s",
+		     err[0] ? err : strerror(-rc));
+		goto out_ns;
+	}
+	/* The tables answer everything; timeouts only bound how stale
+	 * st_blocks may look after a spill. */
+	tfs.entry_timeout = 1.0;
+	tfs.attr_timeout = 1.0;
+	tfs_ops_set_read_ahead(cfg.fs.read_ahead_kb);
+
+	tfs.se = fuse_session_new(&args, &tfs_ops, sizeof(tfs_ops), NULL);
+	if (!tfs.se) {
+		fail("cannot create the FUSE session (bad -o option?)");
+		goto out_store;
+	}
+	if (fuse_set_signal_handlers(tfs.se)) {
+		fail("cannot set signal handlers");
+		goto out_session;
+	}
+	handlers = true;
+	if (fuse_session_mount(tfs.se, mountpoint)) {
+		fail("cannot mount on '%s'", mountpoint);
+		goto out_session;
+	}
+	mounted = true;
+	tfs_set_read_ahead(mountpoint, cfg.fs.read_ahead_kb);
+	rc = tfs_sighup_start(reload);
+	if (rc) {
+		fail("cannot start the reload thread: %s", strerror(-rc));
+		goto out_session;
+	}
+	tfs_notice("mounted on '%s'", mountpoint);
+	tfs_daemon_ready(0, NULL);
+
+	if (opts.singlethread) {
+		rc = fuse_session_loop(tfs.se);
+	} else {
+		unsigned int threads = cfg.fs.threads ? cfg.fs.threads :
+							 opts.max_threads;
+
+		lc = fuse_loop_cfg_create();
+		if (!lc) {
+			tfs_err("cannot allocate the loop configuration");
+			goto out_hup;
+		}
+		fuse_loop_cfg_set_clone_fd(lc, 1);
+		fuse_loop_cfg_set_max_threads(lc, threads);
+		/* Idle workers stay: each owns a faulted-in reply buffer. */
+		fuse_loop_cfg_set_idle_threads(lc,
+			opts.max_idle_threads == UINT_MAX ?
+			threads : opts.max_idle_threads);
+		rc = fuse_session_loop_mt(tfs.se, lc);
+	}
+	/* A signal ends the loop with its number; that is a clean exit. */
+	ret = rc < 0 ? 1 : 0;
+	if (rc < 0)
+		tfs_err("session loop failed: %s", strerror(-rc));
+	else
+		tfs_notice("unmounting '%s'", mountpoint);
+out_hup:
+	tfs_sighup_stop();
+out_session:
+	if (mounted)
+		fuse_session_unmount(tfs.se);
+	if (handlers)
+		fuse_remove_signal_handlers(tfs.se);
+	fuse_session_destroy(tfs.se);
+	tfs.se = NULL;
+out_store:
+	/* Buffers first: the store refuses to go while any is alive. */
+	tfs_ns_destroy();
+	tier_store_destroy(tfs.store);
+	tfs.store = NULL;
+out_ns:
+	tfs_ns_destroy();
+out_cfg:
+	cfg_free(&cfg);
+	free(mountpoint);
+out_opts:
+	free(opts.mountpoint);
+out_args:
+	if (lc)
+		fuse_loop_cfg_destroy(lc);
+	fuse_opt_free_args(&args);
+	cmdline_free(&cl);
+	return ret;
+}

@@ -1,0 +1,1096 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * Low-level FUSE operations: the namespace (lookup, create, rename, ...)
+ * on the tables of inode.c, and file data passed straight to the buffer
+ * store. Helpers return 0 or -errno; only the handlers reply.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/fs.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "fs/fs_i.h"
+
+/*
+ * copy_file_range answers with a 32-bit count; callers loop on short copies,
+ * so a bound well inside it costs nothing.
+ */
+#define TFS_COPY_MAX (1ULL << 30)
+#define TFS_REPLY_BUF_SIZE (TFS_IO_MAX + 64 * 1024)
+
+static pthread_key_t reply_key;
+static pthread_once_t reply_once = PTHREAD_ONCE_INIT;
+
+static void reply_buf_free(void *p)
+{
+	munmap(p, TFS_REPLY_BUF_SIZE);
+}
+
+static void reply_key_create(void)
+{
+	if (pthread_key_create(&reply_key, reply_buf_free))
+		abort();
+}
+
+/*
+ * One buffer per worker thread, faulted in once: a 1 MiB read then costs a
+ * copy from the store and nothing else, where malloc would hand large
+ * blocks back to the kernel and fault them in again on every read.
+ */
+void *tfs_reply_buf(void)
+{
+	void *p;
+
+	pthread_once(&reply_once, reply_key_create);
+	p = pthread_getspecific(reply_key);
+	if (p)
+		return p;
+	p = mmap(NULL, TFS_REPLY_BUF_SIZE, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	if (pthread_setspecific(reply_key, p)) {
+		munmap(p, TFS_REPLY_BUF_SIZE);
+		return NULL;
+	}
+	return p;
+}
+
+/* The kernel pins @ino for the whole request, so the pointer stays valid
+ * after the lock is dropped. */
+static struct tfs_inode *iget(fuse_ino_t ino)
+{
+	struct tfs_inode *i;
+
+	tfs_ns_lock();
+	i = tfs_inode_get_locked(ino);
+	tfs_ns_unlock();
+	return i;
+}
+
+static int check_name(const char *name, size_t *len)
+{
+	*len = strlen(name);
+	if (*len > TFS_NAME_MAX)
+		return -ENAMETOOLONG;
+	if (*len == 0)
+		return -ENOENT;
+	return 0;
+}
+
+static void forget_one(struct tfs_inode *i)
+{
+	struct tfs_inode *reap = NULL;
+
+	tfs_ns_lock();
+	tfs_forget_locked(i, 1, &reap);
+	tfs_ns_unlock();
+	tfs_reap(reap);
+}
+
+/* Hand the lookup reference taken for @i to the kernel, or drop it when
+ * the kernel is no longer listening (an interrupted request). */
+static void reply_entry(fuse_req_t req, struct tfs_inode *i,
+			const struct stat *st)
+{
+	struct fuse_entry_param e;
+
+	memset(&e, 0, sizeof(e));
+	e.ino = i->ino;
+	e.attr = *st;
+	e.attr_timeout = tfs.attr_timeout;
+	e.entry_timeout = tfs.entry_timeout;
+	if (fuse_reply_entry(req, &e))
+		forget_one(i);
+}
+
+static void tfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fuse_entry_param e;
+	struct tfs_inode *p, *i;
+	struct tfs_dentry *d;
+	struct stat st;
+	size_t len;
+	int rc;
+
+	rc = check_name(name, &len);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	tfs_ns_lock();
+	p = tfs_inode_get_locked(parent);
+	if (!p || !S_ISDIR(p->mode)) {
+		tfs_ns_unlock();
+		fuse_reply_err(req, p ? ENOTDIR : ENOENT);
+		return;
+	}
+	d = tfs_dentry_find_locked(p, name, len);
+	if (!d) {
+		tfs_ns_unlock();
+		/* Every change goes through this kernel: caching the miss is
+		 * safe and spares a round trip per create. */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = tfs.entry_timeout;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	i = d->inode;
+	i->nlookup++;
+	tfs_stat_locked(i, &st);
+	tfs_ns_unlock();
+	tfs_stat_data(i, &st);
+	reply_entry(req, i, &st);
+}
+
+static void tfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct tfs_inode *i, *reap = NULL;
+
+	tfs_ns_lock();
+	i = tfs_inode_get_locked(ino);
+	if (i)
+		tfs_forget_locked(i, nlookup, &reap);
+	tfs_ns_unlock();
+	tfs_reap(reap);
+	fuse_reply_none(req);
+}
+
+static void tfs_forget_multi(fuse_req_t req, size_t count,
+			     struct fuse_forget_data *forgets)
+{
+	struct tfs_inode *i, *reap = NULL;
+	size_t k;
+
+	tfs_ns_lock();
+	for (k = 0; k < count; k++) {
+		i = tfs_inode_get_locked(forgets[k].ino);
+		if (i)
+			tfs_forget_locked(i, forgets[k].nlookup, &reap);
+	}
+	tfs_ns_unlock();
+	tfs_reap(reap);
+	fuse_reply_none(req);
+}
+
+static void tfs_getattr(fuse_req_t req, fuse_ino_t ino,
+			struct fuse_file_info *fi)
+{
+	struct tfs_inode *i;
+	struct stat st;
+
+	tfs_ns_lock();
+	i = tfs_inode_get_locked(ino);
+	if (!i) {
+		tfs_ns_unlock();
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	tfs_stat_locked(i, &st);
+	tfs_ns_unlock();
+	tfs_stat_data(i, &st);
+	fuse_reply_attr(req, &st, tfs.attr_timeout);
+}
+
+static void set_time(struct timespec *dst, const struct timespec *src,
+		     bool now, const struct timespec *ts_now)
+{
+	*dst = now ? *ts_now : *src;
+}
+
+static void tfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+			int to_set, struct fuse_file_info *fi)
+{
+	struct timespec now;
+	struct tfs_inode *i = iget(ino);
+	struct stat st;
+	int rc;
+
+	if (!i) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (S_ISDIR(i->mode)) {
+			fuse_reply_err(req, EISDIR);
+			return;
+		}
+		if (!S_ISREG(i->mode)) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		if (attr->st_size < 0) {
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
+		rc = tier_buf_truncate(i->buf, (uint64_t)attr->st_size);
+		if (rc < 0) {
+			fuse_reply_err(req, -rc);
+			return;
+		}
+	}
+	tfs_now(&now);
+	tfs_ns_lock();
+	if (to_set & FUSE_SET_ATTR_MODE)
+		i->mode = (i->mode & S_IFMT) | (attr->st_mode & 07777);
+	if (to_set & FUSE_SET_ATTR_UID)
+		i->uid = attr->st_uid;
+	if (to_set & FUSE_SET_ATTR_GID)
+		i->gid = attr->st_gid;
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		i->mtime = now;
+		i->flags |= TFS_I_DIRTY;
+	}
+	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW))
+		set_time(&i->atime, &attr->st_atim,
+			 to_set & FUSE_SET_ATTR_ATIME_NOW, &now);
+	if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW))
+		set_time(&i->mtime, &attr->st_mtim,
+			 to_set & FUSE_SET_ATTR_MTIME_NOW, &now);
+	if (to_set & FUSE_SET_ATTR_CTIME)
+		i->ctime = attr->st_ctim;
+	else
+		i->ctime = now;
+	tfs_stat_locked(i, &st);
+	tfs_ns_unlock();
+	tfs_stat_data(i, &st);
+	fuse_reply_attr(req, &st, tfs.attr_timeout);
+}
+
+/*
+ * Create a named inode of @mode in @parent and take one lookup reference on
+ * it for the reply. A regular file's buffer is made before the lock is
+ * taken: the store has its own lock and the namespace must not wait on it.
+ */
+static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev, const char *target,
+		     struct tfs_inode **out, struct stat *st)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct tier_buf *buf = NULL;
+	struct tfs_inode *p, *i, *reap = NULL;
+	char *tcopy = NULL;
+	gid_t gid = ctx->gid;
+	size_t len;
+	int rc;
+
+	rc = check_name(name, &len);
+	if (rc)
+		return rc;
+	if (S_ISREG(mode)) {
+		rc = tier_buf_new(tfs.store, &buf);
+		if (rc < 0)
+			return rc;
+	} else if (S_ISLNK(mode)) {
+		tcopy = strdup(target);
+		if (!tcopy)
+			return -ENOMEM;
+	}
+	tfs_ns_lock();
+	p = tfs_inode_get_locked(parent);
+	if (!p || !p->nlink) {
+		rc = -ENOENT;
+		goto out_unlock;
+	}
+	if (!S_ISDIR(p->mode)) {
+		rc = -ENOTDIR;
+		goto out_unlock;
+	}
+	if (tfs_dentry_find_locked(p, name, len)) {
+		rc = -EEXIST;
+		goto out_unlock;
+	}
+	if (p->mode & S_ISGID) {
+		gid = p->gid;
+		if (S_ISDIR(mode))
+			mode |= S_ISGID;
+	}
+	i = tfs_inode_new_locked(mode, ctx->uid, gid, rdev, buf);
+	if (!i) {
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
+	buf = NULL;
+	if (S_ISLNK(mode)) {
+		i->target = tcopy;
+		tcopy = NULL;
+	}
+	rc = tfs_dentry_add_locked(p, name, len, i);
+	if (rc) {
+		tfs_inode_check_locked(i, &reap);
+		goto out_unlock;
+	}
+	if (S_ISDIR(mode)) {
+		i->nlink = 2;
+		i->dir->parent = p;
+		p->nlink++;
+	} else {
+		i->nlink = 1;
+	}
+	i->nlookup++;
+	tfs_touch_locked(p, true);
+	tfs_stat_locked(i, st);
+	*out = i;
+out_unlock:
+	tfs_ns_unlock();
+	tfs_reap(reap);
+	if (buf)
+		tier_buf_destroy(buf);
+	free(tcopy);
+	return rc;
+}
+
+static void tfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, dev_t rdev)
+{
+	struct tfs_inode *i;
+	struct stat st;
+	int rc;
+
+	switch (mode & S_IFMT) {
+	case S_IFREG:
+	case S_IFIFO:
+	case S_IFSOCK:
+	case S_IFCHR:
+	case S_IFBLK:
+		break;
+	default:
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	rc = make_node(req, parent, name, mode, rdev, NULL, &i, &st);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		reply_entry(req, i, &st);
+}
+
+static void tfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode)
+{
+	struct tfs_inode *i;
+	struct stat st;
+	int rc;
+
+	rc = make_node(req, parent, name, S_IFDIR | (mode & 07777), 0, NULL,
+		       &i, &st);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		reply_entry(req, i, &st);
+}
+
+static void tfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+			const char *name)
+{
+	struct tfs_inode *i;
+	struct stat st;
+	int rc;
+
+	if (strlen(link) >= PATH_MAX) {
+		fuse_reply_err(req, ENAMETOOLONG);
+		return;
+	}
+	rc = make_node(req, parent, name, S_IFLNK | 0777, 0, link, &i, &st);
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		reply_entry(req, i, &st);
+}
+
+static void tfs_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct tfs_inode *i;
+	char *copy = NULL;
+
+	tfs_ns_lock();
+	i = tfs_inode_get_locked(ino);
+	if (i && S_ISLNK(i->mode))
+		copy = strdup(i->target);
+	tfs_ns_unlock();
+	if (!i || !S_ISLNK(i->mode))
+		fuse_reply_err(req, i ? EINVAL : ENOENT);
+	else if (!copy)
+		fuse_reply_err(req, ENOMEM);
+	else
+		fuse_reply_readlink(req, copy);
+	free(copy);
+}
+
+static void tfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		     const char *newname)
+{
+	struct tfs_inode *i, *p;
+	struct stat st;
+	size_t len;
+	int rc;
+
+	rc = check_name(newname, &len);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	tfs_ns_lock();
+	i = tfs_inode_get_locked(ino);
+	p = tfs_inode_get_locked(newparent);
+	if (!i || !p || !p->nlink)
+		rc = -ENOENT;
+	else if (!S_ISDIR(p->mode))
+		rc = -ENOTDIR;
+	else if (S_ISDIR(i->mode))
+		rc = -EPERM;
+	else if (!i->nlink)
+		rc = -ENOENT;
+	else if (i->nlink >= UINT32_MAX - 1)
+		rc = -EMLINK;
+	else if (tfs_dentry_find_locked(p, newname, len))
+		rc = -EEXIST;
+	else
+		rc = tfs_dentry_add_locked(p, newname, len, i);
+	if (!rc) {
+		i->nlink++;
+		i->nlookup++;
+		tfs_touch_locked(i, false);
+		tfs_touch_locked(p, true);
+		tfs_stat_locked(i, &st);
+	}
+	tfs_ns_unlock();
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	tfs_stat_data(i, &st);
+	reply_entry(req, i, &st);
+}
+
+/* Drop one name of @i (its dentry is already gone). */
+static void drop_link_locked(struct tfs_inode *parent, struct tfs_inode *i,
+			     struct tfs_inode **reap)
+{
+	if (S_ISDIR(i->mode)) {
+		i->nlink = 0;
+		parent->nlink--;
+	} else {
+		i->nlink--;
+	}
+	tfs_touch_locked(i, false);
+	tfs_inode_check_locked(i, reap);
+}
+
+static int remove_entry(fuse_ino_t parent, const char *name, bool dir)
+{
+	struct tfs_inode *p, *i, *reap = NULL;
+	struct tfs_dentry *d;
+	size_t len;
+	int rc;
+
+	rc = check_name(name, &len);
+	if (rc)
+		return rc;
+	tfs_ns_lock();
+	p = tfs_inode_get_locked(parent);
+	if (!p) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if (!S_ISDIR(p->mode)) {
+		rc = -ENOTDIR;
+		goto out;
+	}
+	d = tfs_dentry_find_locked(p, name, len);
+	if (!d) {
+		rc = -ENOENT;
+		goto out;
+	}
+	i = d->inode;
+	if (dir && !S_ISDIR(i->mode)) {
+		rc = -ENOTDIR;
+		goto out;
+	}
+	if (!dir && S_ISDIR(i->mode)) {
+		rc = -EISDIR;
+		goto out;
+	}
+	if (dir && i->dir->live) {
+		rc = -ENOTEMPTY;
+		goto out;
+	}
+	tfs_dentry_del_locked(d);
+	tfs_touch_locked(p, true);
+	drop_link_locked(p, i, &reap);
+out:
+	tfs_ns_unlock();
+	tfs_reap(reap);
+	return rc;
+}
+
+static void tfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, -remove_entry(parent, name, false));
+}
+
+static void tfs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, -remove_entry(parent, name, true));
+}
+
+/* True when @dir is @anc or lies below it. */
+static bool in_subtree_locked(struct tfs_inode *dir, struct tfs_inode *anc)
+{
+	for (;;) {
+		if (dir == anc)
+			return true;
+		if (dir == tfs.root || !dir->dir)
+			return false;
+		dir = dir->dir->parent;
+	}
+}
+
+/* Re-home a directory that moved from @from to @to. */
+static void reparent_locked(struct tfs_inode *i, struct tfs_inode *from,
+			    struct tfs_inode *to)
+{
+	if (!S_ISDIR(i->mode) || from == to)
+		return;
+	i->dir->parent = to;
+	from->nlink--;
+	to->nlink++;
+}
+
+static int rename_exchange_locked(struct tfs_inode *op, struct tfs_dentry *sd,
+				  struct tfs_inode *np, struct tfs_dentry *dd)
+{
+	struct tfs_inode *a = sd->inode, *b = dd->inode;
+
+	if (S_ISDIR(a->mode) && in_subtree_locked(np, a))
+		return -EINVAL;
+	if (S_ISDIR(b->mode) && in_subtree_locked(op, b))
+		return -EINVAL;
+	sd->inode = b;
+	dd->inode = a;
+	reparent_locked(a, op, np);
+	reparent_locked(b, np, op);
+	tfs_touch_locked(a, false);
+	tfs_touch_locked(b, false);
+	tfs_touch_locked(op, true);
+	tfs_touch_locked(np, true);
+	return 0;
+}
+
+static int do_rename(fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		     const char *newname, unsigned int flags)
+{
+	struct tfs_inode *op, *np, *src, *victim, *reap = NULL;
+	struct tfs_dentry *sd, *dd;
+	size_t len, nlen;
+	int rc;
+
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+		return -EINVAL;
+	rc = check_name(name, &len);
+	if (!rc)
+		rc = check_name(newname, &nlen);
+	if (rc)
+		return rc;
+
+	tfs_ns_lock();
+	op = tfs_inode_get_locked(parent);
+	np = tfs_inode_get_locked(newparent);
+	if (!op || !np || !np->nlink) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if (!S_ISDIR(op->mode) || !S_ISDIR(np->mode)) {
+		rc = -ENOTDIR;
+		goto out;
+	}
+	sd = tfs_dentry_find_locked(op, name, len);
+	if (!sd) {
+		rc = -ENOENT;
+		goto out;
+	}
+	src = sd->inode;
+	dd = tfs_dentry_find_locked(np, newname, nlen);
+	if (flags & RENAME_EXCHANGE) {
+		if (!dd)
+			rc = -ENOENT;
+		else if (dd != sd)
+			rc = rename_exchange_locked(op, sd, np, dd);
+		goto out;
+	}
+	if (dd && (flags & RENAME_NOREPLACE)) {
+		rc = -EEXIST;
+		goto out;
+	}
+	/* Two names of one inode: POSIX says do nothing. */
+	if (dd && dd->inode == src)
+		goto out;
+	if (S_ISDIR(src->mode) && in_subtree_locked(np, src)) {
+		rc = -EINVAL;
+		goto out;
+	}
+	victim = dd ? dd->inode : NULL;
+	if (victim) {
+		if (S_ISDIR(victim->mode)) {
+			if (!S_ISDIR(src->mode))
+				rc = -EISDIR;
+			else if (victim->dir->live)
+				rc = -ENOTEMPTY;
+		} else if (S_ISDIR(src->mode)) {
+			rc = -ENOTDIR;
+		}
+		if (rc)
+			goto out;
+	}
+	/*
+	 * Add the new name before anything is torn down, so that running out
+	 * of memory leaves the tree as it was. Until the victim's dentry goes
+	 * the name is in the table twice; removal is by pointer, and nothing
+	 * else can look in between.
+	 */
+	rc = tfs_dentry_add_locked(np, newname, nlen, src);
+	if (rc)
+		goto out;
+	if (victim) {
+		tfs_dentry_del_locked(dd);
+		drop_link_locked(np, victim, &reap);
+	}
+	tfs_dentry_del_locked(sd);
+	reparent_locked(src, op, np);
+	tfs_touch_locked(src, false);
+	tfs_touch_locked(op, true);
+	tfs_touch_locked(np, true);
+out:
+	tfs_ns_unlock();
+	tfs_reap(reap);
+	return rc;
+}
+
+static void tfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		       fuse_ino_t newparent, const char *newname,
+		       unsigned int flags)
+{
+	fuse_reply_err(req, -do_rename(parent, name, newparent, newname,
+				       flags));
+}
+
+static struct tfs_file *file_new(struct tfs_inode *i, int flags)
+{
+	struct tfs_file *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return NULL;
+	f->inode = i;
+	f->owner = atomic_fetch_add(&tfs.next_owner, 1) + 1;
+	f->writable = (flags & O_ACCMODE) != O_RDONLY;
+	return f;
+}
+
+/*
+ * Page cache: reads go through it (mmap needs it, and readahead turns small
+ * reads into 1 MiB requests), but without keep_cache, so every open drops
+ * what an earlier open cached: each open's reads reach the store and keep
+ * the LRU honest, and bytes a GPU committed are never served stale from an
+ * old open. direct_io would break shared writable mmap on this libfuse, and
+ * writeback caching would hide writes from the store until the kernel
+ * flushes them, after tier_buf_register() placed a stale buffer.
+ */
+static void set_open_flags(struct fuse_file_info *fi, struct tfs_file *f)
+{
+	fi->fh = (uintptr_t)f;
+	fi->keep_cache = 0;
+	fi->direct_io = 0;
+}
+
+static void tfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		       mode_t mode, struct fuse_file_info *fi)
+{
+	struct fuse_entry_param e;
+	struct tfs_inode *i, *reap = NULL;
+	struct tfs_file *f;
+	struct stat st;
+	int rc;
+
+	rc = make_node(req, parent, name, S_IFREG | (mode & 07777), 0, NULL,
+		       &i, &st);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	f = file_new(i, fi->flags);
+	if (!f) {
+		forget_one(i);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	tfs_ns_lock();
+	i->nopen++;
+	tfs_ns_unlock();
+	set_open_flags(fi, f);
+	memset(&e, 0, sizeof(e));
+	e.ino = i->ino;
+	e.attr = st;
+	e.attr_timeout = tfs.attr_timeout;
+	e.entry_timeout = tfs.entry_timeout;
+	if (fuse_reply_create(req, &e, fi)) {
+		tfs_ns_lock();
+		i->nopen--;
+		tfs_forget_locked(i, 1, &reap);
+		tfs_ns_unlock();
+		tfs_reap(reap);
+		free(f);
+	}
+}
+
+static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct tfs_inode *i = iget(ino);
+	struct tfs_file *f;
+	int rc;
+
+	if (!i) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (!S_ISREG(i->mode)) {
+		fuse_reply_err(req, S_ISDIR(i->mode) ? EISDIR : ENXIO);
+		return;
+	}
+	f = file_new(i, fi->flags);
+	if (!f) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if ((fi->flags & O_TRUNC) && f->writable &&
+	    tier_buf_size(i->buf) > 0) {
+		rc = tier_buf_truncate(i->buf, 0);
+		if (rc < 0) {
+			free(f);
+			fuse_reply_err(req, -rc);
+			return;
+		}
+		tfs_ns_lock();
+		tfs_touch_locked(i, true);
+		i->flags |= TFS_I_DIRTY;
+		tfs_ns_unlock();
+	}
+	tfs_ns_lock();
+	i->nopen++;
+	tfs_ns_unlock();
+	set_open_flags(fi, f);
+	if (fuse_reply_open(req, fi)) {
+		struct tfs_inode *reap = NULL;
+
+		tfs_ns_lock();
+		i->nopen--;
+		tfs_inode_check_locked(i, &reap);
+		tfs_ns_unlock();
+		tfs_reap(reap);
+		free(f);
+	}
+}
+
+static void tfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
+	struct tfs_inode *i = f->inode;
+	struct timespec now;
+	void *buf = tfs_reply_buf();
+	ssize_t n;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (size > TFS_IO_MAX)
+		size = TFS_IO_MAX;
+	n = tier_buf_read(i->buf, buf, size, off);
+	if (n < 0) {
+		fuse_reply_err(req, (int)-n);
+		return;
+	}
+	/* relatime: enough for "was it read since it was written". */
+	tfs_now(&now);
+	tfs_ns_lock();
+	if (i->atime.tv_sec <= i->mtime.tv_sec ||
+	    now.tv_sec - i->atime.tv_sec >= 24 * 3600)
+		i->atime = now;
+	tfs_ns_unlock();
+	fuse_reply_buf(req, buf, (size_t)n);
+}
+
+static void tfs_write(fuse_req_t req, fuse_ino_t ino, const char *data,
+		      size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
+	struct tfs_inode *i = f->inode;
+	ssize_t n;
+
+	n = tier_buf_write(i->buf, data, size, off);
+	if (n < 0) {
+		fuse_reply_err(req, (int)-n);
+		return;
+	}
+	tfs_ns_lock();
+	tfs_touch_locked(i, true);
+	i->flags |= TFS_I_DIRTY;
+	tfs_ns_unlock();
+	fuse_reply_write(req, (size_t)n);
+}
+
+/* Clear the dirty flag and place the buffer; on failure mark it dirty again
+ * so that the next close retries. */
+static int register_if_dirty(struct tfs_inode *i)
+{
+	bool dirty;
+	int rc;
+
+	tfs_ns_lock();
+	dirty = i->flags & TFS_I_DIRTY;
+	i->flags &= ~TFS_I_DIRTY;
+	tfs_ns_unlock();
+	if (!dirty)
+		return 0;
+	rc = tier_buf_register(i->buf);
+	if (rc < 0) {
+		tfs_ns_lock();
+		i->flags |= TFS_I_DIRTY;
+		tfs_ns_unlock();
+		tfs_warn("cannot place inode %llu in its tier: %s",
+			 (unsigned long long)i->ino, strerror(-rc));
+	}
+	return rc;
+}
+
+/*
+ * close(2) waits for flush but not for release, which the kernel sends in
+ * the background. Registering at the flush of the only open file makes
+ * "write, close, look at the tier" deterministic; release catches writes
+ * that came later (a dup'd fd, a mapping).
+ */
+static void tfs_flush(fuse_req_t req, fuse_ino_t ino,
+		      struct fuse_file_info *fi)
+{
+	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
+	struct tfs_inode *i = f->inode;
+	bool only;
+
+	tfs_ns_lock();
+	only = i->nopen == 1 && i->nlink;
+	tfs_ns_unlock();
+	if (only)
+		register_if_dirty(i);
+	fuse_reply_err(req, 0);
+}
+
+static void tfs_release(fuse_req_t req, fuse_ino_t ino,
+			struct fuse_file_info *fi)
+{
+	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
+	struct tfs_inode *i = f->inode, *reap = NULL;
+	bool last;
+	int rc;
+
+	if (f->exported) {
+		rc = tier_buf_unexport(i->buf, f->owner);
+		if (rc < 0 && rc != -ENOENT)
+			tfs_warn("cannot drop the export of inode %llu: %s",
+				 (unsigned long long)i->ino, strerror(-rc));
+	}
+	tfs_ns_lock();
+	last = --i->nopen == 0;
+	tfs_inode_check_locked(i, &reap);
+	tfs_ns_unlock();
+	if (last && !reap)
+		register_if_dirty(i);
+	tfs_reap(reap);
+	free(f);
+	fuse_reply_err(req, 0);
+}
+
+static void tfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+		      struct fuse_file_info *fi)
+{
+	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
+
+	fuse_reply_err(req, -register_if_dirty(f->inode));
+}
+
+static void tfs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+			 struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0);
+}
+
+static void tfs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	uint64_t total = 0, avail = 0, files;
+	struct statvfs sv;
+
+	tier_store_capacity(tfs.store, &total, &avail);
+	tfs_ns_lock();
+	files = tfs.inodes.count;
+	tfs_ns_unlock();
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = 4096;
+	sv.f_frsize = 4096;
+	sv.f_blocks = total / 4096;
+	sv.f_bfree = avail / 4096;
+	sv.f_bavail = avail / 4096;
+	/* Inodes cost RAM, not a table: report room for plenty more. */
+	sv.f_files = files + (1ULL << 32);
+	sv.f_ffree = 1ULL << 32;
+	sv.f_favail = sv.f_ffree;
+	sv.f_namemax = TFS_NAME_MAX;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* default_permissions makes the kernel check access(2) itself. */
+static void tfs_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	fuse_reply_err(req, iget(ino) ? 0 : ENOENT);
+}
+
+static void tfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
+			  off_t off, off_t len, struct fuse_file_info *fi)
+{
+	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
+	int rc;
+
+	if (mode) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	if (off < 0 || len <= 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	rc = tier_buf_fallocate(f->inode->buf, (uint64_t)off, (uint64_t)len);
+	if (!rc) {
+		tfs_ns_lock();
+		tfs_touch_locked(f->inode, true);
+		f->inode->flags |= TFS_I_DIRTY;
+		tfs_ns_unlock();
+	}
+	fuse_reply_err(req, rc < 0 ? -rc : 0);
+}
+
+static void tfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
+				off_t off_in, struct fuse_file_info *fi_in,
+				fuse_ino_t ino_out, off_t off_out,
+				struct fuse_file_info *fi_out, size_t len,
+				int flags)
+{
+	struct tfs_file *src = (struct tfs_file *)(uintptr_t)fi_in->fh;
+	struct tfs_file *dst = (struct tfs_file *)(uintptr_t)fi_out->fh;
+	ssize_t n;
+
+	if (flags) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (off_in < 0 || off_out < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (len > TFS_COPY_MAX)
+		len = TFS_COPY_MAX;
+	n = tier_buf_copy(dst->inode->buf, (uint64_t)off_out,
+			  src->inode->buf, (uint64_t)off_in, len);
+	if (n < 0) {
+		fuse_reply_err(req, (int)-n);
+		return;
+	}
+	if (n > 0) {
+		tfs_ns_lock();
+		tfs_touch_locked(dst->inode, true);
+		dst->inode->flags |= TFS_I_DIRTY;
+		tfs_ns_unlock();
+	}
+	fuse_reply_write(req, (size_t)n);
+}
+
+static unsigned int read_ahead_bytes;
+
+static void tfs_init(void *userdata, struct fuse_conn_info *conn)
+{
+	const unsigned int want = FUSE_CAP_ASYNC_READ |
+				  FUSE_CAP_PARALLEL_DIROPS |
+				  FUSE_CAP_READDIRPLUS |
+				  FUSE_CAP_READDIRPLUS_AUTO |
+				  FUSE_CAP_AUTO_INVAL_DATA |
+				  FUSE_CAP_ATOMIC_O_TRUNC;
+
+	conn->want |= want & conn->capable;
+	/*
+	 * No ioctls on directories; the kernel, not tierfs, clears set-id
+	 * bits on write (it sends the mode change as a setattr); no
+	 * writeback cache (see set_open_flags); no splice, since every byte
+	 * is copied out of the store anyway.
+	 */
+	conn->want &= ~(FUSE_CAP_IOCTL_DIR | FUSE_CAP_HANDLE_KILLPRIV |
+			FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_SPLICE_READ |
+			FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+	conn->max_write = TFS_IO_MAX;
+	/*
+	 * The kernel sets the bdi's readahead to the smaller of what it had
+	 * and this, after main() raised the bdi's value: keep them equal.
+	 */
+	if (read_ahead_bytes)
+		conn->max_readahead = read_ahead_bytes;
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+	conn->time_gran = 1;
+}
+
+void tfs_ops_set_read_ahead(unsigned int kb)
+{
+	read_ahead_bytes = kb > UINT_MAX / 1024 ? UINT_MAX : kb * 1024;
+}
+
+const struct fuse_lowlevel_ops tfs_ops = {
+	.init = tfs_init,
+	.lookup = tfs_lookup,
+	.forget = tfs_forget,
+	.forget_multi = tfs_forget_multi,
+	.getattr = tfs_getattr,
+	.setattr = tfs_setattr,
+	.readlink = tfs_readlink,
+	.mknod = tfs_mknod,
+	.mkdir = tfs_mkdir,
+	.unlink = tfs_unlink,
+	.rmdir = tfs_rmdir,
+	.symlink = tfs_symlink,
+	.rename = tfs_rename,
+	.link = tfs_link,
+	.open = tfs_open,
+	.read = tfs_read,
+	.write = tfs_write,
+	.flush = tfs_flush,
+	.release = tfs_release,
+	.fsync = tfs_fsync,
+	.opendir = tfs_opendir,
+	.readdir = tfs_readdir,
+	.readdirplus = tfs_readdirplus,
+	.releasedir = tfs_releasedir,
+	.fsyncdir = tfs_fsyncdir,
+	.statfs = tfs_statfs,
+	.setxattr = tfs_setxattr,
+	.getxattr = tfs_getxattr,
+	.listxattr = tfs_listxattr,
+	.removexattr = tfs_removexattr,
+	.access = tfs_access,
+	.create = tfs_create,
+	.ioctl = tfs_ioctl,
+	.fallocate = tfs_fallocate,
+	.copy_file_range = tfs_copy_file_range,
+};
