@@ -614,6 +614,7 @@ static int stats_read(const char *root, struct stats *s)
 {
 	ssize_t n = getxattr(root, TFS_XATTR_STATS, NULL, 0);
 	char *buf;
+	int err;
 
 	for (int tries = 0; n >= 0 && tries < 8; tries++) {
 		buf = xmalloc(n + 1);
@@ -624,13 +625,14 @@ static int stats_read(const char *root, struct stats *s)
 			s->at = now_s();
 			return 0;
 		}
+		err = errno;
 		free(buf);
 		/* grew between the two calls */
-		if (errno != ERANGE)
-			break;
+		if (err != ERANGE)
+			return -err;
 		n = getxattr(root, TFS_XATTR_STATS, NULL, 0);
 	}
-	return -errno;
+	return n < 0 ? -errno : -ERANGE;
 }
 
 static bool stats_read_msg(const char *root, struct stats *s)
