@@ -767,6 +767,73 @@ static void test_precedence(void)
 	cfg_free(&cfg);
 }
 
+/*
+ * config/tierfs.conf with every ';' key uncommented must load and give the
+ * defaults, so the example cannot drift from the table. Found next to this
+ * source file; skipped when the source tree is not at hand.
+ */
+static char example[4096];
+
+static bool find_example(void)
+{
+	const char *slash = strrchr(__FILE__, '/');
+	int n = slash ? (int)(slash - __FILE__) : 0;
+
+	snprintf(example, sizeof(example), "%.*s%s../../config/tierfs.conf", n,
+		 __FILE__, slash ? "/" : "");
+	return access(example, R_OK) == 0;
+}
+
+static bool size_eq(const struct cfg_size *a, const struct cfg_size *b)
+{
+	return a->bytes == b->bytes && a->percent == b->percent &&
+	       a->is_percent == b->is_percent;
+}
+
+static void test_example_file(void)
+{
+	struct tfs_config def, cfg;
+	char line[512], *text = NULL;
+	size_t len = 0, keys = 0;
+	FILE *in = fopen(example, "r"), *out = open_memstream(&text, &len);
+
+	CHECK(in && out);
+	if (!in || !out)
+		return;
+	while (fgets(line, sizeof(line), in)) {
+		if (line[0] == ';' && strchr(line, '=')) {
+			fputs(line + 1, out);
+			keys++;
+		} else {
+			fputs(line, out);
+		}
+	}
+	fclose(in);
+	fclose(out);
+	CHECK_EQ(keys, 14); /* every key but the device limit */
+	CHECK_EQ(load(&cfg, text), 0);
+	CHECK(!err[0] || !printf("#   %s\n", err));
+	cfg_defaults(&def);
+	CHECK(!strcmp(def.device.backend, cfg.device.backend));
+	CHECK_EQ(def.device.gpu, cfg.device.gpu);
+	CHECK(size_eq(&def.device.limit, &cfg.device.limit));
+	CHECK(size_eq(&def.host.limit, &cfg.host.limit));
+	CHECK_EQ(def.host.pinned, cfg.host.pinned);
+	CHECK(!strcmp(def.disk.path, cfg.disk.path));
+	CHECK(size_eq(&def.disk.limit, &cfg.disk.limit));
+	CHECK_EQ(def.disk.compression, cfg.disk.compression);
+	CHECK_EQ(def.disk.chunk_size, cfg.disk.chunk_size);
+	CHECK(!strcmp(def.policy.eviction, cfg.policy.eviction));
+	CHECK_EQ(def.policy.unspill, cfg.policy.unspill);
+	CHECK(def.policy.high_watermark == cfg.policy.high_watermark);
+	CHECK(def.policy.target == cfg.policy.target);
+	CHECK_EQ(def.fs.threads, cfg.fs.threads);
+	CHECK_EQ(def.fs.read_ahead_kb, cfg.fs.read_ahead_kb);
+	cfg_free(&def);
+	cfg_free(&cfg);
+	free(text);
+}
+
 /* cfg_validate() */
 
 static void test_validate_ok(void)
@@ -978,6 +1045,11 @@ int main(void)
 	TAP_RUN(test_file_errors);
 	TAP_RUN(test_file_open_errors);
 	TAP_RUN(test_precedence);
+	if (find_example())
+		TAP_RUN(test_example_file);
+	else
+		tap_skip("test_example_file", "config/tierfs.conf not found "
+					      "from " __FILE__);
 	TAP_RUN(test_validate_ok);
 	TAP_RUN(test_validate_path);
 	TAP_RUN(test_validate_inside_mount);
