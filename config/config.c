@@ -774,15 +774,28 @@ bool cfg_is_option(const char *option)
 	return find_option(option, strcspn(option, "=")) != NULL;
 }
 
+bool cfg_owns_option(const char *option)
+{
+	size_t i, sl;
+
+	if (cfg_is_option(option))
+		return true;
+	for (i = 0; i < NSECTIONS; i++) {
+		sl = strlen(sections[i]);
+		if (!strncasecmp(option, sections[i], sl) && option[sl] == '_')
+			return true;
+	}
+	return false;
+}
+
 void cfg_print_help(FILE *out, int indent)
 {
-	char opt[64];
 	size_t i;
 
 	for (i = 0; i < NKEYS; i++) {
-		snprintf(opt, sizeof(opt), "-o %s_%s=%s", keys[i].section,
-			 keys[i].name, keys[i].arg);
-		fprintf(out, "%*s%-36s %s", indent, "", opt, keys[i].help);
+		fprintf(out, "%*s-o %s_%s=%s\n%*s%s", indent, "",
+			keys[i].section, keys[i].name, keys[i].arg, indent + 4,
+			"", keys[i].help);
 		if (keys[i].def && !strstr(keys[i].help, "default"))
 			fprintf(out, " (default: %s)", keys[i].def);
 		fputc('\n', out);

@@ -104,8 +104,16 @@ int cfg_set_option(struct tfs_config *cfg, const char *option,
 bool cfg_is_option(const char *option);
 
 /*
- * Print one line per config key for --help: "-o section_key=VALUE", what it
- * does and its default, indented by @indent spaces.
+ * True when @option (no '=value') is for config/ rather than libfuse: a key,
+ * or any name in a section's namespace ("host_lmit"), which
+ * cfg_set_option() then refuses as an unknown key with the keys it knows.
+ */
+bool cfg_owns_option(const char *option);
+
+/*
+ * Print each config key for --help: "-o section_key=VALUE" indented by
+ * @indent spaces, then on the next line, 4 spaces further in, what it does
+ * and its default.
  */
 void cfg_print_help(FILE *out, int indent);
 

@@ -545,6 +545,22 @@ static void test_is_option(void)
 		}
 }
 
+static void test_owns_option(void)
+{
+	CHECK(cfg_owns_option("host_limit"));
+	CHECK(cfg_owns_option("host_limt"));
+	CHECK(cfg_owns_option("fs_thread"));
+	CHECK(cfg_owns_option("policy_"));
+	CHECK(cfg_owns_option("Device_foo=1"));
+	CHECK(!cfg_owns_option("fsname"));
+	CHECK(!cfg_owns_option("allow_other"));
+	CHECK(!cfg_owns_option("config"));
+	CHECK(!cfg_owns_option("default_permissions"));
+	CHECK(!cfg_owns_option("max_read"));
+	CHECK(!cfg_owns_option("hostlimit"));
+	CHECK(!cfg_owns_option(""));
+}
+
 static void test_help(void)
 {
 	char *text = NULL;
@@ -553,7 +569,8 @@ static void test_help(void)
 
 	cfg_print_help(f, 4);
 	fclose(f);
-	CHECK(has(text, "    -o device_backend=auto|cuda|sim|none "));
+	CHECK(has(text, "    -o device_backend=auto|cuda|sim|none\n        "
+			"device tier backend"));
 	CHECK(has(text, "-o host_limit=SIZE|N%"));
 	CHECK(has(text, "-o disk_chunk_size=SIZE"));
 	CHECK(has(text, "-o fs_read_ahead_kb=N"));
@@ -1039,6 +1056,7 @@ int main(void)
 	TAP_RUN(test_messages);
 	TAP_RUN(test_unknown);
 	TAP_RUN(test_is_option);
+	TAP_RUN(test_owns_option);
 	TAP_RUN(test_help);
 	TAP_RUN(test_file_good);
 	TAP_RUN(test_file_long_lines);
