@@ -114,8 +114,8 @@ static struct tier_disk *disk_new(uint32_t cs, enum cfg_compression c)
 static int log_lines;
 static char log_last[512];
 
-static void capture_sink(enum tfs_log_level level, const char *fmt,
-			 va_list ap)
+__attribute__((format(printf, 2, 0))) static void
+capture_sink(enum tfs_log_level level, const char *fmt, va_list ap)
 {
 	log_lines++;
 	vsnprintf(log_last, sizeof(log_last), fmt, ap);
