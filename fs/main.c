@@ -264,6 +264,8 @@ int main(int argc, char **argv)
 	if (opts.show_version) {
 		printf("tierfs version %s\n", TFS_VERSION);
 		printf("FUSE library version %s\n", fuse_pkgversion());
+		/* It runs fusermount3, whose output must come after ours. */
+		fflush(stdout);
 		fuse_lowlevel_version();
 		ret = 0;
 		goto out_opts;
