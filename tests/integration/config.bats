@@ -14,8 +14,16 @@ setup() {
 }
 
 teardown() {
+	local clean=0
 	tfs_teardown_extra
+	tfs_unmount
+	# Under -Db_sanitize the daemon reports leaks and errors at exit.
+	if [ -f "${LOG:-}" ] && grep -q "Sanitizer" "$LOG"; then
+		cat "$LOG" >&2
+		clean=1
+	fi
 	tfs_teardown
+	return $clean
 }
 
 # Undo what a test set up outside $TFS_TMP, before $TFS_TMP goes.
