@@ -49,7 +49,7 @@ ec() {
 # with unhold; waits until the map is up. Sets HOLD_PID.
 hold() {
 	local file=$1 out=$2 i
-	ec hold "$file" ${3:-} >"$out" 2>&1 &
+	"$EXPORT_CLIENT" hold "$file" ${3:-} >"$out" 2>&1 &
 	HOLD_PID=$!
 	HOLDERS+=("$HOLD_PID")
 	for i in $(seq 1 200); do
