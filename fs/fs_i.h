@@ -100,6 +100,7 @@ struct tfs_inode {
 
 /* One open regular file: fi->fh. */
 struct tfs_file {
+	struct tfs_file *prev, *next; /* tfs.files, ns_lock */
 	struct tfs_inode *inode;
 	uint64_t owner; /* lease owner id for tier_buf_export, unique */
 	bool writable;
@@ -115,11 +116,13 @@ struct tfs_hash {
 struct tfs_fs {
 	struct tier_store *store;
 	struct fuse_session *se;
-	/* Order: ns_lock, then any tier_buf_* lock; never the other way. */
+	/* Never held while calling into the store. */
 	pthread_mutex_t ns_lock;
 	struct tfs_hash inodes; /* ns_lock */
 	struct tfs_hash dentries; /* ns_lock */
 	struct tfs_inode *root;
+	/* Open files: an unmount ends the session without their releases. */
+	struct tfs_file files; /* ns_lock */
 	uint64_t next_ino; /* ns_lock */
 	atomic_uint_fast64_t next_owner;
 	double entry_timeout, attr_timeout;
@@ -155,6 +158,8 @@ void tfs_stat_locked(const struct tfs_inode *i, struct stat *st);
 void tfs_stat_data(const struct tfs_inode *i, struct stat *st);
 void tfs_now(struct timespec *ts);
 void tfs_touch_locked(struct tfs_inode *i, bool mtime);
+void tfs_file_link_locked(struct tfs_file *f);
+void tfs_file_unlink_locked(struct tfs_file *f);
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops tfs_ops;

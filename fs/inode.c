@@ -130,6 +130,21 @@ void tfs_touch_locked(struct tfs_inode *i, bool mtime)
 		i->mtime = now;
 }
 
+void tfs_file_link_locked(struct tfs_file *f)
+{
+	f->next = tfs.files.next;
+	f->prev = &tfs.files;
+	f->next->prev = f;
+	tfs.files.next = f;
+}
+
+void tfs_file_unlink_locked(struct tfs_file *f)
+{
+	f->prev->next = f->next;
+	f->next->prev = f->prev;
+	f->prev = f->next = f;
+}
+
 struct tfs_inode *tfs_inode_get_locked(fuse_ino_t ino)
 {
 	struct tfs_inode *i = tfs.inodes.b[inode_bucket(&tfs.inodes, ino)];
@@ -395,6 +410,7 @@ int tfs_ns_init(void)
 	struct tfs_inode *root;
 	int rc;
 
+	tfs.files.prev = tfs.files.next = &tfs.files;
 	rc = hash_init(&tfs.inodes);
 	if (rc)
 		return rc;
@@ -427,6 +443,15 @@ void tfs_ns_destroy(void)
 
 	if (!tfs.inodes.b)
 		return;
+	/* Leases go before their buffers, which refuse to die leased. */
+	while (tfs.files.next != &tfs.files) {
+		struct tfs_file *f = tfs.files.next;
+
+		if (f->exported)
+			tier_buf_unexport(f->inode->buf, f->owner);
+		tfs_file_unlink_locked(f);
+		free(f);
+	}
 	for (k = 0; k <= tfs.dentries.mask; k++) {
 		struct tfs_dentry *d = tfs.dentries.b[k], *next;
 

@@ -733,6 +733,7 @@ static void tfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	tfs_ns_lock();
 	i->nopen++;
+	tfs_file_link_locked(f);
 	tfs_ns_unlock();
 	set_open_flags(fi, f);
 	memset(&e, 0, sizeof(e));
@@ -743,6 +744,7 @@ static void tfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	if (fuse_reply_create(req, &e, fi)) {
 		tfs_ns_lock();
 		i->nopen--;
+		tfs_file_unlink_locked(f);
 		tfs_forget_locked(i, 1, &reap);
 		tfs_ns_unlock();
 		tfs_reap(reap);
@@ -784,6 +786,7 @@ static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	tfs_ns_lock();
 	i->nopen++;
+	tfs_file_link_locked(f);
 	tfs_ns_unlock();
 	set_open_flags(fi, f);
 	if (fuse_reply_open(req, fi)) {
@@ -791,6 +794,7 @@ static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 		tfs_ns_lock();
 		i->nopen--;
+		tfs_file_unlink_locked(f);
 		tfs_inode_check_locked(i, &reap);
 		tfs_ns_unlock();
 		tfs_reap(reap);
@@ -907,6 +911,7 @@ static void tfs_release(fuse_req_t req, fuse_ino_t ino,
 				 (unsigned long long)i->ino, strerror(-rc));
 	}
 	tfs_ns_lock();
+	tfs_file_unlink_locked(f);
 	last = --i->nopen == 0;
 	tfs_inode_check_locked(i, &reap);
 	tfs_ns_unlock();

@@ -567,3 +567,31 @@ EOF
 	[[ "$output" == *host_limit* ]]
 	[[ "$output" == *config=FILE* ]]
 }
+
+@test "mount.fuse3 (the fstab path) passes SOURCE and fstab words through" {
+	tfs_unmount
+	PATH=$(dirname "$TIERFS_BIN"):$PATH run mount.fuse3 none "$MNT" \
+		-t tierfs -o "disk_path=$SPILL,host_limit=64M,nosuid,nodev,_netdev,noauto"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	grep -q " $MNT fuse.tierfs rw,nosuid,nodev" /proc/mounts
+	[ "$(tfs_stat host.limit)" -eq 67108864 ]
+	echo hi >"$MNT/f"
+	[ "$(cat "$MNT/f")" = hi ]
+	umount "$MNT"
+	! mountpoint -q "$MNT"
+}
+
+@test "SIGTERM with files still open exits 0 (nothing leaks under ASan)" {
+	echo x >"$MNT/f"
+	exec 3<"$MNT/f"
+	exec 4>>"$MNT/f"
+	kill -TERM "$TFS_PID"
+	local rc=0
+	wait "$TFS_PID" || rc=$?
+	TFS_PID=
+	exec 3<&- 4>&-
+	cat "$LOG"
+	[ "$rc" -eq 0 ]
+	! grep -q "LeakSanitizer\|runtime error" "$LOG"
+}
