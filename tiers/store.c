@@ -90,6 +90,7 @@ struct tier_buf {
 	void *wc;
 	uint64_t wc_idx;
 	bool wc_dirty;
+	bool wc_reserved; /* disk room for one chunk is charged */
 
 	uint64_t charged[TFS_TIER_COUNT]; /* [S] */
 	uint64_t size_s; /* [S] mirror of size */
@@ -612,15 +613,25 @@ out_destroy:
 	return rc;
 }
 
+/* Drop the write cache without writing it. */
+static void wc_free(struct tier_buf *b)
+{
+	if (b->wc_reserved)
+		unreserve(b, TFS_TIER_DISK,
+			  b->s->chunk_size + DISK_CHUNK_OVERHEAD);
+	free(b->wc);
+	b->wc = NULL;
+	b->wc_dirty = false;
+	b->wc_reserved = false;
+}
+
 static void disk_drop(struct tier_buf *b)
 {
 	if (!b->dobj)
 		return;
+	wc_free(b);
 	tier_dobj_destroy(b->s->disk, b->dobj);
 	b->dobj = NULL;
-	free(b->wc);
-	b->wc = NULL;
-	b->wc_dirty = false;
 	uncharge_all(b, TFS_TIER_DISK);
 }
 
@@ -636,11 +647,8 @@ static int wc_flush(struct tier_buf *b)
 	len = b->size - off < s->chunk_size ? b->size - off : s->chunk_size;
 	uint64_t before = tier_dobj_stored(b->dobj);
 
-	rc = reserve(b, TFS_TIER_DISK, len + DISK_CHUNK_OVERHEAD);
-	if (rc)
-		return rc;
+	/* wc_load() already charged the room this write may take. */
 	rc = tier_dobj_write_chunk(s->disk, b->dobj, b->wc_idx, b->wc, len);
-	unreserve(b, TFS_TIER_DISK, len + DISK_CHUNK_OVERHEAD);
 	pthread_mutex_lock(&s->lock);
 	charge(s, b, TFS_TIER_DISK,
 	       (int64_t)(tier_dobj_stored(b->dobj) - before));
@@ -660,13 +668,23 @@ static int wc_load(struct tier_buf *b, uint64_t idx)
 		return 0;
 	if ((rc = wc_flush(b)))
 		return rc;
-	if (!b->wc && !(b->wc = malloc(s->chunk_size)))
+	/* Charge the room the chunk may take now, so that a full disk
+	 * fails this write rather than a later flush. */
+	if (!b->wc_reserved) {
+		rc = reserve(b, TFS_TIER_DISK,
+			     s->chunk_size + DISK_CHUNK_OVERHEAD);
+		if (rc)
+			return rc;
+		b->wc_reserved = true;
+	}
+	if (!b->wc && !(b->wc = malloc(s->chunk_size))) {
+		wc_free(b);
 		return -ENOMEM;
+	}
 	rc = tier_dobj_read(s->disk, b->dobj, b->wc, s->chunk_size,
 			    idx * s->chunk_size);
 	if (rc) {
-		free(b->wc);
-		b->wc = NULL;
+		wc_free(b);
 		return rc;
 	}
 	b->wc_idx = idx;
@@ -927,8 +945,10 @@ static void *spiller_main(void *arg)
 			uint64_t goal = (uint64_t)(s->target *
 						   (double)s->use[t].limit);
 
-			shrink(s, t, goal, NULL);
-			work = true;
+			/* When nothing more can move (all in use), wait for a
+			 * wake-up rather than spin on the lock. */
+			if (!shrink(s, t, goal, NULL))
+				work = true;
 		}
 		if (work)
 			continue;
@@ -1603,10 +1623,8 @@ int tier_buf_register(struct tier_buf *b)
 
 	pthread_rwlock_wrlock(&b->lock);
 	rc = wc_flush(b);
-	if (!rc && b->wc) {
-		free(b->wc);
-		b->wc = NULL;
-	}
+	if (!rc)
+		wc_free(b);
 	if (b->dirty && s->dev && b->size && !b->dmem && b->has_host &&
 	    b->size <= tier_limit(s, TFS_TIER_DEVICE)) {
 		/* Not fitting on the device is fine: the buffer stays on

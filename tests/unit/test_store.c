@@ -1,0 +1,482 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The store without a mount: placement, spilling, unspilling, limits,
+ * pins, ENOSPC, large files and concurrency, on the sim device.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "tiers/store.h"
+#include "tap.h"
+
+#define MiB (1024ull * 1024)
+
+static char spill_dir[] = "/tmp/tierfs-unit.XXXXXX";
+
+static struct tier_store *mk_store(const char *backend, uint64_t dev,
+				   uint64_t host, uint64_t disk)
+{
+	struct tfs_config cfg;
+	struct tier_store *s = NULL;
+	char err[256];
+
+	cfg_defaults(&cfg);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "%s",
+		 backend);
+	cfg.device.limit = (struct cfg_size){ .bytes = dev };
+	cfg.host.limit = (struct cfg_size){ .bytes = host };
+	if (disk)
+		cfg.disk.limit = (struct cfg_size){ .bytes = disk };
+	free(cfg.disk.path);
+	cfg.disk.path = strdup(spill_dir);
+	int rc = tier_store_init(&s, &cfg, "unit", err, sizeof(err));
+
+	if (rc)
+		printf("# store init: %s\n", err);
+	cfg_free(&cfg);
+	return s;
+}
+
+/* Byte @off of buffer number @n: differs per buffer, compressible-ish. */
+static uint8_t pat(int n, uint64_t off)
+{
+	return (uint8_t)((off / 7) ^ (uint64_t)n * 31 ^ (off >> 13));
+}
+
+static void fill(void *p, size_t len, int n, uint64_t off)
+{
+	for (size_t i = 0; i < len; i++)
+		((uint8_t *)p)[i] = pat(n, off + i);
+}
+
+static bool verify(struct tier_buf *b, int n, uint64_t size)
+{
+	size_t step = 256 * 1024;
+	uint8_t *got = malloc(step), *want = malloc(step);
+	bool ok = tier_buf_size(b) == size;
+
+	for (uint64_t off = 0; ok && off < size; off += step) {
+		size_t len = size - off < step ? size - off : step;
+
+		ok = tier_buf_read(b, got, len, (off_t)off) == (ssize_t)len;
+		fill(want, len, n, off);
+		ok = ok && !memcmp(got, want, len);
+	}
+	free(got);
+	free(want);
+	return ok;
+}
+
+static struct tier_buf *mk_file(struct tier_store *s, int n, uint64_t size)
+{
+	struct tier_buf *b;
+	size_t step = 128 * 1024;
+	uint8_t *p = malloc(step);
+
+	if (tier_buf_new(s, &b)) {
+		free(p);
+		return NULL;
+	}
+	for (uint64_t off = 0; off < size; off += step) {
+		size_t len = size - off < step ? size - off : step;
+
+		fill(p, len, n, off);
+		if (tier_buf_write(b, p, len, (off_t)off) != (ssize_t)len) {
+			printf("# write of file %d at %llu failed\n", n,
+			       (unsigned long long)off);
+			break;
+		}
+	}
+	tier_buf_register(b);
+	free(p);
+	return b;
+}
+
+static enum tfs_tier tier_of(struct tier_buf *b)
+{
+	struct tier_buf_stat st;
+
+	tier_buf_stat(b, &st);
+	return st.tier;
+}
+
+static void check_limits(struct tier_store *s)
+{
+	struct tier_store_stats st;
+
+	tier_store_stats(s, &st);
+	for (int t = 0; t < TFS_TIER_COUNT; t++)
+		CHECK(st.tier[t].used <= st.tier[t].limit);
+}
+
+static void test_round_trip_and_sparse(void)
+{
+	struct tier_store *s = mk_store("none", 0, 64 * MiB, 0);
+	struct tier_buf *b;
+	char buf[16] = { 0 };
+	struct tier_store_stats st;
+
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	CHECK_EQ(tier_buf_new(s, &b), 0);
+	CHECK_EQ(tier_buf_write(b, "hello", 5, 0), 5);
+	CHECK_EQ(tier_buf_read(b, buf, sizeof(buf), 0), 5);
+	CHECK(!memcmp(buf, "hello", 5));
+	/* A write at 1 GiB costs one chunk, not the hole. */
+	CHECK_EQ(tier_buf_write(b, "x", 1, 1024 * MiB), 1);
+	CHECK_EQ(tier_buf_size(b), 1024 * MiB + 1);
+	tier_store_stats(s, &st);
+	CHECK(st.tier[TFS_TIER_HOST].used <= 2 * MiB);
+	CHECK_EQ(tier_buf_read(b, buf, 4, 512 * MiB), 4);
+	CHECK(!memcmp(buf, "\0\0\0\0", 4));
+	CHECK_EQ(tier_buf_read(b, buf, 4, 1024 * MiB), 1);
+	CHECK_EQ(buf[0], 'x');
+	/* Truncate down then up: the tail reads as zeroes. */
+	CHECK_EQ(tier_buf_truncate(b, 3), 0);
+	CHECK_EQ(tier_buf_truncate(b, 10), 0);
+	memset(buf, 'z', sizeof(buf));
+	CHECK_EQ(tier_buf_read(b, buf, sizeof(buf), 0), 10);
+	CHECK(!memcmp(buf, "hel\0\0\0\0\0\0\0", 10));
+	/* 64 GiB of logical size costs nothing. */
+	CHECK_EQ(tier_buf_truncate(b, 64ull * 1024 * MiB), 0);
+	CHECK_EQ(tier_buf_size(b), 64ull * 1024 * MiB);
+	tier_buf_destroy(b);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_HOST].used, 0);
+	CHECK_EQ(st.files, 0);
+	tier_store_destroy(s);
+}
+
+static void test_spill_order(void)
+{
+	struct tier_store *s = mk_store("sim", 4 * MiB, 8 * MiB, 0);
+	struct tier_buf *b[64];
+	bool ok = true;
+
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	for (int i = 0; i < 64; i++) {
+		b[i] = mk_file(s, i, MiB);
+		check_limits(s);
+	}
+	CHECK_EQ(tier_of(b[0]), TFS_TIER_DISK);
+	CHECK_EQ(tier_of(b[63]), TFS_TIER_DEVICE);
+	for (int i = 0; i < 64; i++)
+		ok = ok && verify(b[i], i, MiB);
+	CHECK(ok);
+	check_limits(s);
+	/* After reading them all in order, the last ones read are on top. */
+	CHECK_EQ(tier_of(b[63]), TFS_TIER_DEVICE);
+	CHECK_EQ(tier_of(b[0]), TFS_TIER_DISK);
+	/* Reading an old file brings it up and pushes another down. */
+	CHECK(verify(b[1], 1, MiB));
+	CHECK_EQ(tier_of(b[1]), TFS_TIER_DEVICE);
+	struct tier_store_stats st;
+
+	tier_store_stats(s, &st);
+	CHECK(st.tier[TFS_TIER_DEVICE].spills > 0);
+	CHECK(st.tier[TFS_TIER_DEVICE].unspills > 0);
+	CHECK(st.tier[TFS_TIER_HOST].spills > 0);
+	CHECK(st.tier[TFS_TIER_DISK].used < st.tier[TFS_TIER_DISK].buffers *
+						   MiB);
+	for (int i = 0; i < 64; i++)
+		tier_buf_destroy(b[i]);
+	tier_store_destroy(s);
+}
+
+static uint64_t spill_mtime(uint64_t id_hint)
+{
+	char path[512];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/tierfs.unit/%llu", spill_dir,
+		 (unsigned long long)id_hint);
+	if (stat(path, &sb))
+		return 0;
+	return (uint64_t)sb.st_mtim.tv_sec * 1000000000ull +
+	       (uint64_t)sb.st_mtim.tv_nsec;
+}
+
+static void test_clean_respill_and_move(void)
+{
+	struct tier_store *s = mk_store("sim", 16 * MiB, 16 * MiB, 0);
+	struct tier_buf *b = mk_file(s, 7, 3 * MiB);
+
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	CHECK_EQ(tier_of(b), TFS_TIER_DISK);
+	uint64_t m1 = spill_mtime(1);
+
+	CHECK(m1 != 0);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DEVICE, 0), 0);
+	CHECK_EQ(tier_of(b), TFS_TIER_DEVICE);
+	usleep(20000);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	CHECK_EQ(spill_mtime(1), m1); /* nothing was written again */
+	CHECK(verify(b, 7, 3 * MiB));
+	/* Pinned: never moves. */
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_HOST, 0), 0);
+	CHECK_EQ(tier_buf_pin(b), 0);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), -EBUSY);
+	CHECK_EQ(tier_of(b), TFS_TIER_HOST);
+	CHECK_EQ(tier_buf_unpin(b), 0);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	tier_buf_destroy(b);
+	tier_store_destroy(s);
+}
+
+static void test_pinned_survives_pressure(void)
+{
+	struct tier_store *s = mk_store("none", 0, 4 * MiB, 0);
+	struct tier_buf *p = mk_file(s, 100, MiB), *b[16];
+
+	tier_buf_pin(p);
+	for (int i = 0; i < 16; i++)
+		b[i] = mk_file(s, i, MiB);
+	CHECK_EQ(tier_of(p), TFS_TIER_HOST);
+	CHECK(verify(p, 100, MiB));
+	for (int i = 0; i < 16; i++) {
+		CHECK(verify(b[i], i, MiB));
+		tier_buf_destroy(b[i]);
+	}
+	tier_buf_destroy(p);
+	tier_store_destroy(s);
+}
+
+static void test_enospc_keeps_data(void)
+{
+	struct tier_store *s = mk_store("none", 0, 2 * MiB, 6 * MiB);
+	struct tier_buf *b[32];
+	uint8_t *rnd = malloc(MiB);
+	int n = 0, rc = 0;
+	FILE *f = fopen("/dev/urandom", "r");
+
+	while (n < 32) {
+		CHECK(fread(rnd, 1, MiB, f) == MiB);
+		CHECK_EQ(tier_buf_new(s, &b[n]), 0);
+		rc = (int)tier_buf_write(b[n], rnd, MiB, 0);
+		if (rc != (int)MiB)
+			break;
+		tier_buf_register(b[n]);
+		n++;
+	}
+	fclose(f);
+	CHECK(n < 32);
+	CHECK(rc == -ENOSPC || (rc >= 0 && rc < (int)MiB));
+	printf("# %d files of random data fit, then %d\n", n, rc);
+	check_limits(s);
+	/* Every earlier file still reads back in full. */
+	for (int i = 0; i < n; i++) {
+		ssize_t r = tier_buf_read(b[i], rnd, MiB, 0);
+
+		CHECK_EQ(r, MiB);
+		tier_buf_destroy(b[i]);
+	}
+	tier_buf_destroy(b[n]);
+	free(rnd);
+	tier_store_destroy(s);
+}
+
+static void test_larger_than_host(void)
+{
+	struct tier_store *s = mk_store("none", 0, 4 * MiB, 0);
+	struct tier_buf *b = mk_file(s, 9, 40 * MiB + 123);
+
+	CHECK_EQ(tier_of(b), TFS_TIER_DISK);
+	check_limits(s);
+	CHECK(verify(b, 9, 40 * MiB + 123));
+	/* Overwrite in the middle, across a chunk boundary, on disk. */
+	uint8_t patch[3000];
+
+	memset(patch, 0xab, sizeof(patch));
+	CHECK_EQ(tier_buf_write(b, patch, sizeof(patch), 5 * MiB - 1000),
+		 sizeof(patch));
+	uint8_t got[3000];
+
+	CHECK_EQ(tier_buf_read(b, got, sizeof(got), 5 * MiB - 1000),
+		 sizeof(got));
+	CHECK(!memcmp(got, patch, sizeof(got)));
+	CHECK_EQ(tier_buf_truncate(b, 10 * MiB + 5), 0);
+	CHECK_EQ(tier_buf_size(b), 10 * MiB + 5);
+	CHECK_EQ(tier_buf_read(b, got, 100, 10 * MiB), 5);
+	tier_buf_destroy(b);
+	tier_store_destroy(s);
+}
+
+struct worker {
+	struct tier_store *s;
+	int id;
+	bool ok;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	w->ok = true;
+	for (int round = 0; round < 6; round++) {
+		int n = w->id * 100 + round;
+		struct tier_buf *b = mk_file(w->s, n, 2 * MiB + 17);
+
+		w->ok = w->ok && verify(b, n, 2 * MiB + 17);
+		if (round % 2)
+			tier_buf_move(b, TFS_TIER_DISK, 0);
+		w->ok = w->ok && verify(b, n, 2 * MiB + 17);
+		tier_buf_destroy(b);
+	}
+	return NULL;
+}
+
+static void test_concurrent_under_spilling(void)
+{
+	struct tier_store *s = mk_store("sim", 3 * MiB, 5 * MiB, 0);
+	struct tier_buf *bg[8];
+	pthread_t th[4];
+	struct worker w[4];
+
+	for (int i = 0; i < 8; i++)
+		bg[i] = mk_file(s, 1000 + i, MiB);
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){ .s = s, .id = i };
+		pthread_create(&th[i], NULL, worker_main, &w[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(w[i].ok);
+	}
+	for (int i = 0; i < 8; i++) {
+		CHECK(verify(bg[i], 1000 + i, MiB));
+		tier_buf_destroy(bg[i]);
+	}
+	check_limits(s);
+	tier_store_destroy(s);
+}
+
+static void test_export_sim(void)
+{
+	struct tier_store *s = mk_store("sim", 8 * MiB, 8 * MiB, 0);
+	struct tier_buf *b = mk_file(s, 3, MiB);
+	struct tfs_ioc_export ex = { 0 };
+
+	tier_buf_move(b, TFS_TIER_DISK, 0);
+	CHECK_EQ(tier_buf_export(b, 42, getuid(), getgid(), true, &ex), 0);
+	CHECK_EQ(ex.handle_type, TFS_HANDLE_SHM);
+	CHECK_EQ(ex.length, MiB);
+	CHECK_EQ(tier_of(b), TFS_TIER_DEVICE);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), -EBUSY);
+	CHECK_EQ(tier_buf_commit(b, 7), -EPERM);
+	CHECK_EQ(tier_buf_commit(b, 42), 0);
+	CHECK_EQ(tier_buf_unexport(b, 7), -ENOENT);
+	CHECK_EQ(tier_buf_unexport(b, 42), 0);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	CHECK(verify(b, 3, MiB));
+	tier_buf_destroy(b);
+
+	CHECK_EQ(tier_buf_new(s, &b), 0);
+	CHECK_EQ(tier_buf_alloc_device(b, 4096), 0);
+	CHECK_EQ(tier_buf_alloc_device(b, 4096), -EEXIST);
+	CHECK_EQ(tier_of(b), TFS_TIER_DEVICE);
+	CHECK_EQ(tier_buf_size(b), 4096);
+	tier_buf_destroy(b);
+	tier_store_destroy(s);
+}
+
+static void test_reconfigure_shrinks(void)
+{
+	struct tier_store *s = mk_store("none", 0, 16 * MiB, 0);
+	struct tier_buf *b[10];
+	struct tfs_config cfg;
+	struct tier_store_stats st;
+
+	for (int i = 0; i < 10; i++)
+		b[i] = mk_file(s, i, MiB);
+	cfg_defaults(&cfg);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "none");
+	cfg.host.limit = (struct cfg_size){ .bytes = 4 * MiB };
+	CHECK_EQ(tier_store_reconfigure(s, &cfg), 0);
+	cfg_free(&cfg);
+	tier_store_stats(s, &st);
+	CHECK(st.tier[TFS_TIER_HOST].used <= 4 * MiB);
+	CHECK_EQ(tier_of(b[0]), TFS_TIER_DISK);
+	for (int i = 0; i < 10; i++) {
+		CHECK(verify(b[i], i, MiB));
+		tier_buf_destroy(b[i]);
+	}
+	tier_store_destroy(s);
+}
+
+static void test_stats_format(void)
+{
+	struct tier_store *s = mk_store("sim", 4 * MiB, 8 * MiB, 0);
+	char small[8], big[4096];
+	size_t need = tier_store_format_stats(s, small, sizeof(small));
+
+	CHECK(need > sizeof(small));
+	CHECK_EQ(tier_store_format_stats(s, big, sizeof(big)), need);
+	CHECK(strstr(big, "backend=sim\n") != NULL);
+	CHECK(strstr(big, "device.limit=4194304\n") != NULL);
+	CHECK(strstr(big, "host.limit=8388608\n") != NULL);
+	tier_store_destroy(s);
+}
+
+static void test_bad_backend(void)
+{
+	struct tfs_config cfg;
+	struct tier_store *s = NULL;
+	char err[256] = "";
+
+	cfg_defaults(&cfg);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "cuda");
+	free(cfg.disk.path);
+	cfg.disk.path = strdup(spill_dir);
+	/* No GPU here: an explicit cuda backend must fail with a reason,
+	 * auto must fall back to none. */
+	int rc = tier_store_init(&s, &cfg, "unit", err, sizeof(err));
+
+	if (rc == 0) {
+		tier_store_destroy(s);
+		tap_skip("test_bad_backend", "a CUDA device is usable here");
+		cfg_free(&cfg);
+		return;
+	}
+	CHECK(rc < 0);
+	CHECK(err[0] != '\0');
+	printf("# cuda: %s\n", err);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "auto");
+	CHECK_EQ(tier_store_init(&s, &cfg, "unit", err, sizeof(err)), 0);
+	struct tier_store_stats st;
+
+	tier_store_stats(s, &st);
+	CHECK(!strcmp(st.backend, "none"));
+	tier_store_destroy(s);
+	cfg_free(&cfg);
+}
+
+int main(void)
+{
+	if (!mkdtemp(spill_dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	TAP_RUN(test_round_trip_and_sparse);
+	TAP_RUN(test_spill_order);
+	TAP_RUN(test_clean_respill_and_move);
+	TAP_RUN(test_pinned_survives_pressure);
+	TAP_RUN(test_enospc_keeps_data);
+	TAP_RUN(test_larger_than_host);
+	TAP_RUN(test_concurrent_under_spilling);
+	TAP_RUN(test_export_sim);
+	TAP_RUN(test_reconfigure_shrinks);
+	TAP_RUN(test_stats_format);
+	TAP_RUN(test_bad_backend);
+	rmdir(spill_dir);
+	return tap_done();
+}
