@@ -912,7 +912,8 @@ static void tfs_release(fuse_req_t req, fuse_ino_t ino,
 	}
 	tfs_ns_lock();
 	tfs_file_unlink_locked(f);
-	last = --i->nopen == 0;
+	/* An unlinked file's buffer is about to go: no point placing it. */
+	last = --i->nopen == 0 && i->nlink;
 	tfs_inode_check_locked(i, &reap);
 	tfs_ns_unlock();
 	if (last && !reap)
