@@ -93,7 +93,7 @@ static int opt_proc(void *data, const char *arg, int key,
 		c->config = strdup(eq + 1);
 		return c->config ? 0 : -1;
 	}
-	if (cfg_is_option(name)) {
+	if (cfg_owns_option(name)) {
 		struct override *ov;
 
 		if (!eq) {
