@@ -1,0 +1,78 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Read and set tierfs's extended attributes (names from include/tierfs.h)."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["tier", "stat", "mount_stats", "set_tier", "pin", "unpin", "TIERS"]
+
+PREFIX = "user.tierfs."
+TIER = PREFIX + "tier"
+SIZE = PREFIX + "size"
+STORED = PREFIX + "stored_size"
+ATIME = PREFIX + "last_access"
+PINS = PREFIX + "pins"
+PIN = PREFIX + "pin"
+STATS = PREFIX + "stats"
+
+TIERS = ("device", "host", "disk")
+
+
+def _get(path: str | os.PathLike, name: str) -> str:
+    return os.getxattr(path, name).decode().strip().rstrip("\0")
+
+
+def _num(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def tier(path: str | os.PathLike) -> str:
+    """The tier holding path's buffer: 'device', 'host' or 'disk'.
+
+    Raises OSError (ENODATA or ENOTSUP) on a file that is not on tierfs.
+    """
+    return _get(path, TIER)
+
+
+def stat(path: str | os.PathLike) -> dict:
+    """tier, size, stored_size, last_access (ns since the epoch) and pins."""
+    out = {"tier": tier(path)}
+    for key, name in (("size", SIZE), ("stored_size", STORED),
+                      ("last_access", ATIME), ("pins", PINS)):
+        out[key] = _num(_get(path, name))
+    return out
+
+
+def mount_stats(mount: str | os.PathLike) -> dict:
+    """The mount root's ``user.tierfs.stats``: one entry per key=value line,
+    numbers converted to int (or float)."""
+    out = {}
+    for line in _get(mount, STATS).splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = _num(value.strip())
+    return out
+
+
+def set_tier(path: str | os.PathLike, where: str) -> None:
+    """Move path's buffer to a tier (explicit spill or prefetch)."""
+    if where not in TIERS:
+        raise ValueError("tier must be one of %s, not %r" % (", ".join(TIERS), where))
+    os.setxattr(path, TIER, where.encode())
+
+
+def pin(path: str | os.PathLike) -> None:
+    """Keep path's buffer where it is until unpin()."""
+    os.setxattr(path, PIN, b"1")
+
+
+def unpin(path: str | os.PathLike) -> None:
+    os.setxattr(path, PIN, b"0")
