@@ -289,9 +289,12 @@ int main(int argc, char **argv)
 	}
 	if (opts.debug)
 		tfs_log_max = TFS_LOG_DEBUG;
-	/* Always: without it the kernel would let anyone read any file. */
-	if (fuse_opt_add_arg(&args,
-			     "-odefault_permissions,fsname=tierfs,subtype=tierfs"))
+	/*
+	 * default_permissions always: without it the kernel would let anyone
+	 * read any file. First, so that a user's fsname= comes later and wins.
+	 */
+	if (fuse_opt_insert_arg(&args, 1,
+				"-odefault_permissions,fsname=tierfs,subtype=tierfs"))
 		goto out_cfg;
 
 	if (!opts.foreground) {
