@@ -70,10 +70,19 @@ tfs_unmount() {
 }
 
 tfs_teardown() {
+	local bad=0
 	tfs_unmount
+	# Under ASan/UBSan a report in the daemon's log fails the test.
+	if [ -n "${LOG:-}" ] && [ -f "$LOG" ] &&
+		grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$LOG"; then
+		echo "sanitizer report in the daemon's log:" >&2
+		cat "$LOG" >&2
+		bad=1
+	fi
 	if [ -n "${TFS_TMP:-}" ]; then
 		rm -rf "$TFS_TMP"
 	fi
+	return $bad
 }
 
 # The tier xattr of a file: device, host or disk.
