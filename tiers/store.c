@@ -39,6 +39,8 @@
 #define DEV_ALLOC_RETRIES 8
 /* Small files keep their bytes in one malloc'd chunk rounded to this. */
 #define SMALL_ALIGN 64
+/* Chunks handed to the disk tier's compression pool at once. */
+#define SPILL_BATCH 8
 
 struct lease {
 	uint64_t owner;
@@ -569,38 +571,52 @@ static int disk_spill(struct tier_buf *b)
 			goto out_destroy;
 		}
 	}
-	for (uint64_t i = 0; i < n; i++) {
-		size_t len;
-		const void *src;
+	for (uint64_t i = 0; i < n;) {
+		const void *srcs[SPILL_BATCH];
+		size_t lens[SPILL_BATCH], room = 0, k = 0;
 
-		if (is_hole(b, i))
+		if (is_hole(b, i)) {
+			i++;
 			continue;
-		if (scratch) {
-			rc = read_top_chunk(b, i, scratch, &len);
-			if (rc)
-				goto out_destroy;
-			src = scratch;
-		} else {
-			uint64_t off = i * s->chunk_size;
-
-			len = b->size - off < s->chunk_size ? b->size - off :
-							       s->chunk_size;
-			src = b->chunks[i];
 		}
+		/* From host, a run of chunks is compressed in parallel on
+		 * the disk tier's pool; from the device, one at a time
+		 * through the staging chunk. */
+		do {
+			uint64_t off = (i + k) * s->chunk_size;
+
+			lens[k] = b->size - off < s->chunk_size ?
+					  b->size - off : s->chunk_size;
+			if (scratch) {
+				rc = read_top_chunk(b, i, scratch, &lens[k]);
+				if (rc)
+					goto out_destroy;
+				srcs[k] = scratch;
+			} else {
+				srcs[k] = b->chunks[i + k];
+			}
+			room += lens[k] + DISK_CHUNK_OVERHEAD;
+			k++;
+		} while (!scratch && k < SPILL_BATCH && i + k < n &&
+			 !is_hole(b, i + k));
 		uint64_t before = tier_dobj_stored(b->dobj);
 
-		rc = reserve(b, TFS_TIER_DISK, len + DISK_CHUNK_OVERHEAD);
+		rc = reserve(b, TFS_TIER_DISK, room);
 		if (rc)
 			goto out_destroy;
-		rc = tier_dobj_write_chunk(s->disk, b->dobj, i, src, len);
+		rc = k == 1 ? tier_dobj_write_chunk(s->disk, b->dobj, i,
+						    srcs[0], lens[0]) :
+			      tier_dobj_write_chunks(s->disk, b->dobj, i, srcs,
+						     lens, k);
 		int64_t grew = (int64_t)(tier_dobj_stored(b->dobj) - before);
 
-		unreserve(b, TFS_TIER_DISK, len + DISK_CHUNK_OVERHEAD);
+		unreserve(b, TFS_TIER_DISK, room);
 		pthread_mutex_lock(&s->lock);
 		charge(s, b, TFS_TIER_DISK, grew);
 		pthread_mutex_unlock(&s->lock);
 		if (rc)
 			goto out_destroy;
+		i += k;
 	}
 	host_chunk_put(s->pool, scratch);
 	return 0;

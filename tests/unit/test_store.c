@@ -449,7 +449,7 @@ static void test_bad_backend(void)
 	}
 	CHECK(rc < 0);
 	CHECK(err[0] != '\0');
-	printf("# cuda: %s\n", err);
+	printf("# %s\n", err);
 	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "auto");
 	CHECK_EQ(tier_store_init(&s, &cfg, "unit", err, sizeof(err)), 0);
 	struct tier_store_stats st;
