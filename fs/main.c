@@ -224,6 +224,16 @@ static void usage(const char *prog)
 	fuse_lowlevel_help();
 }
 
+/* FNV-1a: a stable short name for a mount point. */
+static uint64_t path_hash(const char *p)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+	return h;
+}
+
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void fail(const char *fmt, ...)
 {
@@ -305,8 +315,11 @@ int main(int argc, char **argv)
 			goto out_cfg;
 		}
 	}
-	/* CUDA must start in the process that serves the mount. */
-	snprintf(tag, sizeof(tag), "%ld", (long)getpid());
+	/* CUDA must start in the process that serves the mount. The spill
+	 * directory is named after the mount point, so a new mount on the
+	 * same point removes what a crashed earlier run left behind. */
+	snprintf(tag, sizeof(tag), "%016llx",
+		 (unsigned long long)path_hash(mountpoint));
 	rc = tfs_ns_init();
 	if (rc) {
 		fail("cannot set up the namespace: %s", strerror(-rc));
