@@ -1,0 +1,516 @@
+#!/usr/bin/env bats
+# Tiers: bytes really move between device, host and compressed disk under
+# pressure, come back when read, and stay byte-identical throughout.
+# Every test mounts its own tierfs with its own limits (helpers.bash); the
+# device is the sim backend, so all of this runs without a GPU.
+
+load helpers
+
+SIM="device_backend=sim,device_limit=4M,host_limit=8M"
+
+setup() {
+	tfs_setup
+	EXTRA_MOUNTS=()
+}
+
+teardown() {
+	local m
+	tfs_unmount
+	for m in "${EXTRA_MOUNTS[@]}"; do
+		mountpoint -q "$m" && umount "$m"
+	done
+	tfs_teardown
+}
+
+rank() { # device 0, host 1, disk 2
+	case $1 in
+	device) echo 0 ;;
+	host) echo 1 ;;
+	disk) echo 2 ;;
+	*) echo "bad tier '$1'" >&2; echo 9 ;;
+	esac
+}
+
+xa() { # xa NAME FILE: one user.tierfs.NAME xattr's value
+	getfattr --only-values -n "user.tierfs.$1" "$2"
+}
+
+set_tier() { setfattr -n user.tierfs.tier -v "$2" "$1"; }
+
+# wait_until CMD...: poll CMD for up to 10 s.
+wait_until() {
+	local i
+	for i in $(seq 1 100); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	"$@"
+}
+
+# Every tier's used bytes within its limit (and the spiller settled below
+# the high watermark once idle).
+within_limits() {
+	local t used limit
+	for t in device host disk; do
+		used=$(tstat "$t.used")
+		limit=$(tstat "$t.limit")
+		[ -n "$used" ] && [ -n "$limit" ] || return 1
+		if [ "$used" -gt "$limit" ]; then
+			echo "$t.used=$used > $t.limit=$limit" >&2
+			return 1
+		fi
+	done
+}
+
+show_stats() {
+	getfattr --absolute-names --only-values -n user.tierfs.stats "$MNT" >&2
+}
+
+# tstat KEY: one key of the root's user.tierfs.stats (tfs_stat, quieter).
+tstat() {
+	getfattr --absolute-names --only-values -n user.tierfs.stats "$MNT" |
+		sed -n "s/^$1=//p"
+}
+
+# make_src N SIZE: N files of SIZE bytes of random data, src/fNN.
+make_src() {
+	local i
+	mkdir -p "$TFS_TMP/src"
+	for i in $(seq 0 $(($1 - 1))); do
+		head -c "$2" /dev/urandom >"$TFS_TMP/src/f$(printf %02d "$i")"
+	done
+}
+
+# The one spill file in the disk tier's private directory.
+only_spill_file() {
+	local files
+	files=("$SPILL"/tierfs.*/*)
+	[ "${#files[@]}" -eq 1 ] && [ -f "${files[0]}" ] ||
+		{ echo "expected one spill file: ${files[*]}" >&2; return 1; }
+	echo "${files[0]}"
+}
+
+write_64() {
+	local f
+	make_src 64 1M
+	for f in "$TFS_TMP"/src/f*; do
+		cp "$f" "$MNT/${f##*/}"
+	done
+}
+
+@test "64 x 1 MiB under 4M device / 8M host: oldest on disk, newest on device, LRU order, limits kept" {
+	tfs_mount -o "$SIM"
+	write_64
+	[ "$(tstat backend)" = sim ]
+	[ "$(tstat files)" -eq 64 ]
+	wait_until within_limits || { show_stats; false; }
+	[ "$(tfs_tier "$MNT/f00")" = disk ]
+	[ "$(tfs_tier "$MNT/f01")" = disk ]
+	[ "$(tfs_tier "$MNT/f63")" = device ]
+	# Least recently used moved first: in write order, tiers only go up.
+	local i t r prev=2 n_dev=0 n_host=0 n_disk=0
+	for i in $(seq -w 0 63); do
+		t=$(tfs_tier "$MNT/f$i")
+		r=$(rank "$t")
+		if [ "$r" -gt "$prev" ]; then
+			echo "f$i is on $t after a newer file higher up" >&2
+			false
+		fi
+		prev=$r
+		eval "n_$t=\$((n_$t + 1))"
+		[ "$(xa size "$MNT/f$i")" -eq 1048576 ]
+	done
+	echo "device=$n_dev host=$n_host disk=$n_disk"
+	[ "$n_dev" -ge 1 ] && [ "$n_dev" -le 4 ]
+	[ "$n_host" -ge 1 ] && [ "$n_host" -le 8 ]
+	[ "$n_disk" -ge 52 ]
+	[ "$(tstat device.used)" -le 4194304 ]
+	[ "$(tstat host.used)" -le 8388608 ]
+	[ "$(tstat device.spills)" -ge 60 ]
+	[ "$(tstat host.spills)" -ge 52 ]
+	[ "$(tstat disk.buffers)" -ge 52 ]
+	# last_access follows the order the files were written in.
+	[ "$(xa last_access "$MNT/f63")" -gt "$(xa last_access "$MNT/f00")" ]
+	[ "$(xa last_access "$MNT/f00")" -gt 1500000000000000000 ]
+	[ "$(xa stored_size "$MNT/f63")" -eq 1048576 ]
+	[ "$(xa pins "$MNT/f00")" -eq 0 ]
+	[ "$(tstat evict_failures)" -eq 0 ]
+	[ "$(tstat checksum_errors)" -eq 0 ]
+}
+
+@test "cat of a spilled file brings it to the device and pushes another down; all 64 still cmp equal" {
+	tfs_mount -o "$SIM"
+	write_64
+	wait_until within_limits
+	[ "$(tfs_tier "$MNT/f00")" = disk ]
+	local on_dev=() i spills0
+	for i in $(seq -w 0 63); do
+		[ "$(tfs_tier "$MNT/f$i")" = device ] && on_dev+=("f$i")
+	done
+	[ "${#on_dev[@]}" -ge 1 ]
+	spills0=$(tstat device.spills)
+	cmp "$TFS_TMP/src/f00" "$MNT/f00"
+	[ "$(tfs_tier "$MNT/f00")" = device ]
+	# The device had no room for it: something else went down.
+	pushed() {
+		local f
+		[ "$(tstat device.spills)" -gt "$spills0" ] || return 1
+		for f in "${on_dev[@]}"; do
+			[ "$(tfs_tier "$MNT/$f")" != device ] && return 0
+		done
+		return 1
+	}
+	wait_until pushed || { show_stats; false; }
+	wait_until within_limits
+	[ "$(tstat device.unspills)" -ge 1 ]
+	[ "$(tstat device.unspill_bytes)" -ge 1048576 ]
+	# Reading the middle of the pack brings each up in turn.
+	cat "$MNT/f10" "$MNT/f20" >/dev/null
+	[ "$(tfs_tier "$MNT/f10")" = device ]
+	[ "$(tfs_tier "$MNT/f20")" = device ]
+	for i in $(seq -w 0 63); do
+		cmp "$TFS_TMP/src/f$i" "$MNT/f$i"
+	done
+	wait_until within_limits || { show_stats; false; }
+	[ "$(tstat checksum_errors)" -eq 0 ]
+}
+
+@test "policy_unspill=host brings a read back to host, none leaves it on disk" {
+	make_src 2 1M
+	tfs_mount -o "$SIM,policy_unspill=host"
+	cp "$TFS_TMP/src/f00" "$MNT/a"
+	set_tier "$MNT/a" disk
+	[ "$(tfs_tier "$MNT/a")" = disk ]
+	cmp "$TFS_TMP/src/f00" "$MNT/a"
+	[ "$(tfs_tier "$MNT/a")" = host ]
+	tfs_unmount
+	tfs_mount -o "$SIM,policy_unspill=none"
+	cp "$TFS_TMP/src/f01" "$MNT/b"
+	set_tier "$MNT/b" disk
+	cmp "$TFS_TMP/src/f01" "$MNT/b"
+	[ "$(tfs_tier "$MNT/b")" = disk ]
+	# an explicit move still works under unspill=none
+	set_tier "$MNT/b" device
+	[ "$(tfs_tier "$MNT/b")" = device ]
+	cmp "$TFS_TMP/src/f01" "$MNT/b"
+}
+
+@test "compressible data takes fewer bytes on disk than its size; st_blocks follows" {
+	tfs_mount -o "$SIM"
+	yes 'tierfs spills compressible text' | head -c 4M >"$TFS_TMP/text"
+	cp "$TFS_TMP/text" "$MNT/text"
+	[ "$(tfs_tier "$MNT/text")" = device ]
+	[ "$(xa stored_size "$MNT/text")" -eq 4194304 ]
+	# resident on the device it counts in full
+	[ "$(stat -c %b "$MNT/text")" -ge 8192 ]
+	set_tier "$MNT/text" disk
+	[ "$(tfs_tier "$MNT/text")" = disk ]
+	[ "$(tstat device.buffers)" -eq 0 ]
+	[ "$(tstat host.buffers)" -eq 0 ]
+	local stored spill du
+	stored=$(xa stored_size "$MNT/text")
+	echo "stored_size=$stored"
+	[ "$(xa size "$MNT/text")" -eq 4194304 ]
+	[ "$stored" -gt 0 ]
+	[ "$stored" -lt $((4194304 / 4)) ]
+	spill=$(only_spill_file)
+	du=$(du -B1 "$spill" | cut -f1)
+	echo "du=$du"
+	[ "$du" -lt $((4194304 / 4)) ]
+	[ "$(tstat disk.used)" -lt $((4194304 / 4)) ]
+	[ "$(stat -c %b "$MNT/text")" -lt $((4194304 / 512)) ]
+	[ "$(stat -c %s "$MNT/text")" -eq 4194304 ]
+	cmp "$TFS_TMP/text" "$MNT/text"
+}
+
+@test "random data on disk takes no more than its size plus a small header per chunk" {
+	tfs_mount -o "$SIM,disk_chunk_size=256K"
+	head -c 3000000 /dev/urandom >"$TFS_TMP/rand"
+	cp "$TFS_TMP/rand" "$MNT/rand"
+	set_tier "$MNT/rand" disk
+	[ "$(tfs_tier "$MNT/rand")" = disk ]
+	local stored chunks du spill
+	chunks=$(((3000000 + 262143) / 262144))
+	stored=$(xa stored_size "$MNT/rand")
+	echo "stored_size=$stored chunks=$chunks"
+	[ "$stored" -ge 3000000 ]
+	[ "$stored" -le $((3000000 + 64 * chunks)) ]
+	spill=$(only_spill_file)
+	du=$(du -B1 "$spill" | cut -f1)
+	echo "du=$du"
+	# raw chunks, each rounded up to the filesystem's blocks at worst
+	[ "$du" -le $((3000000 + (64 + 8192) * chunks)) ]
+	cmp "$TFS_TMP/rand" "$MNT/rand"
+}
+
+@test "disk_compression=none stores compressible data raw" {
+	tfs_mount -o "$SIM,disk_compression=none"
+	yes 'tierfs' | head -c 2M >"$TFS_TMP/text"
+	cp "$TFS_TMP/text" "$MNT/text"
+	set_tier "$MNT/text" disk
+	[ "$(xa stored_size "$MNT/text")" -ge 2097152 ]
+	cmp "$TFS_TMP/text" "$MNT/text"
+}
+
+# corrupt_test DATA: spill a 2 MiB file of DATA, flip bytes in the data area
+# of its first chunk, and expect EIO and a log line naming the spill file.
+corrupt_test() {
+	tfs_mount -o "$SIM"
+	cp "$1" "$MNT/c"
+	set_tier "$MNT/c" disk
+	[ "$(tfs_tier "$MNT/c")" = disk ]
+	# no copy left above the disk to serve the read from
+	[ "$(tstat device.buffers)" -eq 0 ]
+	[ "$(tstat host.buffers)" -eq 0 ]
+	local spill
+	spill=$(only_spill_file)
+	# 8 bytes at 40: past the 32-byte header, in chunk 0's stored bytes;
+	# inverted so they surely differ.
+	dd if="$spill" bs=1 skip=40 count=8 status=none |
+		perl -0777 -pe '$_ = ~$_' >"$TFS_TMP/garbage"
+	[ "$(stat -c %s "$TFS_TMP/garbage")" -eq 8 ]
+	dd if="$TFS_TMP/garbage" of="$spill" bs=1 seek=40 conv=notrunc status=none
+	run cat "$MNT/c"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"Input/output error"* ]]
+	# not wrong bytes either: whatever came out is a prefix of the truth
+	run cmp "$1" "$MNT/c"
+	[ "$status" -ne 0 ]
+	[[ "$output" != *"differ"* ]]
+	grep -F "$spill" "$LOG"
+	[ "$(tstat checksum_errors)" -ge 1 ]
+	[ "$(tfs_tier "$MNT/c")" = disk ]
+	# the mount is still fine for everyone else
+	echo still >"$MNT/other"
+	[ "$(cat "$MNT/other")" = still ]
+}
+
+@test "a corrupt raw spill chunk gives EIO, not wrong bytes, and a log line naming the spill file" {
+	head -c 2M /dev/urandom >"$TFS_TMP/data"
+	corrupt_test "$TFS_TMP/data"
+}
+
+@test "a corrupt lz4 spill chunk gives EIO, not wrong bytes, and a log line naming the spill file" {
+	seq 1 1000000 | head -c 2M >"$TFS_TMP/data"
+	corrupt_test "$TFS_TMP/data"
+}
+
+# fill_until_enospc DIR OPTS MIN MAX: mount with OPTS, write 1 MiB random
+# files until one fails; it must fail with ENOSPC after MIN..MAX files, the
+# next write must fail too, every earlier file must read back intact, and
+# freeing room must make writes work again.
+fill_until_enospc() {
+	make_src 24 1M
+	tfs_mount -o "$2"
+	local i ok=() failed=
+	for i in $(seq -w 0 23); do
+		run dd if="$TFS_TMP/src/f$i" of="$MNT/f$i" bs=256K status=none
+		if [ "$status" -ne 0 ]; then
+			failed=f$i
+			break
+		fi
+		ok+=("f$i")
+	done
+	echo "written: ${ok[*]}; failed: $failed: $output"
+	show_stats 2>&1
+	df -k "$1"
+	[ -n "$failed" ]
+	[[ "$output" == *"No space left on device"* ]]
+	[ "${#ok[@]}" -ge "$3" ]
+	[ "${#ok[@]}" -le "$4" ]
+	# it stays full for the next writer, too
+	run cp "$TFS_TMP/src/f23" "$MNT/next"
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"No space left on device"* ]]
+	for i in "${ok[@]}"; do
+		cmp "$TFS_TMP/src/$i" "$MNT/$i"
+	done
+	# once room is freed, writes work again
+	rm -f "$MNT/$failed" "$MNT/next" "$MNT/${ok[0]}" "$MNT/${ok[1]}"
+	cp "$TFS_TMP/src/f23" "$MNT/again"
+	cmp "$TFS_TMP/src/f23" "$MNT/again"
+	for i in "${ok[@]:2}"; do
+		cmp "$TFS_TMP/src/$i" "$MNT/$i"
+	done
+	within_limits
+}
+
+small_tmpfs() { # DIR: an 8 MiB tmpfs at DIR, unmounted in teardown
+	mkdir -p "$1"
+	mount -t tmpfs -o size=8M tmpfs "$1"
+	EXTRA_MOUNTS+=("$1")
+}
+
+@test "a disk tier on a small tmpfs: at disk_limit the next write gets ENOSPC, earlier files intact" {
+	local disk=$TFS_TMP/smalldisk
+	small_tmpfs "$disk"
+	# disk_limit defaults to 50% of the filesystem: 4 MiB here. Room for
+	# 1 + 2 + 3 files of 1 MiB (each takes 1 MiB + a chunk header on disk).
+	fill_until_enospc "$disk" \
+		"device_backend=sim,device_limit=1M,host_limit=2M,disk_path=$disk" 4 7
+}
+
+@test "a disk tier on a small tmpfs that really fills up: the next write gets ENOSPC, earlier files intact" {
+	local disk=$TFS_TMP/smalldisk
+	small_tmpfs "$disk"
+	# disk_limit above the filesystem's size: the tmpfs itself runs out
+	# (7 spill files of 1 MiB + 32 bytes fit in 8 MiB of 4 KiB pages).
+	fill_until_enospc "$disk" \
+		"device_backend=sim,device_limit=1M,host_limit=2M,disk_path=$disk,disk_limit=64M" 7 10
+	# nothing is held above the limits in the daemon's memory instead
+	local f n=0
+	for f in "$disk"/tierfs.*/*; do
+		[ "$(stat -c %b "$f")" -gt 0 ] || n=$((n + 1))
+	done
+	[ "$n" -eq 0 ]
+}
+
+@test "a pinned file does not move under pressure, and cannot be moved (EBUSY) until unpinned" {
+	make_src 20 1M
+	tfs_mount -o "$SIM"
+	cp "$TFS_TMP/src/f00" "$MNT/pinned"
+	[ "$(tfs_tier "$MNT/pinned")" = device ]
+	[ "$(xa pin "$MNT/pinned")" = 0 ]
+	setfattr -n user.tierfs.pin -v 1 "$MNT/pinned"
+	[ "$(xa pin "$MNT/pinned")" = 1 ]
+	[ "$(xa pins "$MNT/pinned")" -ge 1 ]
+	local i
+	for i in $(seq -w 1 19); do
+		cp "$TFS_TMP/src/f$i" "$MNT/f$i"
+	done
+	wait_until within_limits
+	[ "$(tstat device.spills)" -ge 10 ]
+	[ "$(tfs_tier "$MNT/pinned")" = device ]
+	[ "$(tfs_tier "$MNT/f01")" = disk ]
+	run setfattr -n user.tierfs.tier -v disk "$MNT/pinned"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"Device or resource busy"* ]]
+	run setfattr -n user.tierfs.tier -v host "$MNT/pinned"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"Device or resource busy"* ]]
+	[ "$(tfs_tier "$MNT/pinned")" = device ]
+	# a pinned file on disk stays there too, even when read
+	set_tier "$MNT/f02" disk
+	setfattr -n user.tierfs.pin -v 1 "$MNT/f02"
+	cmp "$TFS_TMP/src/f02" "$MNT/f02"
+	[ "$(tfs_tier "$MNT/f02")" = disk ]
+	cmp "$TFS_TMP/src/f00" "$MNT/pinned"
+	setfattr -n user.tierfs.pin -v 0 "$MNT/pinned"
+	[ "$(xa pin "$MNT/pinned")" = 0 ]
+	[ "$(xa pins "$MNT/pinned")" -eq 0 ]
+	set_tier "$MNT/pinned" disk
+	[ "$(tfs_tier "$MNT/pinned")" = disk ]
+	cmp "$TFS_TMP/src/f00" "$MNT/pinned"
+}
+
+@test "bad tier or pin values give EINVAL and move nothing" {
+	tfs_mount -o "$SIM"
+	echo data >"$MNT/f"
+	[ "$(tfs_tier "$MNT/f")" = device ]
+	local v
+	for v in bogus DISK devices '' 'disk ' 2; do
+		run setfattr -n user.tierfs.tier -v "$v" "$MNT/f"
+		echo "'$v': $output"
+		[ "$status" -ne 0 ]
+		[[ "$output" == *"Invalid argument"* ]]
+	done
+	[ "$(tfs_tier "$MNT/f")" = device ]
+	run setfattr -n user.tierfs.pin -v 2 "$MNT/f"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"Invalid argument"* ]]
+	[ "$(xa pins "$MNT/f")" -eq 0 ]
+	[ "$(cat "$MNT/f")" = data ]
+}
+
+@test "stress: two writers and two readers under constant spilling, every file byte-identical at the end" {
+	local W=20 R=3 k i r
+	mkdir -p "$TFS_TMP/src"
+	for k in 0 1; do
+		for i in $(seq -w 0 $((W - 1))); do
+			for r in $(seq 0 $((R - 1))); do
+				head -c $(((RANDOM % 768 + 256) * 1024)) /dev/urandom \
+					>"$TFS_TMP/src/w${k}_${i}_$r"
+			done
+		done
+	done
+	make_src 12 512K
+	tfs_mount -o "device_backend=sim,device_limit=2M,host_limit=4M,disk_chunk_size=128K"
+	# stable files the readers check the whole time
+	for i in $(seq -w 0 11); do
+		cp "$TFS_TMP/src/f$i" "$MNT/s$i"
+	done
+	writer() { # K: R rounds over W files, new content each round
+		local r i
+		for r in $(seq 0 $((R - 1))); do
+			for i in $(seq -w 0 $((W - 1))); do
+				cp "$TFS_TMP/src/w${1}_${i}_$r" "$MNT/w${1}_$i" || return 1
+			done
+		done
+	}
+	reader() { # K: cmp stable files, read the writers' files, move some
+		local n=0 i f
+		while [ ! -e "$TFS_TMP/stop" ]; do
+			i=$(printf %02d $((RANDOM % 12)))
+			cmp "$TFS_TMP/src/f$i" "$MNT/s$i" || return 1
+			f=$MNT/w$((RANDOM % 2))_$(printf %02d $((RANDOM % W)))
+			if [ -e "$f" ]; then
+				# a concurrent cp may truncate it; any error but ENOENT
+				# is a failure
+				cat "$f" >/dev/null 2>"$TFS_TMP/rerr$1" ||
+					grep -q 'No such file' "$TFS_TMP/rerr$1" || {
+					cat "$TFS_TMP/rerr$1"; return 1; }
+			fi
+			if [ $((n % 5)) = 0 ]; then
+				setfattr -n user.tierfs.tier -v disk "$MNT/s$i" 2>/dev/null || true
+			fi
+			n=$((n + 1))
+		done
+		echo "reader $1: $n rounds" >&2
+	}
+	writer 0 & local w0=$!
+	writer 1 & local w1=$!
+	reader 0 & local r0=$!
+	reader 1 & local r1=$!
+	local rc=0
+	wait "$w0" || { echo "writer 0 failed" >&2; rc=1; }
+	wait "$w1" || { echo "writer 1 failed" >&2; rc=1; }
+	touch "$TFS_TMP/stop"
+	wait "$r0" || { echo "reader 0 failed" >&2; rc=1; }
+	wait "$r1" || { echo "reader 1 failed" >&2; rc=1; }
+	[ $rc = 0 ]
+	for k in 0 1; do
+		for i in $(seq -w 0 $((W - 1))); do
+			cmp "$TFS_TMP/src/w${k}_${i}_$((R - 1))" "$MNT/w${k}_$i"
+		done
+	done
+	for i in $(seq -w 0 11); do
+		cmp "$TFS_TMP/src/f$i" "$MNT/s$i"
+	done
+	show_stats
+	[ "$(tstat files)" -eq $((2 * W + 12)) ]
+	[ "$(tstat device.spills)" -ge 40 ]
+	[ "$(tstat host.spills)" -ge 20 ]
+	[ "$(tstat checksum_errors)" -eq 0 ]
+	wait_until within_limits
+}
+
+@test "a 256 MiB file with host_limit=32M writes and reads back identical" {
+	head -c 256M /dev/urandom >"$TFS_TMP/big"
+	tfs_mount -o "device_backend=sim,device_limit=8M,host_limit=32M"
+	dd if="$TFS_TMP/big" of="$MNT/big" bs=1M status=none
+	[ "$(stat -c %s "$MNT/big")" -eq 268435456 ]
+	[ "$(xa size "$MNT/big")" -eq 268435456 ]
+	[ "$(tfs_tier "$MNT/big")" = disk ]
+	within_limits
+	cmp "$TFS_TMP/big" "$MNT/big"
+	within_limits
+	local hwm
+	hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$TFS_PID/status")
+	echo "daemon peak RSS ${hwm} kB"
+	# streamed, not staged whole in memory
+	[ "$hwm" -lt $((200 * 1024)) ]
+	rm "$MNT/big"
+	gone() { [ "$(tstat files)" -eq 0 ] && [ "$(tstat disk.used)" -eq 0 ]; }
+	wait_until gone || { show_stats; false; }
+}
