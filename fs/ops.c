@@ -891,9 +891,11 @@ static void tfs_flush(fuse_req_t req, fuse_ino_t ino,
 	tfs_ns_lock();
 	only = i->nopen == 1 && i->nlink;
 	tfs_ns_unlock();
-	if (only)
-		register_if_dirty(i);
-	fuse_reply_err(req, 0);
+	/* A large file written in place on disk may still hold its last
+	 * chunk in memory: a full disk must fail close(2), not vanish. */
+	int rc = only ? register_if_dirty(i) : 0;
+
+	fuse_reply_err(req, rc < 0 ? -rc : 0);
 }
 
 static void tfs_release(fuse_req_t req, fuse_ino_t ino,

@@ -65,6 +65,7 @@ struct tier_store {
 	struct host_pool *pool;
 	uint32_t chunk_size;
 	uint64_t host_capacity, disk_capacity;
+	char *disk_path;
 	char backend[16];
 
 	pthread_t spiller;
@@ -265,6 +266,20 @@ static int shrink(struct tier_store *s, int t, uint64_t goal,
 	return 0;
 }
 
+/*
+ * The disk tier's limit is ours; the filesystem under it may be shared and
+ * fill up first. Asking it before each chunk turns that into ENOSPC for the
+ * write that needs the room instead of a failed spill later.
+ */
+static bool disk_has_room(struct tier_store *s, uint64_t bytes)
+{
+	struct statvfs sv;
+
+	if (statvfs(s->disk_path, &sv))
+		return true; /* let the write itself report the error */
+	return (uint64_t)sv.f_bavail * sv.f_frsize >= bytes;
+}
+
 /* Charge @bytes to @b in tier @t, evicting others first if needed. */
 static int reserve(struct tier_buf *b, int t, uint64_t bytes)
 {
@@ -275,6 +290,8 @@ static int reserve(struct tier_buf *b, int t, uint64_t bytes)
 	uint64_t limit = s->use[t].limit;
 
 	if (bytes > limit) {
+		rc = -ENOSPC;
+	} else if (t == TFS_TIER_DISK && !disk_has_room(s, bytes)) {
 		rc = -ENOSPC;
 	} else if (s->use[t].used + bytes > limit) {
 		if (t == TFS_TIER_DISK)
@@ -1080,6 +1097,12 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	pol_init(&s->pol, pol);
 	s->chunk_size = cfg->disk.chunk_size;
 	s->next_id = 1;
+	s->disk_path = strdup(cfg->disk.path);
+	if (!s->disk_path) {
+		snprintf(err, errlen, "out of memory");
+		rc = -ENOMEM;
+		goto out_lock;
+	}
 
 	if (statvfs(cfg->disk.path, &sv)) {
 		rc = -errno;
@@ -1124,6 +1147,7 @@ out_dev:
 	if (s->dev)
 		s->dev->ops->destroy(s->dev);
 out_lock:
+	free(s->disk_path);
 	pthread_cond_destroy(&s->spill_wake);
 	pthread_mutex_destroy(&s->lock);
 out_free:
@@ -1147,6 +1171,7 @@ void tier_store_destroy(struct tier_store *s)
 		s->dev->ops->destroy(s->dev);
 	pthread_cond_destroy(&s->spill_wake);
 	pthread_mutex_destroy(&s->lock);
+	free(s->disk_path);
 	free(s);
 }
 
@@ -1388,9 +1413,13 @@ static ssize_t write_disk(struct tier_buf *b, const char *src, size_t len,
 			return done ? (ssize_t)done : rc;
 		memcpy((char *)b->wc + in, src + done, n);
 		b->wc_dirty = true;
+		if (off + done + n > b->size)
+			b->size = off + done + n;
+		/* A finished chunk goes to disk now, so that a full disk
+		 * fails this write rather than the close. */
+		if (in + n == s->chunk_size && (rc = wc_flush(b)))
+			return done ? (ssize_t)done : rc;
 		done += n;
-		if (off + done > b->size)
-			b->size = off + done;
 	}
 	return (ssize_t)done;
 }
