@@ -514,3 +514,38 @@ small_tmpfs() { # DIR: an 8 MiB tmpfs at DIR, unmounted in teardown
 	gone() { [ "$(tstat files)" -eq 0 ] && [ "$(tstat disk.used)" -eq 0 ]; }
 	wait_until gone || { show_stats; false; }
 }
+
+@test "an empty file moved to disk, then grown by truncate, reads back as zeroes" {
+	tfs_mount -o "$SIM"
+	: >"$MNT/e"
+	set_tier "$MNT/e" disk
+	truncate -s 238401 "$MNT/e"
+	cmp <(head -c 238401 /dev/zero) "$MNT/e"
+	[ "$(stat -c %s "$MNT/e")" -eq 238401 ]
+	mountpoint -q "$MNT"
+}
+
+@test "truncating a spilled file bigger than host while it is held open forgets its old bytes" {
+	tfs_mount -o "device_backend=sim,device_limit=256K,host_limit=512K,disk_chunk_size=64K"
+	/usr/bin/python3 - "$MNT/f" <<'PY'
+import os, sys
+p = sys.argv[1]
+with open(p, "wb") as f:
+    f.write(b"a" * 100)
+os.truncate(p, 983039)              # bigger than host_limit
+os.setxattr(p, "user.tierfs.tier", b"disk")
+held = os.open(p, os.O_RDWR)        # another open file: no placing at close
+fd = os.open(p, os.O_WRONLY)
+os.pwrite(fd, b"x" * 10, 362284)
+os.close(fd)
+fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+os.pwrite(fd, b"y", 988039)
+os.close(fd)
+data = open(p, "rb").read()
+os.close(held)
+assert len(data) == 988040, len(data)
+bad = [i for i in range(len(data) - 1) if data[i]]
+assert not bad, "old bytes back after O_TRUNC at %d..%d: %r" % (
+    bad[0], bad[-1], data[bad[0]:bad[-1] + 1])
+PY
+}
