@@ -4,7 +4,7 @@
  *
  * Access rules. Fields marked [B] are read with b->lock held for reading and
  * changed with it held for writing. Fields marked [S] are read and changed
- * with s->lock held. The [S] mirrors of [B] state (present, size_s) exist so
+ * with s->lock held. The [S] mirrors of [B] state (present, pi.size) exist so
  * that stat and the eviction scan never wait for a busy buffer.
  *
  * Lock order: b->lock, then s->lock. Code that holds s->lock only try-locks
@@ -80,29 +80,28 @@ struct tier_buf {
 	pthread_rwlock_t lock;
 	uint64_t id;
 
-	uint64_t size; /* [B] */
+	uint64_t size; /* [B]; pi.size is its [S] mirror */
 	void **chunks; /* [B] host copy; NULL entries are holes */
-	uint64_t nchunks; /* [B] entries in chunks[] */
+	uint32_t nchunks; /* [B] entries in chunks[] */
 	uint32_t cap0; /* [B] bytes in chunks[0] when it is small, else 0 */
-	bool has_host; /* [B] */
-	bool dirty; /* [B] written since the last register */
 	struct tier_dmem *dmem; /* [B] */
 	struct tier_dobj *dobj; /* [B] */
 	/* [B] One chunk of a buffer too large for host memory, being written
 	 * in place on disk (read-modify-write). */
 	void *wc;
 	uint64_t wc_idx;
-	bool wc_dirty;
-	bool wc_reserved; /* disk room for one chunk is charged */
-
 	uint64_t charged[TFS_TIER_COUNT]; /* [S] */
-	uint64_t size_s; /* [S] mirror of size */
+	uint64_t generation; /* [S] */
+	struct lease *leases; /* [S] */
+	uint32_t nleases; /* [S] */
+	uint32_t pins; /* [S] */
+	/* Flags, packed: files are many and small. */
+	bool has_host; /* [B] */
+	bool dirty; /* [B] written since the last register */
+	bool wc_dirty; /* [B] */
+	bool wc_reserved; /* [B] disk room for one chunk is charged */
 	uint8_t present; /* [S] bit t: a copy in tier t */
 	bool dead; /* [S] destroy has begun */
-	uint32_t pins; /* [S] */
-	uint32_t nleases; /* [S] */
-	struct lease *leases; /* [S] */
-	uint64_t generation; /* [S] */
 };
 
 static uint64_t now_ns(void)
@@ -187,8 +186,7 @@ static void publish(struct tier_buf *b)
 			s->use[t].buffers += (present & (1u << t)) ? 1 : -1;
 	}
 	b->present = present;
-	s->logical += b->size - b->size_s;
-	b->size_s = b->size;
+	s->logical += b->size - b->pi.size;
 	b->pi.size = b->size;
 	sync_links(s, b);
 	pthread_mutex_unlock(&s->lock);
@@ -362,13 +360,15 @@ static int grow_table(struct tier_buf *b, uint64_t n)
 {
 	if (n <= b->nchunks)
 		return 0;
+	if (n > UINT32_MAX)
+		return -EFBIG;
 	void **c = realloc(b->chunks, n * sizeof(*c));
 
 	if (!c)
 		return -ENOMEM;
 	memset(c + b->nchunks, 0, (n - b->nchunks) * sizeof(*c));
 	b->chunks = c;
-	b->nchunks = n;
+	b->nchunks = (uint32_t)n;
 	return 0;
 }
 
@@ -497,6 +497,8 @@ static int host_fetch(struct tier_buf *b)
 
 	if (b->has_host)
 		return 0;
+	if (n > UINT32_MAX)
+		return -ENOSPC;
 	rc = reserve(b, TFS_TIER_HOST, need);
 	if (rc)
 		return rc;
@@ -509,7 +511,7 @@ static int host_fetch(struct tier_buf *b)
 		rc = -ENOMEM;
 		goto out_drop;
 	}
-	b->nchunks = n;
+	b->nchunks = (uint32_t)n;
 	for (uint64_t i = 0; i < n; i++) {
 		uint64_t off = i * s->chunk_size;
 		size_t len = b->size - off < s->chunk_size ? b->size - off :
@@ -1324,7 +1326,7 @@ void tier_buf_destroy(struct tier_buf *b)
 uint64_t tier_buf_size(struct tier_buf *b)
 {
 	pthread_mutex_lock(&b->s->lock);
-	uint64_t sz = b->size_s;
+	uint64_t sz = b->pi.size;
 	pthread_mutex_unlock(&b->s->lock);
 	return sz;
 }
@@ -1601,7 +1603,7 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 				unreserve(b, TFS_TIER_HOST, s->chunk_size);
 			}
 			if (b->nchunks > keep)
-				b->nchunks = keep;
+				b->nchunks = (uint32_t)keep;
 			if (in && keep && keep <= b->nchunks &&
 			    b->chunks[keep - 1])
 				memset((char *)b->chunks[keep - 1] + in, 0,
@@ -1769,7 +1771,7 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st)
 			break;
 		}
 	}
-	st->size = b->size_s;
+	st->size = b->pi.size;
 	st->stored_size = b->charged[st->tier];
 	st->last_access_ns = b->pi.last_access;
 	st->pins = b->pins;
