@@ -759,11 +759,13 @@ static void status_text(FILE *f, const char *mount, const struct stats *s,
 		bar = 8;
 
 	fprintf(f, "tierfs on %s\n", mount);
+	/* the sim backend must say what it is even if its model does not */
 	fprintf(f, "backend  %s", backend ? backend : "?");
-	if (backend && !strcmp(backend, "sim"))
-		fputs(" (simulated device)", f);
 	if (model && *model)
-		fprintf(f, ", %s", model);
+		fprintf(f, ": %s", model);
+	if (backend && !strcmp(backend, "sim") &&
+	    (!model || !strstr(model, "simulated")))
+		fputs(" (simulated device)", f);
 	fputc('\n', f);
 	fprintf(f, "files    %" PRIu64 ", %s logical\n",
 		stats_u64_or0(s, "files"),

@@ -29,19 +29,25 @@ write_files() {
 	done
 }
 
-# Wait until background spilling has brought every tier within its limit.
+# Wait until the background spiller is done: every tier within its limit
+# and the stats unchanged over 0.1 s, so that what tierfsctl prints and what
+# the test reads next are the same numbers.
 settle() {
-	local i t used limit ok
+	local i t used limit ok a b
 	for i in $(seq 1 100); do
+		a=$(getfattr --only-values -n user.tierfs.stats "$MNT")
+		sleep 0.1
+		b=$(getfattr --only-values -n user.tierfs.stats "$MNT")
 		ok=1
+		[ "$a" = "$b" ] || ok=0
 		for t in device host; do
 			used=$(tfs_stat $t.used)
 			limit=$(tfs_stat $t.limit)
 			[ "$limit" -eq 0 ] || [ "$used" -le "$limit" ] || ok=0
 		done
 		[ $ok -eq 1 ] && return 0
-		sleep 0.05
 	done
+	echo "tierfs did not settle" >&2
 	return 1
 }
 
@@ -52,7 +58,8 @@ settle() {
 	[ "$status" -eq 0 ]
 	echo "$output"
 	[[ "$output" == *"tierfs on $MNT"* ]]
-	[[ "$output" == *"backend  sim (simulated device)"* ]]
+	[[ "$output" == *"backend  sim"* ]]
+	[[ "$output" == *"simulated"* ]]
 	local stats t used limit bufs
 	stats=$(getfattr --only-values -n user.tierfs.stats "$MNT")
 	for t in device host disk; do
@@ -127,14 +134,20 @@ for t in ("device", "host", "disk"):
 	[ "$(echo "$output" | grep -c "^tierfs on ")" -eq 3 ]
 }
 
-@test "status without MOUNT finds the only tierfs mount" {
+@test "status without MOUNT takes the only tierfs mount, or names them all" {
 	local n
+	# other test runs on this machine may have mounts of their own
 	n=$(awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { print $(i + 1); break } }' \
 		/proc/self/mountinfo | grep -c '^fuse\.tierfs$' || true)
-	[ "$n" -eq 1 ] || skip "$n tierfs mounts on this machine"
 	run ctl status --ascii
-	[ "$status" -eq 0 ]
-	[[ "$output" == *"tierfs on $MNT"* ]]
+	if [ "$n" -eq 1 ]; then
+		[ "$status" -eq 0 ]
+		[[ "$output" == *"tierfs on $MNT"* ]]
+	else
+		[ "$status" -eq 1 ]
+		[[ "${lines[0]}" == "tierfsctl: "*" tierfs mounts; name one of:" ]]
+		echo "$output" | grep -Fx "  $MNT"
+	fi
 }
 
 @test "any path on the mount names it" {
