@@ -1408,6 +1408,7 @@ enum op_kind { OP_SPILL, OP_PREFETCH, OP_PIN, OP_UNPIN };
 struct target {
 	char *path;
 	uint64_t size;
+	int to; /* tier for spill and prefetch */
 };
 
 struct target_list {
@@ -1416,7 +1417,8 @@ struct target_list {
 	uint64_t bytes;
 };
 
-static void target_add(struct target_list *l, char *path, uint64_t size)
+static void target_add(struct target_list *l, char *path, uint64_t size,
+		       int to)
 {
 	if (l->n == l->cap) {
 		l->cap = l->cap ? 2 * l->cap : 64;
@@ -1424,12 +1426,14 @@ static void target_add(struct target_list *l, char *path, uint64_t size)
 	}
 	l->t[l->n].path = path;
 	l->t[l->n].size = size;
+	l->t[l->n].to = to;
 	l->n++;
 	l->bytes += size;
 }
 
 /* Every regular file below @dir on the same mount. */
-static bool collect_dir(struct target_list *l, const char *dir, dev_t dev)
+static bool collect_dir(struct target_list *l, const char *dir, dev_t dev,
+			int to)
 {
 	DIR *d = opendir(dir);
 	struct dirent *de;
@@ -1450,9 +1454,9 @@ static bool collect_dir(struct target_list *l, const char *dir, dev_t dev)
 			op_error("'%s': %s", path, strerror(errno));
 			ok = false;
 		} else if (S_ISDIR(st.st_mode) && st.st_dev == dev) {
-			ok &= collect_dir(l, path, dev);
+			ok &= collect_dir(l, path, dev, to);
 		} else if (S_ISREG(st.st_mode)) {
-			target_add(l, path, st.st_size);
+			target_add(l, path, st.st_size, to);
 			continue;
 		}
 		free(path);
@@ -1471,48 +1475,95 @@ static bool collect_dir(struct target_list *l, const char *dir, dev_t dev)
  * not once per file.
  */
 struct dev_cache {
-	dev_t dev[8];
+	struct {
+		dev_t dev;
+		bool has_device;
+	} e[8];
 	int n;
 };
 
-static bool on_tierfs(struct dev_cache *c, const char *path, dev_t dev)
+/* The mount has a device tier unless its stats say otherwise. */
+static bool mount_has_device(const char *root)
 {
+	struct stats st;
+	uint64_t limit;
+	bool yes;
+
+	if (stats_read(root, &st))
+		return true;
+	yes = !stats_u64(&st, "device.limit", &limit) || limit;
+	stats_free(&st);
+	return yes;
+}
+
+/* Checks @path (on device @dev) is on tierfs, with a message when not;
+ * *has_device says whether its mount has a device tier. */
+static bool on_tierfs(struct dev_cache *c, const char *path, dev_t dev,
+		      bool *has_device)
+{
+	bool dummy, yes;
 	char *root;
 
-	for (int i = 0; i < c->n; i++)
-		if (c->dev[i] == dev)
+	if (!has_device)
+		has_device = &dummy;
+	for (int i = 0; i < c->n; i++) {
+		if (c->e[i].dev == dev) {
+			*has_device = c->e[i].has_device;
 			return true;
+		}
+	}
 	if (!resolve_mount_msg(path, &root))
 		return false;
+	yes = mount_has_device(root);
 	free(root);
-	if (c->n < 8)
-		c->dev[c->n++] = dev;
+	if (c->n < 8) {
+		c->e[c->n].dev = dev;
+		c->e[c->n++].has_device = yes;
+	}
+	*has_device = yes;
 	return true;
 }
 
-/* Expands the PATH arguments; false when some could not be used. */
+struct op_opts {
+	enum op_kind kind;
+	int to; /* target tier of spill and prefetch */
+	bool to_given;
+	bool recursive;
+	bool quiet;
+	int progress; /* -1 never, 0 auto, 1 always */
+};
+
+/*
+ * Expands the PATH arguments; false when some could not be used. A plain
+ * prefetch goes to the fastest tier the file's mount has: the device, or
+ * the host on a mount without one.
+ */
 static bool collect_targets(struct target_list *l, char **paths, int n,
-			    bool recursive)
+			    const struct op_opts *o)
 {
 	struct dev_cache cache = { .n = 0 };
 	bool ok = true;
 
 	for (int i = 0; i < n; i++) {
+		bool has_device;
 		struct stat st;
+		int to = o->to;
 
 		if (stat(paths[i], &st)) {
 			error("'%s': %s", paths[i], strerror(errno));
 			ok = false;
 			continue;
 		}
-		if (!on_tierfs(&cache, paths[i], st.st_dev)) {
+		if (!on_tierfs(&cache, paths[i], st.st_dev, &has_device)) {
 			ok = false;
 			continue;
 		}
+		if (o->kind == OP_PREFETCH && !o->to_given && !has_device)
+			to = TFS_TIER_HOST;
 		if (S_ISREG(st.st_mode)) {
-			target_add(l, xstrdup(paths[i]), st.st_size);
-		} else if (S_ISDIR(st.st_mode) && recursive) {
-			ok &= collect_dir(l, paths[i], st.st_dev);
+			target_add(l, xstrdup(paths[i]), st.st_size, to);
+		} else if (S_ISDIR(st.st_mode) && o->recursive) {
+			ok &= collect_dir(l, paths[i], st.st_dev, to);
 		} else if (S_ISDIR(st.st_mode)) {
 			op_error("'%s': %s (use -R)", paths[i],
 				 strerror(EISDIR));
@@ -1566,21 +1617,14 @@ static void progress_clear(struct progress *p)
 	}
 }
 
-struct op_opts {
-	enum op_kind kind;
-	int to; /* target tier of spill and prefetch */
-	bool recursive;
-	bool quiet;
-	int progress; /* -1 never, 0 auto, 1 always */
-};
-
 static int op_run(const struct op_opts *o, char **paths, int npaths)
 {
 	struct target_list l = { 0 };
 	struct progress p = { 0 };
 	size_t done = 0, moved = 0, already = 0, failed = 0;
 	uint64_t bytes = 0, moved_bytes = 0;
-	bool ok = collect_targets(&l, paths, npaths, o->recursive);
+	bool ok = collect_targets(&l, paths, npaths, o);
+	int to = l.n ? l.t[0].to : o->to;
 	char x[32];
 
 	p.verb = cmd_name;
@@ -1600,13 +1644,16 @@ static int op_run(const struct op_opts *o, char **paths, int npaths)
 			int cur = get_tier(path);
 
 			/* spill never moves up, prefetch never down */
-			if (cur >= 0 && (o->kind == OP_SPILL ? cur >= o->to :
-							       cur <= o->to)) {
+			if (cur >= 0 && (o->kind == OP_SPILL ?
+						 cur >= l.t[i].to :
+						 cur <= l.t[i].to)) {
 				already++;
 				goto next;
 			}
 			name = TFS_XATTR_TIER;
-			val = tier_names[o->to];
+			val = tier_names[l.t[i].to];
+			if (l.t[i].to != to)
+				to = -1;
 		} else {
 			name = TFS_XATTR_PIN;
 			val = o->kind == OP_PIN ? "1" : "0";
@@ -1616,7 +1663,9 @@ static int op_run(const struct op_opts *o, char **paths, int npaths)
 			int err = errno;
 
 			progress_clear(&p);
-			op_error("'%s': %s", path, strerror(err));
+			op_error("'%s': %s%s", path, strerror(err),
+				 err == ENODEV ? " (the mount has no device tier)" :
+						 "");
 			failed++;
 		} else {
 			moved++;
@@ -1633,10 +1682,12 @@ next:
 		switch (o->kind) {
 		case OP_SPILL:
 		case OP_PREFETCH:
-			printf("%s: %zu file%s (%s) moved to %s", cmd_name,
+			printf("%s: %zu file%s (%s) moved %s%s", cmd_name,
 			       moved, moved == 1 ? "" : "s",
 			       fmt_bytes(x, sizeof(x), moved_bytes),
-			       tier_names[o->to]);
+			       to < 0 ? "" : "to ",
+			       to >= 0 ? tier_names[to] :
+			       o->kind == OP_SPILL ? "down" : "up");
 			if (already)
 				printf(", %zu already %s", already,
 				       o->kind == OP_SPILL ? "there or lower" :
@@ -2123,7 +2174,7 @@ static int cmd_ls(int argc, char **argv)
 			ok = false;
 			continue;
 		}
-		if (!on_tierfs(&cache, p, st.st_dev)) {
+		if (!on_tierfs(&cache, p, st.st_dev, NULL)) {
 			ok = false;
 			continue;
 		}
@@ -2180,6 +2231,7 @@ static int cmd_op(enum op_kind kind, int argc, char **argv)
 			o.quiet = true;
 			break;
 		case OPT_TO:
+			o.to_given = true;
 			if (kind != OP_SPILL && kind != OP_PREFETCH)
 				return bad_usage("--to is for spill and prefetch");
 			o.to = tier_index(optarg, strlen(optarg));

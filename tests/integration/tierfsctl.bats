@@ -157,6 +157,34 @@ for t in ("device", "host", "disk"):
 	[[ "$output" == *"\"mount\": \"$MNT\""* ]]
 }
 
+@test "a mount without a device tier: status says so, prefetch goes to host" {
+	tfs_unmount
+	tfs_mount -o device_backend=none,host_limit=8M
+	write_files 2
+	settle
+	run ctl status --ascii "$MNT"
+	[ "$status" -eq 0 ]
+	echo "$output" | grep -E '^device +0 B +- +\(no device tier\) +0$'
+	[[ "$output" == *"backend  none"* ]]
+	run ctl status --json "$MNT"
+	echo "$output" | "$PY" -c '
+import json, sys
+j = json.load(sys.stdin)
+assert j["backend"] == "none" and j["tiers"]["device"]["limit"] == 0
+'
+	ctl spill -q "$MNT/f1"
+	[ "$(tfs_tier "$MNT/f1")" = disk ]
+	run ctl prefetch "$MNT/f1"
+	[ "$status" -eq 0 ]
+	[ "$output" = "prefetch: 1 file (1.0 MiB) moved to host" ]
+	[ "$(tfs_tier "$MNT/f1")" = host ]
+	ctl spill -q "$MNT/f1"
+	run ctl prefetch --to device "$MNT/f1"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"tierfsctl: prefetch: '$MNT/f1': No such device (the mount has no device tier)"* ]]
+	[ "$(tfs_tier "$MNT/f1")" = disk ]
+}
+
 @test "ls shows each file's tier: the oldest on disk, the newest on device" {
 	write_files 16
 	settle
