@@ -6,7 +6,7 @@
  *
  *   gpu_fill FILE SEED [SIZE]
  *
- * Byte i becomes (i * 7 + SEED + (i >> 10) * 13) mod 256, the pattern
+ * Byte i becomes tfs_fill_byte(i, SEED) (fill_pattern.h), the pattern
  * tests/integration/export_client writes with "pattern". With SIZE, the
  * file is first given SIZE bytes of device memory (tfs_alloc); it must be
  * empty then. On the sim backend the buffer is host memory and the fill runs
@@ -21,13 +21,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "fill_pattern.h"
 #include "libtierfs.h"
-
-__host__ __device__ static unsigned char pattern_byte(uint64_t i,
-						      unsigned int seed)
-{
-	return (unsigned char)((i * 7 + seed + (i >> 10) * 13) & 0xff);
-}
 
 __global__ static void fill(unsigned char *p, uint64_t n, unsigned int seed)
 {
@@ -35,7 +30,7 @@ __global__ static void fill(unsigned char *p, uint64_t n, unsigned int seed)
 	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 
 	for (; i < n; i += stride)
-		p[i] = pattern_byte(i, seed);
+		p[i] = tfs_fill_byte(i, seed);
 }
 
 int main(int argc, char **argv)
@@ -85,7 +80,7 @@ int main(int argc, char **argv)
 		unsigned char *p = (unsigned char *)m.ptr;
 
 		for (uint64_t i = 0; i < m.length; i++)
-			p[i] = pattern_byte(i, seed);
+			p[i] = tfs_fill_byte(i, seed);
 	}
 	/* commit waits for the kernel (cudaDeviceSynchronize) first. */
 	rc = tfs_map_commit(&m);

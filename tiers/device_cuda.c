@@ -475,8 +475,8 @@ static int cuda_write(struct tier_dev *dev, struct tier_dmem *dm,
 	for (at = 0, i = 0; at < len; at += CUDA_CHUNK, i ^= 1) {
 		size_t n = len - at < CUDA_CHUNK ? len - at : CUDA_CHUNK;
 
-		/* Wait for the DMA that last read this staging buffer. The
-		 * first two waits find events never recorded: no-ops. */
+		/* Wait for the DMA that last read this staging buffer:
+		 * chunk k - 2's. */
 		if (at >= 2 * (size_t)CUDA_CHUNK) {
 			e = cudaEventSynchronize(s->done[i]);
 			if (e != cudaSuccess) {

@@ -6,6 +6,10 @@
  *
  * Without a usable GPU, init must fail cleanly with a negative errno and one
  * line naming the CUDA error; the check prints it and exits 77 (skip).
+ * Output is TAP: "1..0 # SKIP no usable GPU: ...", or one ok / not ok line.
+ *
+ * Linked with tests/gpu/cuda_mock.c, it also makes copies fail: each
+ * failed read or write must give -EIO and give its staging slot back.
  *
  *   cc -std=gnu11 -D_GNU_SOURCE -DTFS_HAVE_CUDA=1 -I include -I . \
  *      -isystem /usr/local/cuda/include tests/gpu/backend_check.c \
@@ -20,6 +24,9 @@
 
 #include "config/config.h"
 #include "tiers/device.h"
+
+/* Defined only by tests/gpu/cuda_mock.c. */
+void tfs_mock_fail_next_copy(void) __attribute__((weak));
 
 static struct tier_dev *dev;
 static int failures;
@@ -36,12 +43,18 @@ static int failures;
 		}                                                 \
 	} while (0)
 
+/* No period: a chunk landing in another chunk's place must show. */
 static void fill(unsigned char *p, size_t len, unsigned int seed)
 {
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
 	size_t i;
 
-	for (i = 0; i < len; i++)
-		p[i] = (unsigned char)(i * 131 + seed * 7 + (i >> 12));
+	for (i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = (unsigned char)(x >> 24);
+	}
 }
 
 /* One round trip of @len bytes: write at @off, read back, zero a middle
@@ -120,14 +133,35 @@ int main(void)
 				err);
 			return 1;
 		}
-		printf("SKIP: no usable GPU: %s (init returned %d: %s)\n", err,
-		       rc, strerror(-rc));
+		printf("1..0 # SKIP no usable GPU: %s (init returned %d: %s)\n",
+		       err, rc, strerror(-rc));
 		return 77;
 	}
 	dev->ops->info(dev, &info);
-	printf("cuda: %s, %llu MiB, %llu MiB free\n", info.model,
+	printf("# cuda: %s, %llu MiB, %llu MiB free\n", info.model,
 	       (unsigned long long)(info.capacity >> 20),
 	       (unsigned long long)(info.free >> 20));
+
+	if (tfs_mock_fail_next_copy) {
+		unsigned char *buf = calloc(1, 9u << 20);
+
+		rc = dev->ops->alloc(dev, 9u << 20, &m);
+		CHECK(rc == 0, "alloc: %d", rc);
+		/* More failures than slots: a leaked slot hangs the next. */
+		for (i = 0; !rc && i < 10; i++) {
+			tfs_mock_fail_next_copy();
+			rc = i & 1 ? dev->ops->read(dev, m, buf, 9u << 20, 0) :
+				     dev->ops->write(dev, m, buf, 9u << 20, 0);
+			CHECK(rc == -EIO, "copy %d with a failure: %d", i, rc);
+			rc = 0;
+		}
+		if (!rc) {
+			rc = dev->ops->write(dev, m, buf, 9u << 20, 0);
+			CHECK(rc == 0, "write after the failures: %d", rc);
+			dev->ops->free(dev, m);
+		}
+		free(buf);
+	}
 
 	cfg.device.gpu = 999;
 	{
@@ -169,10 +203,12 @@ int main(void)
 	CHECK(got == 4096, "len %zu", got);
 
 	dev->ops->destroy(dev);
+	printf("1..1\n");
 	if (failures) {
-		printf("FAIL: %d checks failed\n", failures);
+		printf("not ok 1 - cuda backend on %s: %d checks failed\n",
+		       info.model, failures);
 		return 1;
 	}
-	printf("PASS: cuda backend\n");
+	printf("ok 1 - cuda backend on %s\n", info.model);
 	return 0;
 }

@@ -19,12 +19,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "fill_pattern.h"
 #include "libtierfs.h"
-
-__host__ __device__ static unsigned char pattern_byte(uint64_t i, unsigned int seed)
-{
-	return (unsigned char)((i * 7 + seed + (i >> 10) * 13) & 0xff);
-}
 
 __global__ static void check(const unsigned char *p, uint64_t n,
 			     unsigned int seed, unsigned long long *bad,
@@ -34,7 +30,7 @@ __global__ static void check(const unsigned char *p, uint64_t n,
 	uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
 
 	for (; i < n; i += stride) {
-		if (p[i] != pattern_byte(i, seed)) {
+		if (p[i] != tfs_fill_byte(i, seed)) {
 			atomicAdd(bad, 1ull);
 			atomicMin(first, (unsigned long long)i);
 		}
@@ -73,7 +69,7 @@ int main(int argc, char **argv)
 		uint64_t i;
 
 		for (i = 0; i < m.length; i++) {
-			if (p[i] != pattern_byte(i, seed)) {
+			if (p[i] != tfs_fill_byte(i, seed)) {
 				res[0]++;
 				if (res[1] > i)
 					res[1] = i;

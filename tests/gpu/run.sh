@@ -66,7 +66,7 @@ else
 	bc_rc=$?
 	set -e
 	# cudaGetDeviceCount (or the next call) failed: the line names it.
-	[ $bc_rc -eq 77 ] && skip "${bc_out#SKIP: }"
+	[ $bc_rc -eq 77 ] && skip "${bc_out#1..0 # SKIP }"
 	echo "$bc_out"
 	[ $bc_rc -eq 0 ] || fatal "backend_check exited $bc_rc"
 fi
@@ -123,6 +123,7 @@ nvcc_helper() {
 	local h=$1 arch
 	for arch in -arch=native ""; do
 		nvcc -O2 -std=c++17 $arch -cudart shared -I include -I client \
+			-I examples \
 			"tests/gpu/$h.cu" -L "$BUILD/client/lib" -ltierfs \
 			-Xlinker -rpath="$BUILD/client/lib" -o "$HELP_DIR/$h" \
 			2>"$HELP_DIR/$h.log" && return 0

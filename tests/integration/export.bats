@@ -18,7 +18,7 @@ setup_file() {
 	if [ -z "${EXPORT_CLIENT:-}" ]; then
 		EXPORT_CLIENT=$BATS_FILE_TMPDIR/export_client
 		cc -std=gnu11 -D_GNU_SOURCE -Wall -O1 \
-			-I "$top/include" -I "$top/client" \
+			-I "$top/include" -I "$top/client" -I "$top/examples" \
 			"$top/client/libtierfs.c" \
 			"$top/tests/integration/export_client.c" \
 			-o "$EXPORT_CLIENT" -lrt

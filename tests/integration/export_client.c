@@ -31,17 +31,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fill_pattern.h"
 #include "libtierfs.h"
 
 static void die(const char *what, int rc)
 {
 	fprintf(stderr, "export_client: %s: %s\n", what, tfs_strerror(rc));
 	exit(1);
-}
-
-static unsigned char pattern_byte(uint64_t i, unsigned int seed)
-{
-	return (unsigned char)((i * 7 + seed + (i >> 10) * 13) & 0xff);
 }
 
 /* FNV-1a: enough to tell two byte streams apart in a test. */
@@ -104,7 +100,7 @@ static int cmd_fill(const char *path, unsigned int seed)
 		die("fill", -ENOTSUP);
 	p = m.ptr;
 	for (i = 0; i < m.length; i++)
-		p[i] = pattern_byte(i, seed);
+		p[i] = tfs_fill_byte(i, seed);
 	rc = tfs_map_commit(&m);
 	if (rc)
 		die("tfs_map_commit", rc);
@@ -124,7 +120,7 @@ static int cmd_pattern(uint64_t len, unsigned int seed)
 		size_t i;
 
 		for (i = 0; i < n; i++)
-			buf[i] = pattern_byte(at + i, seed);
+			buf[i] = tfs_fill_byte(at + i, seed);
 		write_all(1, buf, n);
 		at += n;
 	}

@@ -1,0 +1,452 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * A host-memory stand-in for the CUDA runtime calls tiers/device_cuda.c
+ * makes, so that the backend's logic (chunking, double buffering, slot
+ * pool, error paths) runs under ASan/UBSan on machines without a GPU.
+ * Linked in place of cudart by tests/gpu/mock_check.sh; never shipped.
+ *
+ * What it checks that a real GPU would only show as corruption:
+ *   - streams are asynchronous: each has a worker thread that runs queued
+ *     copies after a random delay, so staging reused before its copy
+ *     finished gives wrong bytes;
+ *   - device ranges must lie inside one cudaMalloc allocation, and the host
+ *     side of an async copy inside one cudaHostAlloc buffer;
+ *   - failing calls set the per-thread last error, like the runtime.
+ *
+ * Environment: TFS_MOCK_NODEV=1 makes cudaGetDeviceCount answer
+ * cudaErrorInsufficientDriver; TFS_MOCK_CAPACITY (bytes, default 256 MiB).
+ * A test calls tfs_mock_fail_next_copy() to make the next cudaMemcpyAsync
+ * fail.
+ */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#define MAX_ALLOCS 4096
+
+struct range {
+	char *p;
+	size_t n;
+	bool pinned;
+};
+
+static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct range allocs[MAX_ALLOCS]; /* mock_lock */
+static size_t dev_used; /* mock_lock */
+static bool fail_next_copy; /* mock_lock */
+static __thread cudaError_t last_error;
+
+static cudaError_t fail(cudaError_t e)
+{
+	last_error = e;
+	return e;
+}
+
+static size_t capacity(void)
+{
+	const char *c = getenv("TFS_MOCK_CAPACITY");
+
+	return c ? strtoull(c, NULL, 0) : 256u << 20;
+}
+
+/* Is [p, p+n) inside one allocation of the given kind? */
+static bool inside(const void *p, size_t n, bool pinned)
+{
+	const char *c = p;
+	bool ok = false;
+	int i;
+
+	pthread_mutex_lock(&mock_lock);
+	for (i = 0; i < MAX_ALLOCS && !ok; i++) {
+		struct range *r = &allocs[i];
+
+		ok = r->p && r->pinned == pinned && c >= r->p &&
+		     n <= r->n && (size_t)(c - r->p) <= r->n - n;
+	}
+	pthread_mutex_unlock(&mock_lock);
+	return ok;
+}
+
+static cudaError_t track(void *p, size_t n, bool pinned)
+{
+	int i;
+
+	pthread_mutex_lock(&mock_lock);
+	if (!pinned && dev_used + n > capacity()) {
+		pthread_mutex_unlock(&mock_lock);
+		return cudaErrorMemoryAllocation;
+	}
+	for (i = 0; i < MAX_ALLOCS; i++) {
+		if (!allocs[i].p) {
+			allocs[i] = (struct range){ p, n, pinned };
+			if (!pinned)
+				dev_used += n;
+			pthread_mutex_unlock(&mock_lock);
+			return cudaSuccess;
+		}
+	}
+	pthread_mutex_unlock(&mock_lock);
+	return cudaErrorMemoryAllocation;
+}
+
+static bool untrack(void *p, bool pinned)
+{
+	int i;
+
+	pthread_mutex_lock(&mock_lock);
+	for (i = 0; i < MAX_ALLOCS; i++) {
+		if (allocs[i].p == p && allocs[i].pinned == pinned) {
+			if (!pinned)
+				dev_used -= allocs[i].n;
+			allocs[i].p = NULL;
+			pthread_mutex_unlock(&mock_lock);
+			return true;
+		}
+	}
+	pthread_mutex_unlock(&mock_lock);
+	return false;
+}
+
+void tfs_mock_fail_next_copy(void);
+void tfs_mock_fail_next_copy(void)
+{
+	pthread_mutex_lock(&mock_lock);
+	fail_next_copy = true;
+	pthread_mutex_unlock(&mock_lock);
+}
+
+/* --- streams and events ---------------------------------------------------- */
+
+struct op {
+	struct op *next;
+	void *dst;
+	const void *src; /* NULL: memset dst to val */
+	size_t n;
+	int val;
+};
+
+struct CUstream_st {
+	pthread_t thr;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct op *head, *tail;
+	uint64_t queued, done;
+	bool stop;
+	unsigned int seed;
+};
+
+struct CUevent_st {
+	struct CUstream_st *s;
+	uint64_t seq;
+};
+
+static void *stream_worker(void *arg)
+{
+	struct CUstream_st *s = arg;
+	struct op *o;
+
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		while (!s->head && !s->stop)
+			pthread_cond_wait(&s->cond, &s->lock);
+		if (!s->head)
+			break;
+		o = s->head;
+		pthread_mutex_unlock(&s->lock);
+		/* Late enough that a host racing ahead gets caught:
+		 * longer than the host's memcpy of a chunk. */
+		if (o->dst)
+			usleep(500 + (useconds_t)(rand_r(&s->seed) % 1000));
+		if (o->src)
+			memcpy(o->dst, o->src, o->n);
+		else if (o->dst)
+			memset(o->dst, o->val, o->n);
+		pthread_mutex_lock(&s->lock);
+		s->head = o->next;
+		if (!s->head)
+			s->tail = NULL;
+		s->done++;
+		pthread_cond_broadcast(&s->cond);
+		free(o);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* Queue an op (dst NULL: a marker for an event); returns its sequence. */
+static uint64_t enqueue(struct CUstream_st *s, void *dst, const void *src,
+			size_t n, int val)
+{
+	struct op *o = calloc(1, sizeof(*o));
+	uint64_t seq;
+
+	o->dst = dst;
+	o->src = src;
+	o->n = n;
+	o->val = val;
+	pthread_mutex_lock(&s->lock);
+	if (s->tail)
+		s->tail->next = o;
+	else
+		s->head = o;
+	s->tail = o;
+	seq = ++s->queued;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	return seq;
+}
+
+static void wait_for(struct CUstream_st *s, uint64_t seq)
+{
+	pthread_mutex_lock(&s->lock);
+	while (s->done < seq)
+		pthread_cond_wait(&s->cond, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned int flags)
+{
+	struct CUstream_st *s = calloc(1, sizeof(*s));
+
+	if (flags != cudaStreamNonBlocking)
+		fprintf(stderr, "mock: stream flags %u\n", flags);
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->cond, NULL);
+	s->seed = (unsigned int)(uintptr_t)s;
+	pthread_create(&s->thr, NULL, stream_worker, s);
+	*ps = s;
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+	uint64_t q;
+
+	pthread_mutex_lock(&s->lock);
+	q = s->queued;
+	pthread_mutex_unlock(&s->lock);
+	wait_for(s, q);
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->stop = true;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->thr, NULL);
+	pthread_cond_destroy(&s->cond);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned int flags)
+{
+	*pe = calloc(1, sizeof(**pe));
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+	free(e);
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+	if (!s)
+		return fail(cudaErrorInvalidResourceHandle);
+	e->s = s;
+	e->seq = enqueue(s, NULL, NULL, 0, 0);
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+	if (e->s)
+		wait_for(e->s, e->seq);
+	return cudaSuccess;
+}
+
+/* --- memory ---------------------------------------------------------------- */
+
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+	void *m;
+	cudaError_t e;
+
+	*p = NULL;
+	if (!n)
+		return cudaSuccess;
+	/* Refuse past the capacity before touching host memory. */
+	pthread_mutex_lock(&mock_lock);
+	e = dev_used + n > capacity() ? cudaErrorMemoryAllocation :
+					cudaSuccess;
+	pthread_mutex_unlock(&mock_lock);
+	m = e ? NULL : malloc(n);
+	if (!m)
+		return fail(cudaErrorMemoryAllocation);
+	/* Fresh device memory is garbage, not zeroes. */
+	memset(m, 0xa5, n);
+	e = track(m, n, false);
+	if (e) {
+		free(m);
+		return fail(e);
+	}
+	*p = m;
+	return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+	if (!p)
+		return cudaSuccess;
+	if (!untrack(p, false))
+		return fail(cudaErrorInvalidValue);
+	free(p);
+	return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
+{
+	*p = malloc(n);
+	if (!*p || track(*p, n, true)) {
+		free(*p);
+		*p = NULL;
+		return fail(cudaErrorMemoryAllocation);
+	}
+	return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+	if (!untrack(p, true))
+		return fail(cudaErrorInvalidValue);
+	free(p);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
+			    enum cudaMemcpyKind kind, cudaStream_t s)
+{
+	bool ok, inject;
+
+	pthread_mutex_lock(&mock_lock);
+	inject = fail_next_copy;
+	fail_next_copy = false;
+	pthread_mutex_unlock(&mock_lock);
+	if (inject)
+		return fail(cudaErrorLaunchFailure);
+	if (kind == cudaMemcpyDeviceToHost)
+		ok = inside(src, n, false) && inside(dst, n, true);
+	else if (kind == cudaMemcpyHostToDevice)
+		ok = inside(dst, n, false) && inside(src, n, true);
+	else
+		ok = false;
+	if (!ok || !s) {
+		fprintf(stderr, "mock: bad cudaMemcpyAsync %p <- %p, %zu, %d\n",
+			dst, src, n, (int)kind);
+		return fail(cudaErrorInvalidValue);
+	}
+	enqueue(s, dst, src, n, 0);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
+{
+	if (!inside(p, n, false) || !s) {
+		fprintf(stderr, "mock: bad cudaMemsetAsync %p, %zu\n", p, n);
+		return fail(cudaErrorInvalidValue);
+	}
+	enqueue(s, p, NULL, n, v);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
+{
+	pthread_mutex_lock(&mock_lock);
+	*total = capacity();
+	*free_b = *total - dev_used;
+	pthread_mutex_unlock(&mock_lock);
+	return cudaSuccess;
+}
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
+{
+	int i;
+
+	pthread_mutex_lock(&mock_lock);
+	for (i = 0; i < MAX_ALLOCS && allocs[i].p != p; i++)
+		;
+	pthread_mutex_unlock(&mock_lock);
+	/* Only an allocation's base has a handle of its own. */
+	if (i == MAX_ALLOCS || !p)
+		return fail(cudaErrorInvalidValue);
+	memset(h, 0, sizeof(*h));
+	memcpy(h, &p, sizeof(p));
+	return cudaSuccess;
+}
+
+/* --- devices and errors ---------------------------------------------------- */
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+	*n = 0;
+	if (getenv("TFS_MOCK_NODEV"))
+		return fail(cudaErrorInsufficientDriver);
+	*n = 1;
+	return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d)
+{
+	return d == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int d)
+{
+	int i;
+
+	if (d != 0)
+		return fail(cudaErrorInvalidDevice);
+	memset(prop, 0, sizeof(*prop));
+	snprintf(prop->name, sizeof(prop->name), "mock GPU");
+	for (i = 0; i < 16; i++)
+		prop->uuid.bytes[i] = (char)(i + 1);
+	prop->totalGlobalMem = capacity();
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void)
+{
+	cudaError_t e = last_error;
+
+	last_error = cudaSuccess;
+	return e;
+}
+
+const char *cudaGetErrorName(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess: return "cudaSuccess";
+	case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+	case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+	case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+	case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+	case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+	default: return "cudaErrorUnknown";
+	}
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+	return e == cudaSuccess ? "no error" : "mock error";
+}
