@@ -1553,8 +1553,16 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 		rc = -EBUSY;
 		goto out;
 	}
-	if (b->size == 0 || !b->has_host) {
-		rc = b->size ? make_writable_host(b) : 0;
+	if (!b->has_host) {
+		/* An empty buffer needs no fetch: an empty host copy is
+		 * free, and every buffer must keep at least one copy. */
+		if (b->size) {
+			rc = make_writable_host(b);
+		} else {
+			dev_drop(b);
+			disk_drop(b);
+			b->has_host = true;
+		}
 		if (rc == -ENOSPC) {
 			/* Too big for host: trim on disk. */
 			rc = make_writable_disk(b);
@@ -1568,6 +1576,11 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 					b->wc_dirty = true;
 				}
 			}
+			/* A cached chunk past the new end must not come
+			 * back when the file grows again. */
+			if (!rc && b->wc &&
+			    b->wc_idx >= nchunks_for(s, size))
+				wc_free(b);
 			if (!rc && size < b->size)
 				rc = tier_dobj_truncate(s->disk, b->dobj,
 						nchunks_for(s, size));
