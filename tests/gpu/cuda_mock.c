@@ -5,6 +5,11 @@
  * pool, error paths) runs under ASan/UBSan on machines without a GPU.
  * Linked in place of cudart by tests/gpu/mock_check.sh; never shipped.
  *
+ * Device memory is a POSIX shared-memory object per cudaMalloc, so CUDA
+ * IPC works across processes: a daemon linked with the mock exports, and a
+ * client with the mock preloaded opens the handle and gets host-visible
+ * "device" memory.
+ *
  * What it checks that a real GPU would only show as corruption:
  *   - streams are asynchronous: each has a worker thread that runs queued
  *     copies after a random delay, so staging reused before its copy
@@ -18,28 +23,35 @@
  * A test calls tfs_mock_fail_next_copy() to make the next cudaMemcpyAsync
  * fail.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
 #define MAX_ALLOCS 4096
 
+enum kind { DEV, PINNED, IMPORTED };
+
 struct range {
 	char *p;
 	size_t n;
-	bool pinned;
+	enum kind kind;
+	char name[48]; /* DEV: the shm object */
 };
 
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct range allocs[MAX_ALLOCS]; /* mock_lock */
 static size_t dev_used; /* mock_lock */
 static bool fail_next_copy; /* mock_lock */
+static unsigned long shm_seq; /* mock_lock */
 static __thread cudaError_t last_error;
 
 static cudaError_t fail(cudaError_t e)
@@ -56,7 +68,7 @@ static size_t capacity(void)
 }
 
 /* Is [p, p+n) inside one allocation of the given kind? */
-static bool inside(const void *p, size_t n, bool pinned)
+static bool inside(const void *p, size_t n, enum kind kind)
 {
 	const char *c = p;
 	bool ok = false;
@@ -66,51 +78,48 @@ static bool inside(const void *p, size_t n, bool pinned)
 	for (i = 0; i < MAX_ALLOCS && !ok; i++) {
 		struct range *r = &allocs[i];
 
-		ok = r->p && r->pinned == pinned && c >= r->p &&
+		ok = r->p && r->kind == kind && c >= r->p &&
 		     n <= r->n && (size_t)(c - r->p) <= r->n - n;
 	}
 	pthread_mutex_unlock(&mock_lock);
 	return ok;
 }
 
-static cudaError_t track(void *p, size_t n, bool pinned)
+static struct range *track(void *p, size_t n, enum kind kind)
 {
 	int i;
 
 	pthread_mutex_lock(&mock_lock);
-	if (!pinned && dev_used + n > capacity()) {
-		pthread_mutex_unlock(&mock_lock);
-		return cudaErrorMemoryAllocation;
-	}
 	for (i = 0; i < MAX_ALLOCS; i++) {
 		if (!allocs[i].p) {
-			allocs[i] = (struct range){ p, n, pinned };
-			if (!pinned)
-				dev_used += n;
+			allocs[i] = (struct range){ .p = p, .n = n,
+						    .kind = kind };
 			pthread_mutex_unlock(&mock_lock);
-			return cudaSuccess;
+			return &allocs[i];
 		}
 	}
 	pthread_mutex_unlock(&mock_lock);
-	return cudaErrorMemoryAllocation;
+	return NULL;
 }
 
-static bool untrack(void *p, bool pinned)
+/* Forget @p; returns what it was, with p NULL when it was not known. */
+static struct range untrack(void *p, enum kind kind)
 {
+	struct range r = { 0 };
 	int i;
 
 	pthread_mutex_lock(&mock_lock);
 	for (i = 0; i < MAX_ALLOCS; i++) {
-		if (allocs[i].p == p && allocs[i].pinned == pinned) {
-			if (!pinned)
-				dev_used -= allocs[i].n;
+		if (allocs[i].p == p && allocs[i].kind == kind) {
+			r = allocs[i];
+			if (kind == DEV)
+				dev_used -= r.n;
 			allocs[i].p = NULL;
-			pthread_mutex_unlock(&mock_lock);
-			return true;
+			break;
 		}
 	}
 	pthread_mutex_unlock(&mock_lock);
-	return false;
+	return r;
 }
 
 void tfs_mock_fail_next_copy(void);
@@ -278,47 +287,84 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 
 /* --- memory ---------------------------------------------------------------- */
 
+static void *map_shm(const char *name, int oflags, size_t *n)
+{
+	struct stat st;
+	void *p;
+	int fd;
+
+	fd = shm_open(name, oflags, 0600);
+	if (fd < 0)
+		return NULL;
+	if (oflags & O_CREAT) {
+		if (ftruncate(fd, (off_t)*n)) {
+			close(fd);
+			return NULL;
+		}
+	} else if (fstat(fd, &st) == 0) {
+		*n = (size_t)st.st_size;
+	}
+	p = mmap(NULL, *n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	return p == MAP_FAILED ? NULL : p;
+}
+
 cudaError_t cudaMalloc(void **p, size_t n)
 {
+	struct range *r;
+	char name[48];
 	void *m;
-	cudaError_t e;
 
 	*p = NULL;
 	if (!n)
 		return cudaSuccess;
-	/* Refuse past the capacity before touching host memory. */
+	/* Refuse past the capacity before touching memory. */
 	pthread_mutex_lock(&mock_lock);
-	e = dev_used + n > capacity() ? cudaErrorMemoryAllocation :
-					cudaSuccess;
-	pthread_mutex_unlock(&mock_lock);
-	m = e ? NULL : malloc(n);
-	if (!m)
+	if (dev_used + n > capacity()) {
+		pthread_mutex_unlock(&mock_lock);
 		return fail(cudaErrorMemoryAllocation);
+	}
+	dev_used += n;
+	snprintf(name, sizeof(name), "/tfsmock.%d.%lu", (int)getpid(),
+		 ++shm_seq);
+	pthread_mutex_unlock(&mock_lock);
+
+	m = map_shm(name, O_RDWR | O_CREAT | O_EXCL, &n);
+	r = m ? track(m, n, DEV) : NULL;
+	if (!r) {
+		if (m)
+			munmap(m, n);
+		shm_unlink(name);
+		pthread_mutex_lock(&mock_lock);
+		dev_used -= n;
+		pthread_mutex_unlock(&mock_lock);
+		return fail(cudaErrorMemoryAllocation);
+	}
+	snprintf(r->name, sizeof(r->name), "%s", name);
 	/* Fresh device memory is garbage, not zeroes. */
 	memset(m, 0xa5, n);
-	e = track(m, n, false);
-	if (e) {
-		free(m);
-		return fail(e);
-	}
 	*p = m;
 	return cudaSuccess;
 }
 
 cudaError_t cudaFree(void *p)
 {
+	struct range r;
+
 	if (!p)
 		return cudaSuccess;
-	if (!untrack(p, false))
+	r = untrack(p, DEV);
+	if (!r.p)
 		return fail(cudaErrorInvalidValue);
-	free(p);
+	munmap(r.p, r.n);
+	shm_unlink(r.name);
 	return cudaSuccess;
 }
 
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
 {
 	*p = malloc(n);
-	if (!*p || track(*p, n, true)) {
+	if (!*p || !track(*p, n, PINNED)) {
 		free(*p);
 		*p = NULL;
 		return fail(cudaErrorMemoryAllocation);
@@ -328,7 +374,7 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
 
 cudaError_t cudaFreeHost(void *p)
 {
-	if (!untrack(p, true))
+	if (!untrack(p, PINNED).p)
 		return fail(cudaErrorInvalidValue);
 	free(p);
 	return cudaSuccess;
@@ -346,9 +392,9 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 	if (inject)
 		return fail(cudaErrorLaunchFailure);
 	if (kind == cudaMemcpyDeviceToHost)
-		ok = inside(src, n, false) && inside(dst, n, true);
+		ok = inside(src, n, DEV) && inside(dst, n, PINNED);
 	else if (kind == cudaMemcpyHostToDevice)
-		ok = inside(dst, n, false) && inside(src, n, true);
+		ok = inside(dst, n, DEV) && inside(src, n, PINNED);
 	else
 		ok = false;
 	if (!ok || !s) {
@@ -362,7 +408,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
-	if (!inside(p, n, false) || !s) {
+	if (!inside(p, n, DEV) || !s) {
 		fprintf(stderr, "mock: bad cudaMemsetAsync %p, %zu\n", p, n);
 		return fail(cudaErrorInvalidValue);
 	}
@@ -381,17 +427,62 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
 {
+	const char *name = NULL;
 	int i;
 
+	_Static_assert(sizeof(*h) >= sizeof(allocs[0].name), "handle size");
 	pthread_mutex_lock(&mock_lock);
-	for (i = 0; i < MAX_ALLOCS && allocs[i].p != p; i++)
-		;
-	pthread_mutex_unlock(&mock_lock);
-	/* Only an allocation's base has a handle of its own. */
-	if (i == MAX_ALLOCS || !p)
-		return fail(cudaErrorInvalidValue);
+	for (i = 0; i < MAX_ALLOCS; i++) {
+		/* Only an allocation's base has a handle of its own. */
+		if (p && allocs[i].p == p && allocs[i].kind == DEV)
+			name = allocs[i].name;
+	}
 	memset(h, 0, sizeof(*h));
-	memcpy(h, &p, sizeof(p));
+	if (name)
+		memcpy(h, name, strlen(name) + 1);
+	pthread_mutex_unlock(&mock_lock);
+	return name ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+
+cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h,
+				 unsigned int flags)
+{
+	char name[sizeof(h)];
+	size_t n = 0;
+	void *m;
+
+	memcpy(name, &h, sizeof(name));
+	name[sizeof(name) - 1] = '\0';
+	*p = NULL;
+	m = map_shm(name, O_RDWR, &n);
+	if (!m)
+		return fail(cudaErrorInvalidValue);
+	if (!track(m, n, IMPORTED)) {
+		munmap(m, n);
+		return fail(cudaErrorMemoryAllocation);
+	}
+	*p = m;
+	return cudaSuccess;
+}
+
+cudaError_t cudaIpcCloseMemHandle(void *p)
+{
+	struct range r = untrack(p, IMPORTED);
+
+	if (!r.p)
+		return fail(cudaErrorInvalidValue);
+	munmap(r.p, r.n);
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d)
+{
+	*d = 0;
 	return cudaSuccess;
 }
 

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# tests/gpu/mock_check.sh: run tests/gpu/backend_check.c against the cuda
-# backend (tiers/device_cuda.c) linked with tests/gpu/cuda_mock.c instead of
-# cudart, under ASan and UBSan. Needs only the CUDA headers. It checks the
-# backend's own logic where no GPU is: chunking and double buffering against
-# asynchronous copies, ranges, the slot pool from 8 threads, out of memory,
-# failing copies, and the message when there is no driver.
+# tests/gpu/mock_check.sh [BUILD]: the cuda backend and libtierfs's CUDA
+# path where there is no GPU, with tests/gpu/cuda_mock.c in place of cudart.
 #
-# Exit 0 when both runs behave, 1 otherwise, 77 without CUDA headers.
+# 1. tests/gpu/backend_check.c against tiers/device_cuda.c, under ASan and
+#    UBSan: chunking and double buffering against asynchronous copies,
+#    ranges, the slot pool from 8 threads, out of memory, failing copies,
+#    and the message when there is no driver. Needs only the CUDA headers.
+# 2. With BUILD, a meson build dir configured with CUDA (not sanitized):
+#    its tierfs relinked with the mock instead of libcudart_static.a, and
+#    tests/integration/export.bats run on device_backend=cuda, the client
+#    (libtierfs -> cudaIpcOpenMemHandle) with the mock preloaded.
+#
+# Exit 0 when all of it behaves, 1 otherwise, 77 without CUDA headers.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
@@ -45,4 +50,45 @@ expect "round trips from 8 threads on async copies; failing copies" 0 \
 expect "no driver: -ENODEV and the CUDA error's name" 77 \
 	"cudaGetDeviceCount: mock error (cudaErrorInsufficientDriver, 35)" \
 	TFS_MOCK_NODEV=1
+
+BUILD=${1:-}
+if [ -z "$BUILD" ]; then
+	exit $failed
+fi
+ninja -C "$BUILD" >/dev/null || exit 1
+link=$(ninja -C "$BUILD" -t commands fs/tierfs | tail -1)
+case $link in
+*libcudart_static.a*) ;;
+*) echo "not ok - $BUILD has no CUDA backend"; exit 1 ;;
+esac
+cc -std=gnu11 -O1 -g -D_GNU_SOURCE -fPIC -Wall -isystem "$CUDA/include" \
+	-c tests/gpu/cuda_mock.c -o "$out/cuda_mock.o" &&
+	cc -shared "$out/cuda_mock.o" -lpthread -lrt -o "$out/libcudamock.so" ||
+	exit 1
+link=$(sed -e "s| -o fs/tierfs | -o $out/tierfs |" \
+	-e "s|[^ ]*libcudart_static\.a|$out/cuda_mock.o|" <<<"$link")
+(cd "$BUILD" && eval "$link") || exit 1
+client=$(cd "$BUILD" && pwd)/client/lib/export_client
+cat >"$out/export_client" <<EOS
+#!/bin/sh
+LD_PRELOAD=$out/libcudamock.so EXPORT_CLIENT_MOCK_CUDA=1 exec $client "\$@"
+EOS
+chmod +x "$out/export_client"
+before=$(find /dev/shm -maxdepth 1 -name 'tfsmock.*' | wc -l)
+if TIERFS_BIN=$out/tierfs EXPORT_CLIENT=$out/export_client \
+	TFS_EXPORT_BACKEND=cuda TFS_MOCK_CAPACITY=$((256 << 20)) \
+	bats --tap tests/integration/export.bats >"$out/bats.log" 2>&1; then
+	echo "ok - export.bats on the cuda backend (mock):" \
+		"$(grep -c "^ok" "$out/bats.log") ok, $(grep -c "# skip" "$out/bats.log") skipped"
+else
+	echo "not ok - export.bats on the cuda backend (mock)"
+	sed 's/^/    /' "$out/bats.log"
+	failed=1
+fi
+# Every daemon unmounted: each cudaMalloc must have been freed.
+after=$(find /dev/shm -maxdepth 1 -name 'tfsmock.*' | wc -l)
+if [ "$after" -ne "$before" ]; then
+	echo "not ok - $((after - before)) device allocations never freed"
+	failed=1
+fi
 exit $failed

@@ -5,6 +5,11 @@
 # EXPORT_CLIENT may point at a built export_client; by default the one next
 # to TIERFS_BIN's build (client/lib/export_client) is used, else it is
 # compiled here from the sources.
+#
+# TFS_EXPORT_BACKEND=cuda runs the same tests on the cuda backend (the
+# shm-only ones skip): tests/gpu/mock_check.sh does that with a daemon and
+# client linked to tests/gpu/cuda_mock.c.
+: "${TFS_EXPORT_BACKEND:=sim}"
 
 load helpers
 
@@ -29,7 +34,7 @@ setup_file() {
 setup() {
 	HOLDERS=()
 	tfs_setup
-	tfs_mount -o device_backend=sim,device_limit=64M,host_limit=64M
+	tfs_mount -o device_backend=$TFS_EXPORT_BACKEND,device_limit=64M,host_limit=64M
 }
 
 teardown() {
@@ -39,6 +44,19 @@ teardown() {
 		wait "$pid" 2>/dev/null || true
 	done
 	tfs_teardown
+}
+
+sim_only() {
+	[ "$TFS_EXPORT_BACKEND" = sim ] ||
+		skip "shared-memory export: sim backend only"
+}
+
+# The handle type an export of this backend gives.
+handle_type() {
+	case $TFS_EXPORT_BACKEND in
+	sim) echo 2 ;;
+	cuda) echo 1 ;;
+	esac
 }
 
 ec() {
@@ -82,7 +100,7 @@ mkfile() {
 @test "export maps the file's bytes" {
 	mkfile f 3000017
 	ec cat "$MNT/f" >"$TFS_TMP/mapped" 2>"$TFS_TMP/err"
-	grep -q 'handle_type=2 length=3000017' "$TFS_TMP/err"
+	grep -q "handle_type=$(handle_type) length=3000017" "$TFS_TMP/err"
 	cmp "$TFS_TMP/f" "$TFS_TMP/mapped"
 	cat "$MNT/f" | cmp - "$TFS_TMP/mapped"
 }
@@ -212,6 +230,7 @@ mkfile() {
 }
 
 @test "the shm object is 0600, owned by the caller, unguessable, and gone after release" {
+	sim_only
 	mkfile f 8192
 	run ec shm "$MNT/f"
 	[ "$status" -eq 0 ]
@@ -221,6 +240,7 @@ mkfile() {
 }
 
 @test "the shm object is gone once the last of two maps closes" {
+	sim_only
 	mkfile f 8192
 	hold "$MNT/f" "$TFS_TMP/h1"
 	local p1=$HOLD_PID

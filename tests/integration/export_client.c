@@ -17,6 +17,10 @@
  *   export_client ioctl PATH CASE      one malformed or plain ioctl; prints
  *                                      "ok" or "errno=NAME"
  *
+ * cat, fill and hold touch the mapped bytes from the CPU, which only a shm
+ * (sim) mapping allows, or a CUDA one under tests/gpu/cuda_mock.c (set
+ * EXPORT_CLIENT_MOCK_CUDA=1 then).
+ *
  * Exit status: 0 when the command ran (whatever errno an ioctl case got),
  * 1 on a failure, with the reason on stderr.
  */
@@ -52,6 +56,19 @@ static uint64_t sum_bytes(uint64_t h, const unsigned char *p, size_t n)
 
 #define SUM_INIT 0xcbf29ce484222325ull
 
+/* Map @path and make sure the CPU may touch the bytes. */
+static void map_host(const char *path, int flags, struct tfs_map *m)
+{
+	int rc = tfs_map_open(path, flags, m);
+
+	if (rc)
+		die("tfs_map_open", rc);
+	if (m->handle_type != TFS_HANDLE_SHM &&
+	    !(m->handle_type == TFS_HANDLE_CUDA_IPC &&
+	      getenv("EXPORT_CLIENT_MOCK_CUDA")))
+		die("the mapping is not host memory", -ENOTSUP);
+}
+
 static void write_all(int fd, const void *p, size_t n)
 {
 	const char *c = p;
@@ -74,9 +91,7 @@ static int cmd_cat(const char *path)
 	struct tfs_map m;
 	int rc;
 
-	rc = tfs_map_open(path, TFS_MAP_READ, &m);
-	if (rc)
-		die("tfs_map_open", rc);
+	map_host(path, TFS_MAP_READ, &m);
 	fprintf(stderr, "handle_type=%d length=%zu generation=%llu\n",
 		m.handle_type, m.length, (unsigned long long)m.generation);
 	write_all(1, m.ptr, m.length);
@@ -93,11 +108,7 @@ static int cmd_fill(const char *path, unsigned int seed)
 	size_t i;
 	int rc;
 
-	rc = tfs_map_open(path, TFS_MAP_WRITE, &m);
-	if (rc)
-		die("tfs_map_open", rc);
-	if (m.handle_type != TFS_HANDLE_SHM)
-		die("fill", -ENOTSUP);
+	map_host(path, TFS_MAP_WRITE, &m);
 	p = m.ptr;
 	for (i = 0; i < m.length; i++)
 		p[i] = tfs_fill_byte(i, seed);
@@ -159,9 +170,7 @@ static int cmd_hold(const char *path, int flags)
 	sigaddset(&set, SIGINT);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 
-	rc = tfs_map_open(path, flags, &m);
-	if (rc)
-		die("tfs_map_open", rc);
+	map_host(path, flags, &m);
 	printf("ready %d %zu %016llx\n", m.handle_type, m.length,
 	       (unsigned long long)sum_bytes(SUM_INIT, m.ptr, m.length));
 	fflush(stdout);
