@@ -400,52 +400,45 @@ int tfs_map_close(struct tfs_map *m)
 	return rc;
 }
 
-int tfs_stat(const char *path, struct tfs_ioc_stat *st)
+/* open @path, one ioctl on it, close: 0 or -errno. */
+static int path_ioctl(const char *path, int oflags, unsigned long cmd,
+		      void *arg)
 {
 	int fd, rc;
 
 	clear_err();
-	fd = open_file(path, O_RDONLY);
+	fd = open_file(path, oflags);
 	if (fd < 0)
 		return fd;
+	rc = xioctl(fd, cmd, arg);
+	if (close(fd) < 0 && !rc)
+		rc = -errno;
+	return rc;
+}
+
+int tfs_stat(const char *path, struct tfs_ioc_stat *st)
+{
 	memset(st, 0, sizeof(*st));
 	st->version = TFS_ABI_VERSION;
-	rc = xioctl(fd, TFS_IOC_STAT, st);
-	close(fd);
-	return rc;
+	return path_ioctl(path, O_RDONLY, TFS_IOC_STAT, st);
 }
 
 int tfs_move(const char *path, enum tfs_tier tier)
 {
 	struct tfs_ioc_move mv;
-	int fd, rc;
 
-	clear_err();
-	fd = open_file(path, O_RDONLY);
-	if (fd < 0)
-		return fd;
 	memset(&mv, 0, sizeof(mv));
 	mv.version = TFS_ABI_VERSION;
 	mv.tier = (uint32_t)tier;
-	rc = xioctl(fd, TFS_IOC_MOVE, &mv);
-	close(fd);
-	return rc;
+	return path_ioctl(path, O_RDONLY, TFS_IOC_MOVE, &mv);
 }
 
 int tfs_alloc(const char *path, uint64_t size)
 {
 	struct tfs_ioc_alloc a;
-	int fd, rc;
 
-	clear_err();
-	fd = open_file(path, O_RDWR | O_CREAT);
-	if (fd < 0)
-		return fd;
 	memset(&a, 0, sizeof(a));
 	a.version = TFS_ABI_VERSION;
 	a.size = size;
-	rc = xioctl(fd, TFS_IOC_ALLOC, &a);
-	if (close(fd) < 0 && !rc)
-		rc = -errno;
-	return rc;
+	return path_ioctl(path, O_RDWR | O_CREAT, TFS_IOC_ALLOC, &a);
 }

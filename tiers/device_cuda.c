@@ -141,6 +141,17 @@ static int copy_fail(cudaError_t e, const char *what, size_t len, uint64_t off)
 	return rc == -ENODEV ? rc : -EIO;
 }
 
+/* Bytes of the chunk at @at of a @len-byte copy. */
+static size_t chunk_len(size_t len, size_t at)
+{
+	return len - at < CUDA_CHUNK ? len - at : CUDA_CHUNK;
+}
+
+static bool in_range(const struct cuda_dmem *m, size_t len, uint64_t off)
+{
+	return off <= m->base.len && len <= m->base.len - off;
+}
+
 static struct cuda_slot *slot_get(struct cuda_dev *d)
 {
 	struct cuda_slot *s;
@@ -395,7 +406,7 @@ static int cuda_read(struct tier_dev *dev, struct tier_dmem *dm, void *dst,
 	cudaError_t e;
 	int rc = 0;
 
-	if (off > m->base.len || len > m->base.len - off)
+	if (!in_range(m, len, off))
 		return -EINVAL;
 	if (!len)
 		return 0;
@@ -409,8 +420,7 @@ static int cuda_read(struct tier_dev *dev, struct tier_dmem *dm, void *dst,
 		/* Queue chunk i, then drain chunk i - 1. */
 		if (i < nchunks) {
 			size_t at = i * CUDA_CHUNK;
-			size_t n = len - at < CUDA_CHUNK ? len - at :
-							   CUDA_CHUNK;
+			size_t n = chunk_len(len, at);
 			int b = i & 1;
 
 			e = cudaMemcpyAsync(s->stage[b], src + at, n,
@@ -425,8 +435,7 @@ static int cuda_read(struct tier_dev *dev, struct tier_dmem *dm, void *dst,
 		}
 		if (i > 0) {
 			size_t at = (i - 1) * CUDA_CHUNK;
-			size_t n = len - at < CUDA_CHUNK ? len - at :
-							   CUDA_CHUNK;
+			size_t n = chunk_len(len, at);
 			int b = (i - 1) & 1;
 
 			e = cudaEventSynchronize(s->done[b]);
@@ -463,7 +472,7 @@ static int cuda_write(struct tier_dev *dev, struct tier_dmem *dm,
 	int rc = 0;
 	int i;
 
-	if (off > m->base.len || len > m->base.len - off)
+	if (!in_range(m, len, off))
 		return -EINVAL;
 	if (!len)
 		return 0;
@@ -473,7 +482,7 @@ static int cuda_write(struct tier_dev *dev, struct tier_dmem *dm,
 
 	s = slot_get(d);
 	for (at = 0, i = 0; at < len; at += CUDA_CHUNK, i ^= 1) {
-		size_t n = len - at < CUDA_CHUNK ? len - at : CUDA_CHUNK;
+		size_t n = chunk_len(len, at);
 
 		/* Wait for the DMA that last read this staging buffer:
 		 * chunk k - 2's. */
@@ -513,7 +522,7 @@ static int cuda_zero(struct tier_dev *dev, struct tier_dmem *dm, size_t len,
 	cudaError_t e;
 	int rc = 0;
 
-	if (off > m->base.len || len > m->base.len - off)
+	if (!in_range(m, len, off))
 		return -EINVAL;
 	if (!len)
 		return 0;
