@@ -63,6 +63,15 @@ struct tier_dev_ops {
 		      gid_t gid, struct tfs_ioc_export *out);
 	void (*unexport)(struct tier_dev *dev, struct tier_dmem *m);
 	void (*info)(struct tier_dev *dev, struct tier_dev_info *out);
+	/*
+	 * Optional. Page-lock host memory the store will copy to and from
+	 * (host.pinned), so that copies of it need no staging. Called once
+	 * per pool chunk when the chunk is first mapped; unregister before it
+	 * is unmapped. A failed register is not an error: the chunk stays
+	 * pageable and copies of it are staged.
+	 */
+	int (*host_register)(struct tier_dev *dev, void *ptr, size_t len);
+	void (*host_unregister)(struct tier_dev *dev, void *ptr, size_t len);
 };
 
 struct tier_dev {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -16,14 +17,25 @@ struct host_pool {
 	size_t nfree;
 	size_t keep; /* chunks */
 	size_t chunk_size;
+	struct host_pool_hooks hooks;
 };
 
-int host_pool_init(struct host_pool **out, size_t chunk_size, size_t keep)
+static void chunk_unmap(struct host_pool *p, void *c)
+{
+	if (p->hooks.unpin)
+		p->hooks.unpin(p->hooks.ctx, c, p->chunk_size);
+	munmap(c, p->chunk_size);
+}
+
+int host_pool_init(struct host_pool **out, size_t chunk_size, size_t keep,
+		   const struct host_pool_hooks *hooks)
 {
 	struct host_pool *p = calloc(1, sizeof(*p));
 
 	if (!p)
 		return -ENOMEM;
+	if (hooks)
+		p->hooks = *hooks;
 	pthread_mutex_init(&p->lock, NULL);
 	p->chunk_size = chunk_size;
 	p->keep = keep / chunk_size;
@@ -46,7 +58,7 @@ void host_pool_destroy(struct host_pool *p)
 		struct free_chunk *c = p->free;
 
 		p->free = c->next;
-		munmap(c, p->chunk_size);
+		chunk_unmap(p, c);
 	}
 	pthread_mutex_destroy(&p->lock);
 	free(p);
@@ -67,7 +79,13 @@ void *host_chunk_get(struct host_pool *p)
 		return c;
 	void *m = mmap(NULL, p->chunk_size, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	return m == MAP_FAILED ? NULL : m;
+	if (m == MAP_FAILED)
+		return NULL;
+	if (p->hooks.pin && p->hooks.pin(p->hooks.ctx, m, p->chunk_size)) {
+		/* Pageable it is; the unpin hook copes with never-pinned
+		 * memory. */
+	}
+	return m;
 }
 
 void host_chunk_put(struct host_pool *p, void *chunk)
@@ -85,5 +103,5 @@ void host_chunk_put(struct host_pool *p, void *chunk)
 	}
 	pthread_mutex_unlock(&p->lock);
 	if (c)
-		munmap(c, p->chunk_size);
+		chunk_unmap(p, c);
 }

@@ -15,8 +15,20 @@
 
 struct host_pool;
 
-/* A pool of @chunk_size chunks that keeps up to @keep bytes of free chunks. */
-int host_pool_init(struct host_pool **out, size_t chunk_size, size_t keep);
+/* Called for each chunk the pool maps (pin) and before it unmaps one. */
+struct host_pool_hooks {
+	int (*pin)(void *ctx, void *ptr, size_t len);
+	void (*unpin)(void *ctx, void *ptr, size_t len);
+	void *ctx;
+};
+
+/*
+ * A pool of @chunk_size chunks that keeps up to @keep bytes of free chunks.
+ * @hooks may be NULL; pinning is why freed chunks are worth keeping even
+ * more: page-locking costs far more than a page fault.
+ */
+int host_pool_init(struct host_pool **out, size_t chunk_size, size_t keep,
+		   const struct host_pool_hooks *hooks);
 void host_pool_destroy(struct host_pool *p);
 void host_pool_set_keep(struct host_pool *p, size_t keep);
 

@@ -997,6 +997,20 @@ static void *spiller_main(void *arg)
 	return NULL;
 }
 
+static int pool_pin(void *ctx, void *ptr, size_t len)
+{
+	struct tier_dev *dev = ctx;
+
+	return dev->ops->host_register(dev, ptr, len);
+}
+
+static void pool_unpin(void *ctx, void *ptr, size_t len)
+{
+	struct tier_dev *dev = ctx;
+
+	dev->ops->host_unregister(dev, ptr, len);
+}
+
 static uint64_t ram_bytes(void)
 {
 	return (uint64_t)sysconf(_SC_PHYS_PAGES) *
@@ -1125,8 +1139,14 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	apply_limits(s, cfg);
 	/* Keep freed chunks for reuse up to a slice of the host limit: enough
 	 * to absorb spill/refill churn without pinning the whole limit. */
+	struct host_pool_hooks hooks = { .ctx = s->dev };
+
+	if (cfg->host.pinned && s->dev && s->dev->ops->host_register) {
+		hooks.pin = pool_pin;
+		hooks.unpin = pool_unpin;
+	}
 	rc = host_pool_init(&s->pool, s->chunk_size,
-			    s->use[TFS_TIER_HOST].limit / 8);
+			    s->use[TFS_TIER_HOST].limit / 8, &hooks);
 	if (rc) {
 		snprintf(err, errlen, "out of memory");
 		goto out_disk;
