@@ -407,13 +407,17 @@ static int host_chunk_prepare(struct tier_buf *b, uint64_t idx, size_t lo,
 
 	if (whole_file_small && idx == 0 && (b->nchunks == 0 || b->cap0 ||
 					     !b->chunks[0])) {
+		/* A small chunk always holds the whole file, including a
+		 * tail that truncate grew without writing. */
+		size_t want = hi > b->size ? hi : (size_t)b->size;
+
 		if (b->nchunks == 0 && (rc = grow_table(b, 1)))
 			return rc;
-		if (b->cap0 >= hi)
+		if (b->cap0 >= want)
 			return 0;
 		size_t cap = b->cap0 ? b->cap0 : SMALL_ALIGN;
 
-		while (cap < hi)
+		while (cap < want)
 			cap *= 2;
 		cap = (cap + SMALL_ALIGN - 1) / SMALL_ALIGN * SMALL_ALIGN;
 		if (cap >= s->chunk_size / 2) {
@@ -1450,7 +1454,7 @@ static ssize_t write_host(struct tier_buf *b, const char *src, size_t len,
 			  uint64_t off)
 {
 	struct tier_store *s = b->s;
-	uint64_t end = off + len;
+	uint64_t end = off + len > b->size ? off + len : b->size;
 	bool small = end < s->chunk_size / 2 && b->nchunks <= 1;
 	size_t done = 0;
 

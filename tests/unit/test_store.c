@@ -155,6 +155,29 @@ static void test_round_trip_and_sparse(void)
 	tier_store_destroy(s);
 }
 
+/* A small file grown by truncate, then written at its start, must keep
+ * zeroes (not heap) in its tail through every tier. */
+static void test_small_grown_by_truncate(void)
+{
+	struct tier_store *s = mk_store("sim", 4 * MiB, 4 * MiB, 0);
+	struct tier_buf *b;
+	static uint8_t got[41794], want[41794];
+
+	CHECK_EQ(tier_buf_new(s, &b), 0);
+	CHECK_EQ(tier_buf_truncate(b, sizeof(want)), 0);
+	memset(want, 0, sizeof(want));
+	memset(want, 'w', 205);
+	CHECK_EQ(tier_buf_write(b, want, 205, 0), 205);
+	for (int t = TFS_TIER_DISK; t >= TFS_TIER_DEVICE; t--) {
+		CHECK_EQ(tier_buf_move(b, (enum tfs_tier)t, 0), 0);
+		memset(got, 0xee, sizeof(got));
+		CHECK_EQ(tier_buf_read(b, got, sizeof(got), 0), sizeof(got));
+		CHECK(!memcmp(got, want, sizeof(want)));
+	}
+	tier_buf_destroy(b);
+	tier_store_destroy(s);
+}
+
 static void test_spill_order(void)
 {
 	struct tier_store *s = mk_store("sim", 4 * MiB, 8 * MiB, 0);
@@ -467,6 +490,7 @@ int main(void)
 		return 1;
 	}
 	TAP_RUN(test_round_trip_and_sparse);
+	TAP_RUN(test_small_grown_by_truncate);
 	TAP_RUN(test_spill_order);
 	TAP_RUN(test_clean_respill_and_move);
 	TAP_RUN(test_pinned_survives_pressure);
