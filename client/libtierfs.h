@@ -30,17 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* tierfs.h checks its sizes with C11's _Static_assert, which C++ (and so
- * nvcc) spells static_assert. */
-#if defined(__cplusplus) && !defined(_Static_assert)
-#define _Static_assert static_assert
-#define LIBTIERFS_UNDEF_STATIC_ASSERT
-#endif
 #include "tierfs.h"
-#ifdef LIBTIERFS_UNDEF_STATIC_ASSERT
-#undef _Static_assert
-#undef LIBTIERFS_UNDEF_STATIC_ASSERT
-#endif
 
 #ifdef __cplusplus
 extern "C" {

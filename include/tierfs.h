@@ -8,10 +8,12 @@
  * and no pointers or file descriptors cross it. Each struct starts with
  * `version` (set it to TFS_ABI_VERSION) and `flags`, ends with reserved words
  * that must be zero, and has a size fixed by a static assertion below.
+ * The header is valid C11 and C++11 (nvcc), so GPU programs include it as is.
  */
 #ifndef TIERFS_H
 #define TIERFS_H
 
+#include <assert.h>
 #include <stdint.h>
 #include <linux/ioctl.h>
 
@@ -124,11 +126,11 @@ struct tfs_ioc_stat {
 #define TFS_IOC_MOVE _IOW(TFS_IOC_MAGIC, 5, struct tfs_ioc_move)
 #define TFS_IOC_STAT _IOWR(TFS_IOC_MAGIC, 6, struct tfs_ioc_stat)
 
-_Static_assert(sizeof(struct tfs_ioc_export) == 152, "export ABI");
-_Static_assert(sizeof(struct tfs_ioc_release) == 32, "release ABI");
-_Static_assert(sizeof(struct tfs_ioc_commit) == 32, "commit ABI");
-_Static_assert(sizeof(struct tfs_ioc_alloc) == 32, "alloc ABI");
-_Static_assert(sizeof(struct tfs_ioc_move) == 32, "move ABI");
-_Static_assert(sizeof(struct tfs_ioc_stat) == 88, "stat ABI");
+static_assert(sizeof(struct tfs_ioc_export) == 152, "export ABI");
+static_assert(sizeof(struct tfs_ioc_release) == 32, "release ABI");
+static_assert(sizeof(struct tfs_ioc_commit) == 32, "commit ABI");
+static_assert(sizeof(struct tfs_ioc_alloc) == 32, "alloc ABI");
+static_assert(sizeof(struct tfs_ioc_move) == 32, "move ABI");
+static_assert(sizeof(struct tfs_ioc_stat) == 88, "stat ABI");
 
 #endif /* TIERFS_H */
