@@ -8,9 +8,13 @@
  * moves it into a POSIX shared-memory object with an unguessable name,
  * created 0600 for the requesting user, which the client maps; the name is
  * unlinked when the last lease ends, and the daemon keeps its mapping.
+ * Names carry the daemon's pid ("/tierfs.PID.RANDOM") so that a daemon that
+ * starts removes the objects a killed one left in /dev/shm.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +40,7 @@ struct sim_mem {
 	struct tier_dmem base;
 	void *ptr;
 	size_t maplen;
-	char name[48]; /* shm name while exported, else "" */
+	char name[64]; /* shm name while exported, else "" */
 };
 
 static size_t page_round(size_t len)
@@ -44,6 +48,32 @@ static size_t page_round(size_t len)
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 
 	return len ? (len + pg - 1) / pg * pg : pg;
+}
+
+/* Unlink the shared-memory objects of sim daemons that are gone. */
+static void remove_stale_exports(void)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char name[300];
+		long pid;
+		int n = 0;
+
+		if (sscanf(e->d_name, "tierfs.%ld.%n", &pid, &n) != 1 || !n ||
+		    pid <= 0 || pid == (long)getpid())
+			continue;
+		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		snprintf(name, sizeof(name), "/%s", e->d_name);
+		if (!shm_unlink(name))
+			tfs_notice("sim: removed '%s' left by a dead daemon",
+				   name);
+	}
+	closedir(d);
 }
 
 static int sim_init(struct tier_dev **out, const struct tfs_config *cfg,
@@ -60,6 +90,7 @@ static int sim_init(struct tier_dev **out, const struct tfs_config *cfg,
 	d->capacity = SIM_DEFAULT_CAPACITY;
 	if (!cfg->device.limit.is_percent && cfg->device.limit.bytes)
 		d->capacity = cfg->device.limit.bytes;
+	remove_stale_exports();
 	*out = &d->base;
 	return 0;
 }
@@ -176,7 +207,8 @@ static int sim_export(struct tier_dev *dev, struct tier_dmem *dm, uid_t uid,
 	if (!m->name[0]) {
 		if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
 			return -EIO;
-		int n = snprintf(m->name, sizeof(m->name), "/tierfs.");
+		int n = snprintf(m->name, sizeof(m->name), "/tierfs.%ld.",
+				 (long)getpid());
 		for (size_t i = 0; i < sizeof(rnd); i++)
 			n += snprintf(m->name + n, sizeof(m->name) - n, "%02x",
 				      rnd[i]);

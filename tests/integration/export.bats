@@ -234,7 +234,7 @@ mkfile() {
 	mkfile f 8192
 	run ec shm "$MNT/f"
 	[ "$status" -eq 0 ]
-	[[ "${lines[0]}" =~ ^name=/tierfs\.[0-9a-f]{32}$ ]]
+	[[ "${lines[0]}" =~ ^name=/tierfs\.[0-9]+\.[0-9a-f]{32}$ ]]
 	[ "${lines[1]}" = "mode=0600 uid=$(id -u)" ]
 	[ "${lines[2]}" = "after release: gone" ]
 }
@@ -267,4 +267,23 @@ mkfile() {
 	[[ "$output" == *"File exists"* ]]
 	ec fill "$MNT/g" 4
 	ec pattern 1234567 4 | cmp - "$MNT/g"
+}
+
+@test "shm objects a killed daemon left behind are removed by the next one" {
+	sim_only
+	mkfile f 8192
+	hold "$MNT/f" "$TFS_TMP/hold"
+	left=$(ls /dev/shm | grep "^tierfs\.$TFS_PID\." || true)
+	[ -n "$left" ]
+	kill -9 "$TFS_PID"
+	wait "$TFS_PID" 2>/dev/null || true
+	TFS_PID=
+	kill -TERM "$HOLD_PID" 2>/dev/null || true
+	wait "$HOLD_PID" 2>/dev/null || true
+	HOLDERS=()
+	fusermount3 -uz "$MNT"
+	[ -e "/dev/shm/$left" ]
+	tfs_mount -o device_backend=sim,device_limit=64M,host_limit=64M
+	[ ! -e "/dev/shm/$left" ]
+	grep -q "removed '/$left' left by a dead daemon" "$LOG"
 }
