@@ -1818,24 +1818,25 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st)
 	st->blocks = (st->stored_size + 511) / 512;
 }
 
+/* @owner's lease on @b, or NULL; s->lock held. */
+static struct lease *find_lease(struct tier_buf *b, uint64_t owner)
+{
+	for (uint32_t i = 0; i < b->nleases; i++)
+		if (b->leases[i].owner == owner)
+			return &b->leases[i];
+	return NULL;
+}
+
 int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		    bool writable, struct tfs_ioc_export *out)
 {
 	struct tier_store *s = b->s;
-	struct lease *l = NULL;
+	struct lease *l;
 	int rc;
 
 	if (!s->dev)
 		return -ENODEV;
 	pthread_rwlock_wrlock(&b->lock);
-	pthread_mutex_lock(&s->lock);
-	bool pinned_elsewhere = false;
-
-	for (uint32_t i = 0; i < b->nleases; i++)
-		if (b->leases[i].owner == owner)
-			l = &b->leases[i];
-	pthread_mutex_unlock(&s->lock);
-	(void)pinned_elsewhere;
 	if (!b->dmem) {
 		rc = wc_flush(b);
 		if (!rc)
@@ -1847,6 +1848,7 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 	if (rc)
 		goto out;
 	pthread_mutex_lock(&s->lock);
+	l = find_lease(b, owner);
 	if (l) {
 		l->writable |= writable;
 	} else {
@@ -1879,12 +1881,11 @@ int tier_buf_unexport(struct tier_buf *b, uint64_t owner)
 
 	pthread_rwlock_wrlock(&b->lock);
 	pthread_mutex_lock(&s->lock);
-	for (uint32_t i = 0; i < b->nleases; i++) {
-		if (b->leases[i].owner != owner)
-			continue;
-		b->leases[i] = b->leases[--b->nleases];
+	struct lease *l = find_lease(b, owner);
+
+	if (l) {
+		*l = b->leases[--b->nleases];
 		rc = 0;
-		break;
 	}
 	bool last = !rc && !b->nleases;
 	sync_links(s, b);
@@ -1902,9 +1903,10 @@ int tier_buf_commit(struct tier_buf *b, uint64_t owner)
 
 	pthread_rwlock_wrlock(&b->lock);
 	pthread_mutex_lock(&s->lock);
-	for (uint32_t i = 0; i < b->nleases; i++)
-		if (b->leases[i].owner == owner && b->leases[i].writable)
-			rc = 0;
+	struct lease *l = find_lease(b, owner);
+
+	if (l && l->writable)
+		rc = 0;
 	if (!rc)
 		b->generation++;
 	pthread_mutex_unlock(&s->lock);
