@@ -23,7 +23,7 @@ import traceback
 ARRAY_BYTES = 1536 << 20  # 6x one worker's memory limit, 3x both together
 CHUNK_BYTES = 8 << 20
 DF_PARTS = 24
-DF_ROWS = DF_PARTS * 125_000
+DF_ROWS = DF_PARTS * 100_000
 MEMORY_LIMIT = "256MiB"
 CACHE = 16 << 20
 
