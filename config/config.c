@@ -114,7 +114,7 @@ static const struct cfg_key keys[] = {
 	  .help = "background spilling stops at this share of a limit" },
 	{ "fs", "threads", CFG_UINT, 0, FIELD(fs, threads), .max = 256,
 	  .def = "0", .arg = "N",
-	  .help = "most FUSE worker threads; 0: libfuse's default" },
+	  .help = "most FUSE worker threads; 0: one per CPU, at least 2" },
 	{ "fs", "read_ahead_kb", CFG_UINT, 0, FIELD(fs, read_ahead_kb),
 	  .max = 65536, .def = "1024", .arg = "N",
 	  .help = "kernel read-ahead of the mount in KiB; 0: leave it" },

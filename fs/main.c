@@ -224,6 +224,19 @@ static void usage(const char *prog)
 	fuse_lowlevel_help();
 }
 
+/*
+ * One worker per CPU, at least two. libfuse's default of ten lost a quarter
+ * of sequential read throughput on a 2-core machine to workers contending
+ * for the cores (bench/README.md); a second worker keeps a slow disk-tier
+ * read from stalling everything behind it.
+ */
+static unsigned int default_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 2 ? 2 : n > 256 ? 256 : (unsigned int)n;
+}
+
 /* FNV-1a: a stable short name for a mount point. */
 static uint64_t path_hash(const char *p)
 {
@@ -366,7 +379,7 @@ int main(int argc, char **argv)
 		rc = fuse_session_loop(tfs.se);
 	} else {
 		unsigned int threads = cfg.fs.threads ? cfg.fs.threads :
-							 opts.max_threads;
+							 default_threads();
 
 		lc = fuse_loop_cfg_create();
 		if (!lc) {
