@@ -2,7 +2,9 @@
 /*
  * The cuda device backend: buffers are cudaMalloc'd, copies go through a
  * small pool of pinned staging buffers on non-blocking streams, and exports
- * are CUDA IPC handles.
+ * are CUDA IPC handles. Host memory the store has page-locked through
+ * host_register (its pool chunks, host.pinned) is copied directly, without
+ * staging.
  *
  * The daemon links the static cudart, so on a machine without a driver every
  * call answers cudaErrorInsufficientDriver and init fails with -ENODEV and
@@ -12,7 +14,8 @@
  * copy takes one staging slot (two pinned buffers, one stream, two events)
  * from the pool for its whole duration, so no two calls ever share a stream
  * or a staging buffer; the pool's mutex is held only to take or return a
- * slot, never across a copy.
+ * slot, never across a copy. Direct copies take a slot too, for its stream
+ * and events, which caps copies in flight at CUDA_SLOTS either way.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -21,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -37,10 +42,43 @@
 #define CUDA_SLOTS 4
 #define CUDA_CHUNK (2u << 20)
 
+/*
+ * How long a copy's waiter polls before it sleeps. Not measured: there was
+ * no GPU to measure on when this was written, so the reasoning is below and
+ * the number wants checking with tests/gpu/run.sh.
+ *
+ * The runtime's default (cudaDeviceScheduleAuto with one context) spins in
+ * cudaEventSynchronize for the whole copy. The daemon runs a FUSE thread per
+ * request, the spiller and lz4 workers on machines with a few cores; four
+ * slots spinning would take those cores from the threads that feed or drain
+ * the copies. cudaDeviceScheduleBlockingSync fixes that but pays a wakeup (an
+ * interrupt, then a futex) on every wait, which the direct path does once per
+ * 1 MiB chunk: some 20-40 us of DMA at 25-50 GB/s, so a wakeup of 5-20 us
+ * would cost a good part of the 0.8x of raw cudaMemcpy that issue 7 asks.
+ *
+ * So neither, per wait: poll cudaEventQuery, yielding the CPU between polls,
+ * for about the length of one staging chunk's DMA, then block in
+ * cudaEventSynchronize, which sleeps because the slot's events are created
+ * with cudaEventBlockingSync. The device flag stays as it is: it is process
+ * wide, so every other wait (cudaStreamSynchronize on error paths, init)
+ * would sleep too, and the event flag gives the sleep only where we want it.
+ */
+#define CUDA_SPIN_NS (100 * 1000)
+
+/* Open-addressed table of page-locked host ranges, keyed by start address;
+ * at most half full. */
+#define CUDA_REG_MIN 64
+
 struct cuda_slot {
 	void *stage[2]; /* pinned, CUDA_CHUNK bytes each */
-	cudaEvent_t done[2]; /* recorded after the copy that uses stage[i] */
+	/* recorded after the copy that uses stage[i]; blocking-sync events */
+	cudaEvent_t done[2];
 	cudaStream_t stream; /* non-blocking: never syncs with stream 0 */
+};
+
+struct cuda_reg {
+	uintptr_t base;
+	size_t len;
 };
 
 struct cuda_dev {
@@ -56,6 +94,19 @@ struct cuda_dev {
 	pthread_cond_t pool_cond;
 	unsigned int pool_free; /* bit i: slots[i] is free; pool_lock */
 	struct cuda_slot slots[CUDA_SLOTS]; /* set up at init, then fixed */
+
+	/*
+	 * Host ranges page-locked by host_register. A leaf like pool_lock and
+	 * never held with it: read/write look up under the read side, then
+	 * drop it before taking a slot. Entries are added after
+	 * cudaHostRegister succeeds and removed before cudaHostUnregister, so
+	 * a range in the table is always page-locked.
+	 */
+	pthread_rwlock_t reg_lock;
+	struct cuda_reg *reg; /* reg_cap entries, base 0 = empty; reg_lock */
+	size_t nreg, reg_cap; /* reg_lock */
+	unsigned long reg_failed; /* registers refused; atomic */
+	bool unreg_warned; /* atomic */
 };
 
 struct cuda_dmem {
@@ -108,6 +159,10 @@ static int cuda_errno(cudaError_t e)
 	case cudaErrorNotSupported:
 	case cudaErrorNotPermitted:
 		return -EOPNOTSUPP;
+	case cudaErrorHostMemoryAlreadyRegistered:
+		return -EEXIST;
+	case cudaErrorHostMemoryNotRegistered:
+		return -ENOENT;
 	default:
 		return -EIO;
 	}
@@ -192,6 +247,124 @@ static cudaError_t cuda_enter(struct cuda_dev *d)
 	return cudaSetDevice(d->gpu);
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Wait for @ev: poll for CUDA_SPIN_NS, then sleep (see CUDA_SPIN_NS). */
+static cudaError_t event_wait(cudaEvent_t ev)
+{
+	uint64_t until = 0;
+	cudaError_t e;
+
+	for (;;) {
+		e = cudaEventQuery(ev);
+		if (e != cudaErrorNotReady)
+			return e;
+		/* Clocks cost a syscall-free vDSO read, queries a driver
+		 * call: start the clock only once a wait is not instant. */
+		if (!until)
+			until = now_ns() + CUDA_SPIN_NS;
+		else if (now_ns() >= until)
+			break;
+		sched_yield();
+	}
+	return cudaEventSynchronize(ev);
+}
+
+/* Pool chunks come from mmap, so their low 12 bits carry nothing. */
+static size_t reg_hash(uintptr_t base, size_t cap)
+{
+	return (size_t)(((uint64_t)base >> 12) * 0x9e3779b97f4a7c15ull >>
+			32) & (cap - 1);
+}
+
+/* The slot holding @base, or an empty one where it would go. reg_lock. */
+static struct cuda_reg *reg_slot(struct cuda_reg *tab, size_t cap,
+				 uintptr_t base)
+{
+	size_t i = reg_hash(base, cap);
+
+	while (tab[i].base && tab[i].base != base)
+		i = (i + 1) & (cap - 1);
+	return &tab[i];
+}
+
+/* Grow to twice the size when half full. Write side of reg_lock. */
+static int reg_reserve(struct cuda_dev *d)
+{
+	size_t cap, i;
+	struct cuda_reg *tab;
+
+	if (d->reg_cap && (d->nreg + 1) * 2 <= d->reg_cap)
+		return 0;
+	cap = d->reg_cap ? d->reg_cap * 2 : CUDA_REG_MIN;
+	tab = calloc(cap, sizeof(*tab));
+	if (!tab)
+		return -ENOMEM;
+	for (i = 0; i < d->reg_cap; i++)
+		if (d->reg[i].base)
+			*reg_slot(tab, cap, d->reg[i].base) = d->reg[i];
+	free(d->reg);
+	d->reg = tab;
+	d->reg_cap = cap;
+	return 0;
+}
+
+/*
+ * Forget @base; its length, or 0 if it was not there. Linear probing: the
+ * entries after the hole that hash at or before it move back into it, so
+ * that lookups never stop early. Write side of reg_lock.
+ */
+static size_t reg_remove(struct cuda_dev *d, uintptr_t base)
+{
+	size_t mask = d->reg_cap - 1, i, j, len;
+
+	if (!d->reg_cap)
+		return 0;
+	i = (size_t)(reg_slot(d->reg, d->reg_cap, base) - d->reg);
+	if (!d->reg[i].base)
+		return 0;
+	len = d->reg[i].len;
+	for (j = (i + 1) & mask; d->reg[j].base; j = (j + 1) & mask) {
+		size_t h = reg_hash(d->reg[j].base, d->reg_cap);
+
+		/* Stays if its home lies cyclically in (i, j]. */
+		if (i <= j ? (i < h && h <= j) : (i < h || h <= j))
+			continue;
+		d->reg[i] = d->reg[j];
+		i = j;
+	}
+	d->reg[i].base = 0;
+	d->nreg--;
+	return len;
+}
+
+/*
+ * Is [p, p + len) page-locked by host_register? Only a range that starts at
+ * a registered start is found: the store copies whole pool chunks from their
+ * first byte, and anything else (a FUSE buffer, a small file's malloc'd
+ * chunk, the middle of a chunk) is staged, which is always correct.
+ */
+static bool host_registered(struct cuda_dev *d, const void *p, size_t len)
+{
+	uintptr_t base = (uintptr_t)p;
+	bool ok = false;
+
+	pthread_rwlock_rdlock(&d->reg_lock);
+	if (d->nreg && base) {
+		struct cuda_reg *r = reg_slot(d->reg, d->reg_cap, base);
+
+		ok = r->base == base && len <= r->len;
+	}
+	pthread_rwlock_unlock(&d->reg_lock);
+	return ok;
+}
+
 static void slots_destroy(struct cuda_dev *d)
 {
 	int i, j;
@@ -232,8 +405,9 @@ static int slots_create(struct cuda_dev *d, char *err, size_t errlen)
 			if (e != cudaSuccess)
 				return init_fail(e, "cudaHostAlloc", err,
 						 errlen);
-			e = cudaEventCreateWithFlags(&s->done[j],
-						     cudaEventDisableTiming);
+			e = cudaEventCreateWithFlags(
+				&s->done[j],
+				cudaEventDisableTiming | cudaEventBlockingSync);
 			if (e != cudaSuccess)
 				return init_fail(e, "cudaEventCreateWithFlags",
 						 err, errlen);
@@ -276,6 +450,7 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 	d->gpu = cfg->device.gpu;
 	pthread_mutex_init(&d->pool_lock, NULL);
 	pthread_cond_init(&d->pool_cond, NULL);
+	pthread_rwlock_init(&d->reg_lock, NULL);
 
 	e = cudaSetDevice(d->gpu);
 	if (e != cudaSuccess) {
@@ -315,6 +490,7 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 out_slots:
 	slots_destroy(d);
 out_free:
+	pthread_rwlock_destroy(&d->reg_lock);
 	pthread_cond_destroy(&d->pool_cond);
 	pthread_mutex_destroy(&d->pool_lock);
 	free(d);
@@ -324,14 +500,107 @@ out_free:
 static void cuda_destroy(struct tier_dev *dev)
 {
 	struct cuda_dev *d = to_cdev(dev);
+	unsigned long failed;
+	size_t i;
 
 	if (!d)
 		return;
 	cuda_enter(d);
 	slots_destroy(d);
+	/*
+	 * The store unregisters every chunk before it destroys the device;
+	 * anything left is its leak, but the page locks are ours to drop.
+	 */
+	if (d->nreg)
+		tfs_warn("cuda: %zu host ranges still registered at exit",
+			 d->nreg);
+	for (i = 0; i < d->reg_cap; i++)
+		if (d->reg[i].base)
+			cudaHostUnregister((void *)d->reg[i].base);
+	(void)cudaGetLastError();
+	failed = __atomic_load_n(&d->reg_failed, __ATOMIC_RELAXED);
+	if (failed > 1)
+		tfs_info("cuda: %lu host chunks could not be page-locked and were staged",
+			 failed);
+	free(d->reg);
+	pthread_rwlock_destroy(&d->reg_lock);
 	pthread_cond_destroy(&d->pool_cond);
 	pthread_mutex_destroy(&d->pool_lock);
 	free(d);
+}
+
+/*
+ * Page-lock a pool chunk. Every chunk would fail for the same reason
+ * (RLIMIT_MEMLOCK, a driver without support), so only the first failure is
+ * logged; destroy counts the rest. The store carries on with the chunk
+ * pageable, and copies of it are staged.
+ */
+static int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
+{
+	struct cuda_dev *d = to_cdev(dev);
+	cudaError_t e;
+	char why[256];
+	int rc;
+
+	if (!ptr || !len)
+		return -EINVAL;
+	e = cuda_enter(d);
+	if (e == cudaSuccess)
+		e = cudaHostRegister(ptr, len, cudaHostRegisterDefault);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		rc = cuda_errno(e);
+		if (__atomic_fetch_add(&d->reg_failed, 1, __ATOMIC_RELAXED) == 0)
+			tfs_warn("cuda: cudaHostRegister of %zu bytes: %s; host copies stay pageable and are staged",
+				 len, cuda_describe(e, why, sizeof(why)));
+		return rc ? rc : -EIO;
+	}
+	pthread_rwlock_wrlock(&d->reg_lock);
+	rc = reg_reserve(d);
+	if (!rc) {
+		struct cuda_reg *r = reg_slot(d->reg, d->reg_cap,
+					      (uintptr_t)ptr);
+
+		/* cudaHostRegister refuses a range twice, so @ptr is new. */
+		r->base = (uintptr_t)ptr;
+		r->len = len;
+		d->nreg++;
+	}
+	pthread_rwlock_unlock(&d->reg_lock);
+	if (rc) {
+		cudaHostUnregister(ptr);
+		(void)cudaGetLastError();
+	}
+	return rc;
+}
+
+/*
+ * The store calls this for every chunk it unmaps, registered or not (a
+ * failed register leaves it pageable); only ours go to the runtime, so a
+ * never-registered chunk leaves no error behind. The caller guarantees no
+ * copy of the chunk is in flight: it is unmapped next.
+ */
+static void cuda_host_unregister(struct tier_dev *dev, void *ptr, size_t len)
+{
+	struct cuda_dev *d = to_cdev(dev);
+	cudaError_t e;
+	char why[256];
+	size_t had;
+
+	pthread_rwlock_wrlock(&d->reg_lock);
+	had = reg_remove(d, (uintptr_t)ptr);
+	pthread_rwlock_unlock(&d->reg_lock);
+	if (!had)
+		return;
+	e = cuda_enter(d);
+	if (e == cudaSuccess)
+		e = cudaHostUnregister(ptr);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		if (!__atomic_exchange_n(&d->unreg_warned, true, __ATOMIC_RELAXED))
+			tfs_warn("cuda: cudaHostUnregister of %zu bytes: %s",
+				 had, cuda_describe(e, why, sizeof(why)));
+	}
 }
 
 static int cuda_alloc(struct tier_dev *dev, size_t len, struct tier_dmem **out)
@@ -390,6 +659,42 @@ static void cuda_free(struct tier_dev *dev, struct tier_dmem *dm)
 }
 
 /*
+ * One copy between device memory and page-locked host memory, as a single
+ * cudaMemcpyAsync: with no staging there is no host work to overlap, and one
+ * DMA of the whole range is what raw cudaMemcpy does. A slot only for its
+ * stream and event.
+ */
+static int copy_direct(struct cuda_dev *d, void *dst, const void *src,
+		       size_t len, uint64_t off, enum cudaMemcpyKind kind)
+{
+	const char *what = kind == cudaMemcpyDeviceToHost ? "d2h" : "h2d";
+	struct cuda_slot *s;
+	cudaError_t e;
+	char call[48];
+	int rc = 0;
+
+	s = slot_get(d);
+	e = cudaMemcpyAsync(dst, src, len, kind, s->stream);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(s->done[0], s->stream);
+	if (e != cudaSuccess) {
+		snprintf(call, sizeof(call), "cudaMemcpyAsync %s", what);
+		rc = copy_fail(e, call, len, off);
+		/* The copy may be queued even though the record failed. */
+		cudaStreamSynchronize(s->stream);
+		(void)cudaGetLastError();
+	} else {
+		e = event_wait(s->done[0]);
+		if (e != cudaSuccess) {
+			snprintf(call, sizeof(call), "%s copy", what);
+			rc = copy_fail(e, call, len, off);
+		}
+	}
+	slot_put(d, s);
+	return rc;
+}
+
+/*
  * Device -> host, double-buffered: the DMA of chunk i+1 into one staging
  * buffer runs while the CPU copies chunk i out of the other into @dst,
  * which is pageable and so cannot be a DMA target itself.
@@ -413,6 +718,9 @@ static int cuda_read(struct tier_dev *dev, struct tier_dmem *dm, void *dst,
 	e = cuda_enter(d);
 	if (e != cudaSuccess)
 		return copy_fail(e, "cudaSetDevice", len, off);
+	if (host_registered(d, dst, len))
+		return copy_direct(d, dst, src, len, off,
+				   cudaMemcpyDeviceToHost);
 
 	nchunks = (len + CUDA_CHUNK - 1) / CUDA_CHUNK;
 	s = slot_get(d);
@@ -438,7 +746,7 @@ static int cuda_read(struct tier_dev *dev, struct tier_dmem *dm, void *dst,
 			size_t n = chunk_len(len, at);
 			int b = (i - 1) & 1;
 
-			e = cudaEventSynchronize(s->done[b]);
+			e = event_wait(s->done[b]);
 			if (e != cudaSuccess) {
 				rc = copy_fail(e, "d2h copy", n, off + at);
 				break;
@@ -479,6 +787,9 @@ static int cuda_write(struct tier_dev *dev, struct tier_dmem *dm,
 	e = cuda_enter(d);
 	if (e != cudaSuccess)
 		return copy_fail(e, "cudaSetDevice", len, off);
+	if (host_registered(d, src, len))
+		return copy_direct(d, dstp, src, len, off,
+				   cudaMemcpyHostToDevice);
 
 	s = slot_get(d);
 	for (at = 0, i = 0; at < len; at += CUDA_CHUNK, i ^= 1) {
@@ -487,7 +798,7 @@ static int cuda_write(struct tier_dev *dev, struct tier_dmem *dm,
 		/* Wait for the DMA that last read this staging buffer:
 		 * chunk k - 2's. */
 		if (at >= 2 * (size_t)CUDA_CHUNK) {
-			e = cudaEventSynchronize(s->done[i]);
+			e = event_wait(s->done[i]);
 			if (e != cudaSuccess) {
 				rc = copy_fail(e, "h2d copy", CUDA_CHUNK,
 					       off + at - 2 * CUDA_CHUNK);
@@ -504,11 +815,16 @@ static int cuda_write(struct tier_dev *dev, struct tier_dmem *dm,
 			break;
 		}
 	}
-	e = cudaStreamSynchronize(s->stream);
-	if (e != cudaSuccess && !rc)
-		rc = copy_fail(e, "h2d copy", len, off);
-	else if (rc)
+	/* The last chunk's event is the stream's last op: waiting for it is
+	 * a stream sync that can sleep. */
+	if (!rc) {
+		e = event_wait(s->done[i ^ 1]);
+		if (e != cudaSuccess)
+			rc = copy_fail(e, "h2d copy", len, off);
+	} else {
+		cudaStreamSynchronize(s->stream);
 		(void)cudaGetLastError();
+	}
 	slot_put(d, s);
 	return rc;
 }
@@ -533,11 +849,17 @@ static int cuda_zero(struct tier_dev *dev, struct tier_dmem *dm, size_t len,
 	 * serialise with every other copy on the device. */
 	s = slot_get(d);
 	e = cudaMemsetAsync((char *)m->ptr + off, 0, len, s->stream);
-	if (e != cudaSuccess)
+	if (e == cudaSuccess)
+		e = cudaEventRecord(s->done[0], s->stream);
+	if (e != cudaSuccess) {
 		rc = copy_fail(e, "cudaMemsetAsync", len, off);
-	e = cudaStreamSynchronize(s->stream);
-	if (e != cudaSuccess && !rc)
-		rc = copy_fail(e, "cudaMemsetAsync", len, off);
+		cudaStreamSynchronize(s->stream);
+		(void)cudaGetLastError();
+	} else {
+		e = event_wait(s->done[0]);
+		if (e != cudaSuccess)
+			rc = copy_fail(e, "cudaMemsetAsync", len, off);
+	}
 	slot_put(d, s);
 	return rc;
 }
@@ -604,4 +926,6 @@ const struct tier_dev_ops tier_dev_cuda_ops = {
 	.export = cuda_export,
 	.unexport = cuda_unexport,
 	.info = cuda_info,
+	.host_register = cuda_host_register,
+	.host_unregister = cuda_host_unregister,
 };

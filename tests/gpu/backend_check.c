@@ -8,8 +8,14 @@
  * line naming the CUDA error; the check prints it and exits 77 (skip).
  * Output is TAP: "1..0 # SKIP no usable GPU: ...", or one ok / not ok line.
  *
- * Linked with tests/gpu/cuda_mock.c, it also makes copies fail: each
- * failed read or write must give -EIO and give its staging slot back.
+ * Host memory comes two ways, as from the store: pageable (malloc, staged)
+ * and page-locked through host_register (mmap'd like pool chunks, copied
+ * directly); every thread does its round trips both ways.
+ *
+ * Linked with tests/gpu/cuda_mock.c, it also makes copies fail, staged and
+ * direct, when queued and when run: each must give -EIO and give its slot
+ * back. The mock counts direct copies, so the check sees which path each
+ * copy took.
  *
  *   cc -std=gnu11 -D_GNU_SOURCE -DTFS_HAVE_CUDA=1 -I include -I . \
  *      -isystem /usr/local/cuda/include tests/gpu/backend_check.c \
@@ -21,12 +27,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "config/config.h"
 #include "tiers/device.h"
 
 /* Defined only by tests/gpu/cuda_mock.c. */
 void tfs_mock_fail_next_copy(void) __attribute__((weak));
+void tfs_mock_fail_next_copy_async(void) __attribute__((weak));
+void tfs_mock_fail_next_register(void) __attribute__((weak));
+unsigned long tfs_mock_registered_copies(void) __attribute__((weak));
+
+/* The largest round trip, plus room for its offset. */
+#define BIG ((37u << 20) + 64)
 
 static struct tier_dev *dev;
 static int failures;
@@ -57,9 +70,36 @@ static void fill(unsigned char *p, size_t len, unsigned int seed)
 	}
 }
 
-/* One round trip of @len bytes: write at @off, read back, zero a middle
- * part, read again. */
-static void round_trip(size_t len, size_t off, unsigned int seed)
+static unsigned long direct_copies(void)
+{
+	return tfs_mock_registered_copies ? tfs_mock_registered_copies() : 0;
+}
+
+/* Page-aligned memory of its own mapping, like a pool chunk. */
+static void *chunk_map(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	CHECK(p != MAP_FAILED, "mmap %zu", len);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static int chunk_register(void *p, size_t len)
+{
+	int rc = dev->ops->host_register(dev, p, len);
+
+	CHECK(rc == 0, "host_register %zu: %d", len, rc);
+	return rc;
+}
+
+/*
+ * One round trip of @len bytes: write at @off, read back, zero a middle
+ * part, read again. With @a and @b, they are the host side (registered
+ * chunks, @len at most BIG); otherwise malloc'd.
+ */
+static void round_trip(size_t len, size_t off, unsigned int seed,
+		       unsigned char *ha, unsigned char *hb)
 {
 	const struct tier_dev_ops *ops = dev->ops;
 	struct tier_dmem *m;
@@ -71,8 +111,8 @@ static void round_trip(size_t len, size_t off, unsigned int seed)
 	CHECK(rc == 0, "alloc %zu: %d", off + len, rc);
 	if (rc)
 		return;
-	a = malloc(len + 1);
-	b = malloc(len + 1);
+	a = ha ? ha : malloc(len + 1);
+	b = hb ? hb : malloc(len + 1);
 	fill(a, len, seed);
 	memset(b, 0xee, len);
 	rc = ops->write(dev, m, a, len, off);
@@ -94,8 +134,10 @@ static void round_trip(size_t len, size_t off, unsigned int seed)
 	CHECK(rc == -EINVAL, "read past the end: %d", rc);
 
 	ops->free(dev, m);
-	free(a);
-	free(b);
+	if (!ha)
+		free(a);
+	if (!hb)
+		free(b);
 }
 
 static void *worker(void *arg)
@@ -105,11 +147,191 @@ static void *worker(void *arg)
 		1, 4095, (2u << 20) - 1, 2u << 20, (2u << 20) + 1,
 		(4u << 20) + 12345, 37u << 20,
 	};
+	unsigned char *a = chunk_map(BIG), *b = chunk_map(BIG);
 	size_t i;
 
-	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
-		round_trip(sizes[i], seed * 4096 + i, seed + (unsigned int)i);
+	if (!a || !b || chunk_register(a, BIG) || chunk_register(b, BIG))
+		return NULL;
+	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		round_trip(sizes[i], seed * 4096 + i, seed + (unsigned int)i,
+			   NULL, NULL);
+		round_trip(sizes[i], seed * 4096 + i, seed + (unsigned int)i,
+			   a, b);
+	}
+	dev->ops->host_unregister(dev, a, BIG);
+	dev->ops->host_unregister(dev, b, BIG);
+	munmap(a, BIG);
+	munmap(b, BIG);
 	return NULL;
+}
+
+/* Copy @len bytes to the device and back; 0 or the first error. */
+static int copy_pair(struct tier_dmem *m, void *a, void *b, size_t len,
+		     unsigned int seed)
+{
+	int rc;
+
+	fill(a, len, seed);
+	memset(b, 0xee, len);
+	rc = dev->ops->write(dev, m, a, len, 0);
+	if (!rc)
+		rc = dev->ops->read(dev, m, b, len, 0);
+	if (!rc && memcmp(a, b, len))
+		rc = -EILSEQ;
+	return rc;
+}
+
+/*
+ * Many ranges, registered and unregistered in an interleaved order, so that
+ * the backend's table grows and removes entries between colliding ones:
+ * each page must stay found exactly while it is registered.
+ */
+static void check_table(void)
+{
+	enum { N = 300, PG = 4096 };
+	struct tier_dmem *m = NULL;
+	unsigned char *p;
+	unsigned long before;
+	int rc, i, want, bad = 0;
+
+	p = chunk_map((size_t)N * PG);
+	rc = dev->ops->alloc(dev, PG, &m);
+	CHECK(rc == 0, "alloc: %d", rc);
+	if (!p || rc)
+		goto out;
+	for (i = 0; i < N; i++)
+		if (chunk_register(p + (size_t)i * PG, PG))
+			goto out;
+	for (i = 0; i < N; i += 2)
+		dev->ops->host_unregister(dev, p + (size_t)i * PG, PG);
+	for (i = 0; i < N; i += 3)
+		if (!(i & 1) && chunk_register(p + (size_t)i * PG, PG))
+			goto out;
+	for (i = 0; i < N; i++) {
+		before = direct_copies();
+		rc = dev->ops->write(dev, m, p + (size_t)i * PG, 64, 0);
+		want = (i & 1) || i % 3 == 0;
+		if (rc || (tfs_mock_registered_copies &&
+			   (int)(direct_copies() - before) != want))
+			bad++;
+	}
+	CHECK(!bad, "%d of %d pages took the wrong path", bad, N);
+	for (i = 0; i < N; i++)
+		dev->ops->host_unregister(dev, p + (size_t)i * PG, PG);
+	before = direct_copies();
+	rc = dev->ops->write(dev, m, p + PG, 64, 0);
+	CHECK(rc == 0 && direct_copies() == before, "after the last unregister");
+out:
+	if (m)
+		dev->ops->free(dev, m);
+	if (p)
+		munmap(p, (size_t)N * PG);
+}
+
+/*
+ * Which path a copy takes, with pool-sized chunks: registered chunks
+ * directly, everything else (pageable, the middle of a chunk, past its
+ * end, after unregister) staged; failures on the direct path.
+ */
+static void check_paths(void)
+{
+	const size_t chunk = 1u << 20;
+	struct tier_dmem *m = NULL;
+	unsigned char *a, *b, *pg;
+	unsigned long before;
+	int rc, i;
+
+	a = chunk_map(2 * chunk);
+	b = chunk_map(chunk);
+	pg = malloc(2 * chunk);
+	rc = dev->ops->alloc(dev, 2 * chunk, &m);
+	CHECK(rc == 0, "alloc: %d", rc);
+	if (!a || !b || !pg || rc)
+		goto out;
+	/* a's first chunk and b registered; a's second chunk not. */
+	if (chunk_register(a, chunk) || chunk_register(b, chunk))
+		goto out;
+
+	before = direct_copies();
+	rc = copy_pair(m, a, b, chunk, 1);
+	CHECK(rc == 0, "direct round trip: %d", rc);
+	rc = copy_pair(m, a, b, chunk - 4097, 2);
+	CHECK(rc == 0, "direct round trip, part of a chunk: %d", rc);
+	CHECK(!tfs_mock_registered_copies || direct_copies() - before == 4,
+	      "registered chunks: %lu direct copies, want 4",
+	      direct_copies() - before);
+
+	before = direct_copies();
+	rc = copy_pair(m, pg, pg + chunk, chunk, 3);
+	CHECK(rc == 0, "pageable round trip: %d", rc);
+	rc = copy_pair(m, a + 4096, pg, chunk - 4096, 4);
+	CHECK(rc == 0, "middle of a chunk: %d", rc);
+	rc = copy_pair(m, a, pg, 2 * chunk, 5);
+	CHECK(rc == 0, "past the registered chunk: %d", rc);
+	CHECK(direct_copies() == before,
+	      "unregistered memory: %lu direct copies, want none",
+	      direct_copies() - before);
+
+	/* Twice is refused and changes nothing; unknown memory is ignored. */
+	rc = dev->ops->host_register(dev, a, chunk);
+	CHECK(rc == -EEXIST, "second register: %d", rc);
+	dev->ops->host_unregister(dev, a + chunk, chunk);
+	dev->ops->host_unregister(dev, pg, chunk);
+
+	/* Unregistered while idle: staged from then on, bytes intact. */
+	dev->ops->host_unregister(dev, b, chunk);
+	before = direct_copies();
+	rc = copy_pair(m, a, b, chunk, 6);
+	CHECK(rc == 0, "after unregister: %d", rc);
+	CHECK(!tfs_mock_registered_copies || direct_copies() - before == 1,
+	      "after unregister: %lu direct copies, want 1 (a only)",
+	      direct_copies() - before);
+	CHECK(chunk_register(b, chunk) == 0, "register again");
+
+	if (tfs_mock_fail_next_register) {
+		unsigned char *c = chunk_map(chunk);
+
+		tfs_mock_fail_next_register();
+		rc = c ? dev->ops->host_register(dev, c, chunk) : -ENOMEM;
+		CHECK(rc == -ENOMEM, "register failing: %d", rc);
+		before = direct_copies();
+		rc = c ? copy_pair(m, c, b, chunk, 7) : -ENOMEM;
+		CHECK(rc == 0, "copy after a failed register: %d", rc);
+		CHECK(direct_copies() - before == 1,
+		      "failed register: %lu direct copies, want 1",
+		      direct_copies() - before);
+		if (c) {
+			dev->ops->host_unregister(dev, c, chunk);
+			munmap(c, chunk);
+		}
+	}
+
+	/* Failures on the direct path, more than there are slots: a slot
+	 * leaked hangs the next copy. */
+	for (i = 0; tfs_mock_fail_next_copy && i < 12; i++) {
+		if (i % 4 < 2)
+			tfs_mock_fail_next_copy();
+		else
+			tfs_mock_fail_next_copy_async();
+		rc = i & 1 ? dev->ops->read(dev, m, b, chunk, 0) :
+			     dev->ops->write(dev, m, a, chunk, 0);
+		CHECK(rc == -EIO, "direct %s failing %s: %d",
+		      i & 1 ? "read" : "write", i % 4 < 2 ? "queued" : "run",
+		      rc);
+	}
+	rc = copy_pair(m, a, b, chunk, 8);
+	CHECK(rc == 0, "direct round trip after failures: %d", rc);
+
+	dev->ops->host_unregister(dev, a, chunk);
+	dev->ops->host_unregister(dev, b, chunk);
+out:
+	if (m)
+		dev->ops->free(dev, m);
+	if (a)
+		munmap(a, 2 * chunk);
+	if (b)
+		munmap(b, chunk);
+	free(pg);
 }
 
 int main(void)
@@ -149,7 +371,10 @@ int main(void)
 		CHECK(rc == 0, "alloc: %d", rc);
 		/* More failures than slots: a leaked slot hangs the next. */
 		for (i = 0; !rc && i < 10; i++) {
-			tfs_mock_fail_next_copy();
+			if (i % 4 < 2)
+				tfs_mock_fail_next_copy();
+			else
+				tfs_mock_fail_next_copy_async();
 			rc = i & 1 ? dev->ops->read(dev, m, buf, 9u << 20, 0) :
 				     dev->ops->write(dev, m, buf, 9u << 20, 0);
 			CHECK(rc == -EIO, "copy %d with a failure: %d", i, rc);
@@ -162,6 +387,9 @@ int main(void)
 		}
 		free(buf);
 	}
+
+	check_paths();
+	check_table();
 
 	cfg.device.gpu = 999;
 	{

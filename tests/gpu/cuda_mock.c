@@ -15,13 +15,24 @@
  *     copies after a random delay, so staging reused before its copy
  *     finished gives wrong bytes;
  *   - device ranges must lie inside one cudaMalloc allocation, and the host
- *     side of an async copy inside one cudaHostAlloc buffer;
+ *     side of an async copy inside one cudaHostAlloc buffer or one range
+ *     page-locked by cudaHostRegister; a copy whose host side is no longer
+ *     page-locked when it runs (unregistered or freed while in flight)
+ *     aborts the process;
+ *   - cudaHostRegister refuses a range overlapping one already page-locked,
+ *     cudaHostUnregister anything but a registered start, like the runtime;
  *   - failing calls set the per-thread last error, like the runtime.
  *
  * Environment: TFS_MOCK_NODEV=1 makes cudaGetDeviceCount answer
- * cudaErrorInsufficientDriver; TFS_MOCK_CAPACITY (bytes, default 256 MiB).
+ * cudaErrorInsufficientDriver; TFS_MOCK_CAPACITY (bytes, default 256 MiB);
+ * TFS_MOCK_STATS=FILE appends one line at exit: "registers N unregisters N
+ * registered-left N direct-copies N staged-copies N", for a daemon whose
+ * output a test cannot see.
  * A test calls tfs_mock_fail_next_copy() to make the next cudaMemcpyAsync
- * fail.
+ * fail, tfs_mock_fail_next_copy_async() to make it fail only when it runs
+ * (the next wait on its stream reports it), tfs_mock_fail_next_register()
+ * for cudaHostRegister, and reads tfs_mock_registered_copies() to see which
+ * path a copy took.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -38,7 +49,7 @@
 
 #define MAX_ALLOCS 4096
 
-enum kind { DEV, PINNED, IMPORTED };
+enum kind { DEV, PINNED, IMPORTED, REGISTERED };
 
 struct range {
 	char *p;
@@ -51,6 +62,11 @@ static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct range allocs[MAX_ALLOCS]; /* mock_lock */
 static size_t dev_used; /* mock_lock */
 static bool fail_next_copy; /* mock_lock */
+static bool fail_next_copy_async; /* mock_lock */
+static bool fail_next_register; /* mock_lock */
+static unsigned long registered_copies; /* mock_lock */
+static unsigned long staged_copies; /* mock_lock */
+static unsigned long registers, unregisters; /* mock_lock */
 static unsigned long shm_seq; /* mock_lock */
 static __thread cudaError_t last_error;
 
@@ -67,22 +83,37 @@ static size_t capacity(void)
 	return c ? strtoull(c, NULL, 0) : 256u << 20;
 }
 
+/* The allocation of @kind that holds all of [p, p+n), or NULL. mock_lock. */
+static struct range *find_locked(const void *p, size_t n, enum kind kind)
+{
+	const char *c = p;
+	int i;
+
+	for (i = 0; i < MAX_ALLOCS; i++) {
+		struct range *r = &allocs[i];
+
+		if (r->p && r->kind == kind && c >= r->p && n <= r->n &&
+		    (size_t)(c - r->p) <= r->n - n)
+			return r;
+	}
+	return NULL;
+}
+
 /* Is [p, p+n) inside one allocation of the given kind? */
 static bool inside(const void *p, size_t n, enum kind kind)
 {
-	const char *c = p;
-	bool ok = false;
-	int i;
+	bool ok;
 
 	pthread_mutex_lock(&mock_lock);
-	for (i = 0; i < MAX_ALLOCS && !ok; i++) {
-		struct range *r = &allocs[i];
-
-		ok = r->p && r->kind == kind && c >= r->p &&
-		     n <= r->n && (size_t)(c - r->p) <= r->n - n;
-	}
+	ok = find_locked(p, n, kind) != NULL;
 	pthread_mutex_unlock(&mock_lock);
 	return ok;
+}
+
+/* Page-locked host memory: a cudaHostAlloc buffer or a registered range. */
+static bool inside_locked_host(const void *p, size_t n)
+{
+	return inside(p, n, PINNED) || inside(p, n, REGISTERED);
 }
 
 static struct range *track(void *p, size_t n, enum kind kind)
@@ -130,6 +161,34 @@ void tfs_mock_fail_next_copy(void)
 	pthread_mutex_unlock(&mock_lock);
 }
 
+void tfs_mock_fail_next_copy_async(void);
+void tfs_mock_fail_next_copy_async(void)
+{
+	pthread_mutex_lock(&mock_lock);
+	fail_next_copy_async = true;
+	pthread_mutex_unlock(&mock_lock);
+}
+
+void tfs_mock_fail_next_register(void);
+void tfs_mock_fail_next_register(void)
+{
+	pthread_mutex_lock(&mock_lock);
+	fail_next_register = true;
+	pthread_mutex_unlock(&mock_lock);
+}
+
+/* Async copies so far whose host side was registered memory. */
+unsigned long tfs_mock_registered_copies(void);
+unsigned long tfs_mock_registered_copies(void)
+{
+	unsigned long n;
+
+	pthread_mutex_lock(&mock_lock);
+	n = registered_copies;
+	pthread_mutex_unlock(&mock_lock);
+	return n;
+}
+
 /* --- streams and events ---------------------------------------------------- */
 
 struct op {
@@ -138,6 +197,8 @@ struct op {
 	const void *src; /* NULL: memset dst to val */
 	size_t n;
 	int val;
+	const void *host; /* page-locked side of a copy, checked again late */
+	bool fail; /* fails when it runs, the copy not done */
 };
 
 struct CUstream_st {
@@ -148,6 +209,7 @@ struct CUstream_st {
 	uint64_t queued, done;
 	bool stop;
 	unsigned int seed;
+	cudaError_t error; /* of a failed op, until a wait reports it */
 };
 
 struct CUevent_st {
@@ -172,11 +234,21 @@ static void *stream_worker(void *arg)
 		 * longer than the host's memcpy of a chunk. */
 		if (o->dst)
 			usleep(500 + (useconds_t)(rand_r(&s->seed) % 1000));
-		if (o->src)
+		if (o->host && !inside_locked_host(o->host, o->n)) {
+			fprintf(stderr,
+				"mock: copy of %zu bytes at %p ran after its host memory was unregistered or freed\n",
+				o->n, o->host);
+			abort();
+		}
+		if (o->fail)
+			;
+		else if (o->src)
 			memcpy(o->dst, o->src, o->n);
 		else if (o->dst)
 			memset(o->dst, o->val, o->n);
 		pthread_mutex_lock(&s->lock);
+		if (o->fail)
+			s->error = cudaErrorLaunchFailure;
 		s->head = o->next;
 		if (!s->head)
 			s->tail = NULL;
@@ -189,8 +261,8 @@ static void *stream_worker(void *arg)
 }
 
 /* Queue an op (dst NULL: a marker for an event); returns its sequence. */
-static uint64_t enqueue(struct CUstream_st *s, void *dst, const void *src,
-			size_t n, int val)
+static uint64_t enqueue_op(struct CUstream_st *s, void *dst, const void *src,
+			   size_t n, int val, const void *host, bool fail)
 {
 	struct op *o = calloc(1, sizeof(*o));
 	uint64_t seq;
@@ -199,6 +271,8 @@ static uint64_t enqueue(struct CUstream_st *s, void *dst, const void *src,
 	o->src = src;
 	o->n = n;
 	o->val = val;
+	o->host = host;
+	o->fail = fail;
 	pthread_mutex_lock(&s->lock);
 	if (s->tail)
 		s->tail->next = o;
@@ -211,12 +285,31 @@ static uint64_t enqueue(struct CUstream_st *s, void *dst, const void *src,
 	return seq;
 }
 
-static void wait_for(struct CUstream_st *s, uint64_t seq)
+static uint64_t enqueue(struct CUstream_st *s, void *dst, const void *src,
+			size_t n, int val)
 {
+	return enqueue_op(s, dst, src, n, val, NULL, false);
+}
+
+/* A failed op's error, reported once, by the first wait that sees it. */
+static cudaError_t take_error(struct CUstream_st *s)
+{
+	cudaError_t e = s->error;
+
+	s->error = cudaSuccess;
+	return e;
+}
+
+static cudaError_t wait_for(struct CUstream_st *s, uint64_t seq)
+{
+	cudaError_t e;
+
 	pthread_mutex_lock(&s->lock);
 	while (s->done < seq)
 		pthread_cond_wait(&s->cond, &s->lock);
+	e = take_error(s);
 	pthread_mutex_unlock(&s->lock);
+	return e == cudaSuccess ? e : fail(e);
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned int flags)
@@ -240,8 +333,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 	pthread_mutex_lock(&s->lock);
 	q = s->queued;
 	pthread_mutex_unlock(&s->lock);
-	wait_for(s, q);
-	return cudaSuccess;
+	return wait_for(s, q);
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s)
@@ -280,9 +372,24 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
-	if (e->s)
-		wait_for(e->s, e->seq);
-	return cudaSuccess;
+	return e->s ? wait_for(e->s, e->seq) : cudaSuccess;
+}
+
+/* Not ready is not an error: the runtime leaves the last error alone. */
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+	struct CUstream_st *s = e->s;
+	cudaError_t r = cudaSuccess;
+
+	if (!s)
+		return cudaSuccess;
+	pthread_mutex_lock(&s->lock);
+	if (s->done < e->seq)
+		r = cudaErrorNotReady;
+	else
+		r = take_error(s);
+	pthread_mutex_unlock(&s->lock);
+	return r == cudaSuccess || r == cudaErrorNotReady ? r : fail(r);
 }
 
 /* --- memory ---------------------------------------------------------------- */
@@ -383,27 +490,118 @@ cudaError_t cudaFreeHost(void *p)
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 			    enum cudaMemcpyKind kind, cudaStream_t s)
 {
-	bool ok, inject;
+	bool ok, inject, inject_async;
+	const void *host = NULL;
 
 	pthread_mutex_lock(&mock_lock);
 	inject = fail_next_copy;
 	fail_next_copy = false;
+	inject_async = !inject && fail_next_copy_async;
+	if (inject_async)
+		fail_next_copy_async = false;
 	pthread_mutex_unlock(&mock_lock);
 	if (inject)
 		return fail(cudaErrorLaunchFailure);
-	if (kind == cudaMemcpyDeviceToHost)
-		ok = inside(src, n, DEV) && inside(dst, n, PINNED);
-	else if (kind == cudaMemcpyHostToDevice)
-		ok = inside(dst, n, DEV) && inside(src, n, PINNED);
-	else
+	if (kind == cudaMemcpyDeviceToHost) {
+		host = dst;
+		ok = inside(src, n, DEV) && inside_locked_host(dst, n);
+	} else if (kind == cudaMemcpyHostToDevice) {
+		host = src;
+		ok = inside(dst, n, DEV) && inside_locked_host(src, n);
+	} else {
 		ok = false;
+	}
 	if (!ok || !s) {
 		fprintf(stderr, "mock: bad cudaMemcpyAsync %p <- %p, %zu, %d\n",
 			dst, src, n, (int)kind);
 		return fail(cudaErrorInvalidValue);
 	}
-	enqueue(s, dst, src, n, 0);
+	pthread_mutex_lock(&mock_lock);
+	if (find_locked(host, n, REGISTERED))
+		registered_copies++;
+	else
+		staged_copies++;
+	pthread_mutex_unlock(&mock_lock);
+	enqueue_op(s, dst, src, n, 0, host, inject_async);
 	return cudaSuccess;
+}
+
+/* Does [p, p+n) share a byte with page-locked host memory? mock_lock. */
+static bool overlaps_locked_host(const char *p, size_t n)
+{
+	int i;
+
+	for (i = 0; i < MAX_ALLOCS; i++) {
+		struct range *r = &allocs[i];
+
+		if (r->p && (r->kind == PINNED || r->kind == REGISTERED) &&
+		    p < r->p + r->n && r->p < p + n)
+			return true;
+	}
+	return false;
+}
+
+cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags)
+{
+	bool inject, taken;
+
+	struct range *r = NULL;
+	int i;
+
+	if (!p || !n || flags != cudaHostRegisterDefault)
+		return fail(cudaErrorInvalidValue);
+	/* The runtime faults every page in to lock it: memory that is not
+	 * mapped shows here, under ASan too. */
+	for (size_t at = 0; at < n; at += 4096)
+		(void)*(volatile char *)((char *)p + at);
+	pthread_mutex_lock(&mock_lock);
+	inject = fail_next_register;
+	fail_next_register = false;
+	taken = overlaps_locked_host(p, n);
+	for (i = 0; !inject && !taken && i < MAX_ALLOCS && !r; i++) {
+		if (!allocs[i].p) {
+			r = &allocs[i];
+			*r = (struct range){ .p = p, .n = n,
+					     .kind = REGISTERED };
+			registers++;
+		}
+	}
+	pthread_mutex_unlock(&mock_lock);
+	if (taken)
+		return fail(cudaErrorHostMemoryAlreadyRegistered);
+	if (!r)
+		return fail(cudaErrorMemoryAllocation);
+	return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void *p)
+{
+	if (!untrack(p, REGISTERED).p)
+		return fail(cudaErrorHostMemoryNotRegistered);
+	pthread_mutex_lock(&mock_lock);
+	unregisters++;
+	pthread_mutex_unlock(&mock_lock);
+	return cudaSuccess;
+}
+
+__attribute__((destructor)) static void write_stats(void)
+{
+	const char *path = getenv("TFS_MOCK_STATS");
+	unsigned long left = 0;
+	FILE *f;
+	int i;
+
+	if (!path || !(f = fopen(path, "a")))
+		return;
+	pthread_mutex_lock(&mock_lock);
+	for (i = 0; i < MAX_ALLOCS; i++)
+		left += allocs[i].p && allocs[i].kind == REGISTERED;
+	fprintf(f,
+		"registers %lu unregisters %lu registered-left %lu direct-copies %lu staged-copies %lu\n",
+		registers, unregisters, left, registered_copies,
+		staged_copies);
+	pthread_mutex_unlock(&mock_lock);
+	fclose(f);
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
@@ -533,6 +731,11 @@ const char *cudaGetErrorName(cudaError_t e)
 	case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
 	case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
 	case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+	case cudaErrorNotReady: return "cudaErrorNotReady";
+	case cudaErrorHostMemoryAlreadyRegistered:
+		return "cudaErrorHostMemoryAlreadyRegistered";
+	case cudaErrorHostMemoryNotRegistered:
+		return "cudaErrorHostMemoryNotRegistered";
 	default: return "cudaErrorUnknown";
 	}
 }

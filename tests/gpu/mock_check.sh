@@ -7,11 +7,14 @@
 # 1. tests/gpu/backend_check.c against tiers/device_cuda.c, under ASan and
 #    UBSan: chunking and double buffering against asynchronous copies,
 #    ranges, the slot pool from 8 threads, out of memory, failing copies,
-#    and the message when there is no driver. Needs only the CUDA headers.
-# 2. With BUILD, a meson build dir configured with CUDA (not sanitized):
+#    and the message when there is no driver; host_register: direct copies
+#    of registered memory only, staging for the rest, unregister, failing
+#    registers and failing direct copies. Needs only the CUDA headers.
+# 2. With BUILD, a meson build dir configured with CUDA (sanitized or not):
 #    its tierfs relinked with the mock instead of libcudart_static.a, and
 #    tests/integration/export.bats run on device_backend=cuda, the client
-#    (libtierfs -> cudaIpcOpenMemHandle) with the mock preloaded.
+#    (libtierfs -> cudaIpcOpenMemHandle) with the mock preloaded. The
+#    daemon's pool chunks go through cudaHostRegister as with host.pinned.
 #
 # Exit 0 when all of it behaves, 1 otherwise, 77 without CUDA headers.
 set -u
@@ -45,7 +48,7 @@ expect() { # WHAT WANT_RC GREP [ENV...]
 	fi
 }
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
-expect "round trips from 8 threads on async copies; failing copies" 0 \
+expect "round trips from 8 threads, staged and page-locked; failing copies" 0 \
 	"^ok 1" TFS_MOCK_CAPACITY=$((1 << 30))
 expect "no driver: -ENODEV and the CUDA error's name" 77 \
 	"cudaGetDeviceCount: mock error (cudaErrorInsufficientDriver, 35)" \
@@ -69,20 +72,39 @@ link=$(sed -e "s| -o fs/tierfs | -o $out/tierfs |" \
 	-e "s|[^ ]*libcudart_static\.a|$out/cuda_mock.o|" <<<"$link")
 (cd "$BUILD" && eval "$link") || exit 1
 client=$(cd "$BUILD" && pwd)/client/lib/export_client
+# A sanitized client wants its ASan runtime first among preloads.
+preload=$out/libcudamock.so
+asan=$(ldd "$client" 2>/dev/null | awk '/libasan/ { print $3 }')
+[ -n "$asan" ] && preload="$asan $preload"
 cat >"$out/export_client" <<EOS
 #!/bin/sh
-LD_PRELOAD=$out/libcudamock.so EXPORT_CLIENT_MOCK_CUDA=1 exec $client "\$@"
+LD_PRELOAD="$preload" EXPORT_CLIENT_MOCK_CUDA=1 exec $client "\$@"
 EOS
 chmod +x "$out/export_client"
 before=$(find /dev/shm -maxdepth 1 -name 'tfsmock.*' | wc -l)
 if TIERFS_BIN=$out/tierfs EXPORT_CLIENT=$out/export_client \
 	TFS_EXPORT_BACKEND=cuda TFS_MOCK_CAPACITY=$((256 << 20)) \
-	bats --tap tests/integration/export.bats >"$out/bats.log" 2>&1; then
+	TFS_MOCK_STATS=$out/stats bats --tap tests/integration/export.bats >"$out/bats.log" 2>&1; then
 	echo "ok - export.bats on the cuda backend (mock):" \
 		"$(grep -c "^ok" "$out/bats.log") ok, $(grep -c "# skip" "$out/bats.log") skipped"
 else
 	echo "not ok - export.bats on the cuda backend (mock)"
 	sed 's/^/    /' "$out/bats.log"
+	failed=1
+fi
+# host.pinned is on by default: the daemons must have page-locked their
+# pool chunks, copied some directly, and unregistered all of them.
+read -r reg unreg left direct staged < <(awk '
+	{ r += $2; u += $4; l += $6; d += $8; s += $10 }
+	END { print r + 0, u + 0, l + 0, d + 0, s + 0 }' "$out/stats" 2>/dev/null)
+if [ "${reg:-0}" -gt 0 ] && [ "$direct" -gt 0 ] && [ "$left" -eq 0 ] &&
+	[ "$reg" -eq "$unreg" ]; then
+	echo "ok - daemon pool chunks page-locked: $reg registered and" \
+		"unregistered, $direct direct copies, $staged staged"
+else
+	echo "not ok - daemon pool chunks page-locked: registers ${reg:-none}," \
+		"unregisters ${unreg:-none}, left ${left:-none}," \
+		"direct copies ${direct:-none}"
 	failed=1
 fi
 # Every daemon unmounted: each cudaMalloc must have been freed.
