@@ -530,10 +530,10 @@ static void cuda_destroy(struct tier_dev *dev)
 }
 
 /*
- * Page-lock a pool chunk. Every chunk would fail for the same reason
- * (RLIMIT_MEMLOCK, a driver without support), so only the first failure is
- * logged; destroy counts the rest. The store carries on with the chunk
- * pageable, and copies of it are staged.
+ * Page-lock a pool chunk. Every chunk would fail for the same reason (the
+ * system refusing to lock more memory, a driver without support), so only
+ * the first failure is logged; destroy counts the rest. The store carries
+ * on with the chunk pageable, and copies of it are staged.
  */
 static int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
 {
