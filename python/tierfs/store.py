@@ -291,9 +291,9 @@ class TierfsStore(MutableMapping):
     cache_bytes:
         Size of an in-memory LRU cache of deserialized values, by ``sizeof``.
         0 (the default) keeps nothing in the process: every read comes from
-        tierfs, whose own host and device tiers are the cache. Values are
-        always written through to tierfs, so dropping a cached value never
-        writes anything.
+        tierfs, whose own host and device tiers are the cache. Unless
+        write_back is set, values are written through to tierfs at once, so
+        dropping a cached value never writes anything.
     keep_on_error:
         If a value cannot be pickled or written (every tier full), keep it in
         memory and log a warning, as Dask's own SpillBuffer does, instead of
@@ -303,6 +303,12 @@ class TierfsStore(MutableMapping):
         :func:`cleanup_stale`) before making this one.
     name:
         Subdirectory name; by default ``tfsdask-<host>-<pid>-<random>``.
+    write_back:
+        Values that fit in the cache are kept there only, and written to
+        tierfs when they leave it (LRU overflow or ``evict()``), as Dask's
+        SpillBuffer does; short-lived values are then never written. The
+        write happens under the store's lock. Off by default: every value is
+        written at once, and ``evict()`` never writes.
 
     Dask's worker memory manager uses the ``fast`` mapping (what is cached in
     memory) and ``evict()`` to shed memory, and reports ``spilled_total``:
@@ -317,6 +323,7 @@ class TierfsStore(MutableMapping):
         keep_on_error: bool = True,
         clean_stale: bool = False,
         name: str | None = None,
+        write_back: bool = False,
     ):
         if root is None:
             root = os.environ.get(ENV_DIR)
@@ -328,6 +335,7 @@ class TierfsStore(MutableMapping):
         self.root = os.fspath(root)
         self.cache_bytes = int(cache_bytes)
         self.keep_on_error = keep_on_error
+        self.write_back = bool(write_back)
         if clean_stale:
             cleanup_stale(self.root)
         host = socket.gethostname().split(".")[0] or "host"
@@ -365,21 +373,20 @@ class TierfsStore(MutableMapping):
     # -- the mapping --------------------------------------------------------
 
     def __setitem__(self, key: Hashable, value: Any) -> None:
-        t0 = time.perf_counter()
-        tmp = None
+        if self.write_back:
+            memory = _sizeof(value, -1)
+            if 0 <= memory <= self.cache_bytes:
+                with self._lock:
+                    if self._closed:
+                        raise RuntimeError("tierfs store %r is closed" % self.path)
+                    self._discard(key)
+                    self._index[key] = _Entry(None, 0, memory)
+                    self._all_memory += memory
+                    self._remember(key, value)
+                return
         try:
-            views, nbytes = _serialize(value)
-            t1 = time.perf_counter()
-            tmp = os.path.join(self.path, "%s%s" % (TMP_PREFIX, secrets.token_hex(8)))
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            try:
-                _writev_all(fd, views)
-            finally:
-                os.close(fd)
-            del views
+            tmp, nbytes, t_pickle, t_write = self._write_tmp(value)
         except Exception as e:
-            if tmp is not None:
-                _unlink_quiet(tmp)
             if not self.keep_on_error or self._closed:
                 raise
             logger.warning("tierfs store: keeping %r in memory: %s: %s",
@@ -393,32 +400,75 @@ class TierfsStore(MutableMapping):
                 self._mem_memory += size
             return
         memory = _sizeof(value, nbytes)
-        t2 = time.perf_counter()
         with self._lock:
             if self._closed:
                 _unlink_quiet(tmp)
                 raise RuntimeError("tierfs store %r is closed" % self.path)
             old = self._index.get(key)
-            if old is not None and old.name is not None:
-                name = old.name
-            else:
-                name = self._new_name(key)
-            try:
-                os.rename(tmp, os.path.join(self.path, name))
-            except BaseException:
-                _unlink_quiet(tmp)
-                raise
+            name = self._install(key, tmp, old.name if old is not None else None)
             self._discard(key, unlink=False)
             self._index[key] = _Entry(name, nbytes, memory)
             self._names[name] = key
             self._all_memory += memory
             self._all_disk += nbytes
             self._remember(key, value)
-            m = self._m
-            m["disk_write_count_total"] += 1
-            m["disk_write_bytes_total"] += memory
-            m["pickle_time_total"] += t1 - t0
-            m["disk_write_time_total"] += t2 - t1
+            self._count_write(memory, t_pickle, t_write)
+
+    def _write_tmp(self, value: Any) -> tuple[str, int, float, float]:
+        """Serialize value into a new temporary file; return its path, size
+        and the seconds spent pickling and writing. Removes it on failure."""
+        t0 = time.perf_counter()
+        views, nbytes = _serialize(value)
+        t1 = time.perf_counter()
+        tmp = os.path.join(self.path, "%s%s" % (TMP_PREFIX, secrets.token_hex(8)))
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                _writev_all(fd, views)
+            finally:
+                os.close(fd)
+        except BaseException:
+            _unlink_quiet(tmp)
+            raise
+        return tmp, nbytes, t1 - t0, time.perf_counter() - t1
+
+    def _install(self, key: Hashable, tmp: str, name: str | None) -> str:
+        """Rename tmp to key's file (name, or a new one); lock held."""
+        if name is None:
+            name = self._new_name(key)
+        try:
+            os.rename(tmp, os.path.join(self.path, name))
+        except BaseException:
+            _unlink_quiet(tmp)
+            raise
+        return name
+
+    def _count_write(self, memory: int, t_pickle: float, t_write: float) -> None:
+        m = self._m
+        m["disk_write_count_total"] += 1
+        m["disk_write_bytes_total"] += memory
+        m["pickle_time_total"] += t_pickle
+        m["disk_write_time_total"] += t_write
+
+    def _flush(self, key: Hashable, value: Any) -> bool:
+        """Write a value held only in the cache (write_back), which the
+        caller has just taken out of the cache; lock held. On failure the
+        value stays in memory (pinned) and False is returned."""
+        entry = self._index[key]
+        try:
+            tmp, nbytes, t_pickle, t_write = self._write_tmp(value)
+            entry.name = self._install(key, tmp, None)
+        except Exception as e:
+            logger.warning("tierfs store: keeping %r in memory: %s: %s",
+                           key, type(e).__name__, e)
+            self._pinned[key] = value
+            self._mem_memory += entry.memory
+            return False
+        self._names[entry.name] = key
+        entry.disk = nbytes
+        self._all_disk += nbytes
+        self._count_write(entry.memory, t_pickle, t_write)
+        return True
 
     def __getitem__(self, key: Hashable) -> Any:
         for _ in range(100):
@@ -498,9 +548,11 @@ class TierfsStore(MutableMapping):
             with self._lock:
                 if not self._cache:
                     return -1
-                key, _ = self._cache.popitem(last=False)
+                key, value = self._cache.popitem(last=False)
                 entry = self._index[key]
                 self._forget_weight(entry)
+                if entry.name is None and not self._flush(key, value):
+                    return -1
                 return entry.memory
         except Exception:  # pragma: no cover - the protocol forbids raising
             logger.exception("tierfs store: evict failed")
@@ -581,8 +633,11 @@ class TierfsStore(MutableMapping):
         if entry.memory > self.cache_bytes or key in self._cache:
             return
         while self._cache and self._cache_weight + entry.memory > self.cache_bytes:
-            old, _ = self._cache.popitem(last=False)
-            self._forget_weight(self._index[old])
+            old, old_value = self._cache.popitem(last=False)
+            old_entry = self._index[old]
+            self._forget_weight(old_entry)
+            if old_entry.name is None:
+                self._flush(old, old_value)
         self._cache[key] = value
         self._cache_weight += entry.memory
         self._mem_memory += entry.memory

@@ -394,3 +394,82 @@ def test_many_buffers_and_short_writes(store, monkeypatch):
     assert len(calls) > 10
     got = store["many"]
     assert len(got) == 700 and all(np.array_equal(a, b) for a, b in zip(arrays, got))
+
+
+def test_write_back(tmp_path):
+    from dask.sizeof import sizeof
+
+    with TierfsStore(tmp_path, cache_bytes=10_000, write_back=True) as s:
+        s["a"] = np.ones(500)  # fits: held in memory only, no file yet
+        s["b"] = np.ones(500)
+        assert files(s) == [] and s.file_of("a") is None
+        assert tuple(s.spilled_total) == (0, 0)
+        s["c"] = np.ones(500)  # a leaves the cache and is written
+        assert len(files(s)) == 1 and s.file_of("a") is not None
+        assert list(s.fast) == ["b", "c"] and list(s.slow) == ["a"]
+        mem, disk = s.spilled_total
+        assert mem == sizeof(np.ones(500)) and disk == os.path.getsize(s.file_of("a"))
+        assert s.evict() == sizeof(np.ones(500))  # b is written now
+        assert len(files(s)) == 2
+        del s["c"]  # never written, nothing to remove
+        assert len(files(s)) == 2 and s.evict() == -1
+        assert np.array_equal(s["a"], np.ones(500)) and "a" in s.fast
+        s["big"] = np.ones(5000)  # larger than the cache: written at once
+        assert len(files(s)) == 3 and "big" in s.slow
+        s["a"] = "small"  # overwrite drops the old file
+        assert s["a"] == "small" and len(files(s)) == 2
+        for k in list(s):
+            del s[k]
+        assert files(s) == [] and tuple(s.spilled_total) == (0, 0)
+        assert s.get_metrics()["disk_write_count_total"] == 3
+
+
+def test_write_back_evict_failure_keeps_value(tmp_path):
+    with TierfsStore(tmp_path, cache_bytes=1 << 20, write_back=True) as s:
+        lock = threading.Lock()
+        s["lock"] = lock
+        assert s.evict() == -1  # cannot be written: kept in memory
+        assert s["lock"] is lock and "lock" in s.fast
+        s["x"] = 1
+        assert s.evict() > 0 and s["x"] == 1
+
+
+def test_write_back_threads(tmp_path):
+    errors = []
+    with TierfsStore(tmp_path, cache_bytes=50_000, write_back=True) as s:
+        def work(t):
+            try:
+                rng = np.random.default_rng(t)
+                for _ in range(300):
+                    k = int(rng.integers(30))
+                    op = rng.integers(4)
+                    if op == 0:
+                        s[k] = np.full(1000, k)
+                    elif op == 1:
+                        try:
+                            assert (s[k] == k).all()
+                        except KeyError:
+                            pass
+                    elif op == 2:
+                        try:
+                            del s[k]
+                        except KeyError:
+                            pass
+                    else:
+                        s.evict()
+            except Exception as e:  # pragma: no cover
+                errors.append(e)
+
+        ts = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errors, errors
+        on_disk = {os.path.basename(p) for p in map(s.file_of, s) if p}
+        assert set(files(s)) == on_disk
+        assert all((s[k] == k).all() for k in list(s))
+        while s.evict() != -1:
+            pass
+        mem, disk = s.spilled_total
+        assert disk == sum(os.path.getsize(s.file_of(k)) for k in s)
