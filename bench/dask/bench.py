@@ -5,8 +5,9 @@
 
 Runs the same workload (persist an array larger than the workers' memory and
 reduce it twice; a dataframe task shuffle + groupby) on a LocalCluster twice
-per repeat, alternating: once with Dask's default SpillBuffer spilling to
---local-dir (local disk), once with TierfsStore on MOUNT. Same workers, same
+per repeat, alternating: with Dask's default SpillBuffer spilling to
+--local-dir (local disk), with TierfsStore on MOUNT (write-through, the
+default), and with TierfsStore(write_back=True). Same workers, same
 memory limits. Prints each phase's median time and the ratio tierfs/default
 (below 1: tierfs is faster). bench/dask/run.sh mounts a tierfs for it.
 
@@ -88,11 +89,12 @@ def one_run(kind: str, cfg) -> tuple[dict[str, float], int]:
     kw = dict(n_workers=cfg.workers, threads_per_worker=cfg.threads,
               memory_limit=cfg.memory_limit, processes=True,
               dashboard_address=None, silence_logs=logging.ERROR)
-    if kind == "tierfs":
+    if kind.startswith("tierfs"):
         from tierfs.dask import TierfsStore
 
         kw["data"] = (TierfsStore, {"root": cfg.tierfs_root,
-                                    "cache_bytes": cfg.cache_mib * MiB})
+                                    "cache_bytes": cfg.cache_mib * MiB,
+                                    "write_back": kind == "tierfs-wb"})
         kw["local_directory"] = cfg.local_dir
     else:
         kw["local_directory"] = cfg.local_dir
@@ -147,44 +149,51 @@ def main() -> int:
               cfg.local_dir, st.get("backend"), st.get("device.limit"),
               st.get("host.limit")), flush=True)
 
-    results: dict[str, dict[str, list[float]]] = {"default": {}, "tierfs": {}}
+    kinds = ["default", "tierfs", "tierfs-wb"]
+    results: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
     spill: dict[str, int] = {}
     try:
         for r in range(cfg.repeats):
-            order = ("default", "tierfs") if r % 2 == 0 else ("tierfs", "default")
+            order = kinds if r % 2 == 0 else kinds[::-1]
             for kind in order:
                 before = xattr.mount_stats(cfg.mount)
                 times, disk = one_run(kind, cfg)
                 after = xattr.mount_stats(cfg.mount)
                 spill[kind] = disk
-                if kind == "tierfs":
-                    spill["tierfs-disk"] = (after.get("host.spill_bytes", 0)
+                if kind.startswith("tierfs"):
+                    spill[kind + " disk"] = (after.get("host.spill_bytes", 0)
                                             - before.get("host.spill_bytes", 0))
                 for k, v in times.items():
                     results[kind].setdefault(k, []).append(v)
-                print("dask bench: repeat %d %-7s %s" % (r + 1, kind, "  ".join(
+                print("dask bench: repeat %d %-9s %s" % (r + 1, kind, "  ".join(
                     "%s %.2fs" % kv for kv in times.items())), flush=True)
     finally:
         shutil.rmtree(cfg.local_dir, ignore_errors=True)
         shutil.rmtree(cfg.tierfs_root, ignore_errors=True)
 
     print()
-    print("%-22s %10s %10s %8s" % ("phase (median)", "default", "tierfs", "ratio"))
-    tot = {"default": 0.0, "tierfs": 0.0}
+    print("%-22s %10s %10s %10s %8s %8s" % ("phase (median)", "default", "tierfs",
+                                            "tierfs-wb", "ratio", "ratio-wb"))
+    tot = dict.fromkeys(kinds, 0.0)
     for phase in results["default"]:
-        d = statistics.median(results["default"][phase])
-        t = statistics.median(results["tierfs"][phase])
-        tot["default"] += d
-        tot["tierfs"] += t
-        print("%-22s %9.2fs %9.2fs %8.2f" % (phase, d, t, t / d))
+        med = {k: statistics.median(results[k][phase]) for k in kinds}
+        for k in kinds:
+            tot[k] += med[k]
+        print("%-22s %9.2fs %9.2fs %9.2fs %8.2f %8.2f" % (
+            phase, med["default"], med["tierfs"], med["tierfs-wb"],
+            med["tierfs"] / med["default"], med["tierfs-wb"] / med["default"]))
     ratio = tot["tierfs"] / tot["default"]
-    print("%-22s %9.2fs %9.2fs %8.2f" % ("total", tot["default"], tot["tierfs"], ratio))
-    print("after the persist, last repeat: default store had spilled %d MiB to "
-          "local disk; tierfs store held %d MiB outside the workers, of which "
-          "tierfs spilled %d MiB to its disk tier during the run" % (
+    ratio_wb = tot["tierfs-wb"] / tot["default"]
+    print("%-22s %9.2fs %9.2fs %9.2fs %8.2f %8.2f" % (
+        "total", tot["default"], tot["tierfs"], tot["tierfs-wb"], ratio, ratio_wb))
+    print("last repeat, after the persist: held outside the workers' memory "
+          "(MiB): default %d (local disk), tierfs %d, tierfs-wb %d; tierfs "
+          "host->disk spill during the run (MiB): tierfs %d, tierfs-wb %d" % (
               spill.get("default", 0) >> 20, spill.get("tierfs", 0) >> 20,
-              spill.get("tierfs-disk", 0) >> 20))
-    print("dask bench: tierfs/default time ratio %.2f (below 1: tierfs faster)" % ratio)
+              spill.get("tierfs-wb", 0) >> 20, spill.get("tierfs disk", 0) >> 20,
+              spill.get("tierfs-wb disk", 0) >> 20))
+    print("dask bench: tierfs/default time ratio %.2f (write-through), %.2f "
+          "(write-back); below 1: tierfs faster" % (ratio, ratio_wb))
     return 0
 
 
