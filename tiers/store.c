@@ -39,6 +39,16 @@
 #define DEV_ALLOC_RETRIES 8
 /* Small files keep their bytes in one malloc'd chunk rounded to this. */
 #define SMALL_ALIGN 64
+/*
+ * A read or a write brings a buffer up into a tier only if it takes at most
+ * this share of the tier's limit. A larger one would push out much of the
+ * tier, and be pushed out itself by the next access to anything else, to be
+ * fetched whole again on its next read: two readers and two writers of
+ * 256 MiB files under a 768 MiB host limit spilled four times what they
+ * wrote. Such buffers are read and written chunk by chunk where they are.
+ * Explicit moves and exports are not limited.
+ */
+#define PROMOTE_SHARE 4
 /* Chunks handed to the disk tier's compression pool at once. */
 #define SPILL_BATCH 8
 
@@ -102,6 +112,7 @@ struct tier_buf {
 	bool wc_reserved; /* [B] disk room for one chunk is charged */
 	uint8_t present; /* [S] bit t: a copy in tier t */
 	bool dead; /* [S] destroy has begun */
+	bool staging; /* [S] mirror of dirty: being written, not placed */
 };
 
 static uint64_t now_ns(void)
@@ -186,6 +197,7 @@ static void publish(struct tier_buf *b)
 			s->use[t].buffers += (present & (1u << t)) ? 1 : -1;
 	}
 	b->present = present;
+	b->staging = b->dirty;
 	s->logical += b->size - b->pi.size;
 	b->pi.size = b->size;
 	sync_links(s, b);
@@ -225,10 +237,19 @@ static int shrink(struct tier_store *s, int t, uint64_t goal,
 		  struct tier_buf *self)
 {
 	struct pol_item *prev = NULL;
+	/* First pass: leave buffers being written alone. Spilling one that
+	 * is half written costs its writer a fetch back or a write on disk,
+	 * while a placed buffer's lower copy is often clean already. */
+	bool take_staging = false;
 
 	while (s->use[t].used > goal) {
 		struct pol_item *it = pol_victim(&s->pol, t, prev);
 
+		if (!it && !take_staging) {
+			take_staging = true;
+			prev = NULL;
+			continue;
+		}
 		if (!it) {
 			s->evict_failures++;
 			return -ENOSPC;
@@ -238,6 +259,7 @@ static int shrink(struct tier_store *s, int t, uint64_t goal,
 		/* An empty buffer frees nothing; skip it rather than write an
 		 * empty spill file. */
 		if (v == self || !v->charged[t] ||
+		    (v->staging && !take_staging) ||
 		    pthread_rwlock_trywrlock(&v->lock)) {
 			prev = it;
 			continue;
@@ -903,10 +925,11 @@ static int unspill_target(struct tier_buf *b)
 
 	if (u == CFG_UNSPILL_NONE || !movable_b)
 		return -1;
-	if (u == CFG_UNSPILL_DEVICE && s->dev && b->size <= dlim &&
-	    top != TFS_TIER_DEVICE)
+	if (u == CFG_UNSPILL_DEVICE && s->dev &&
+	    b->size <= dlim / PROMOTE_SHARE && top != TFS_TIER_DEVICE)
 		return TFS_TIER_DEVICE;
-	if (top == TFS_TIER_DISK && host_bytes_for(s, b->size) <= hlim)
+	if (top == TFS_TIER_DISK &&
+	    host_bytes_for(s, b->size) <= hlim / PROMOTE_SHARE)
 		return TFS_TIER_HOST;
 	return -1;
 }
@@ -920,7 +943,8 @@ static int promote(struct tier_buf *b, int t)
 	if (b->wc && (rc = wc_flush(b)))
 		return rc;
 	if (top_tier(b) == TFS_TIER_DISK &&
-	    host_bytes_for(s, b->size) <= tier_limit(s, TFS_TIER_HOST)) {
+	    host_bytes_for(s, b->size) <=
+		    tier_limit(s, TFS_TIER_HOST) / PROMOTE_SHARE) {
 		rc = host_fetch(b);
 		if (rc && t == TFS_TIER_HOST)
 			return rc;
@@ -942,7 +966,7 @@ static int make_writable_host(struct tier_buf *b)
 	if (!b->has_host) {
 		if (b->dobj && !b->dmem &&
 		    host_bytes_for(b->s, b->size) >
-			    tier_limit(b->s, TFS_TIER_HOST))
+			    tier_limit(b->s, TFS_TIER_HOST) / PROMOTE_SHARE)
 			return -ENOSPC;
 		if ((rc = wc_flush(b)))
 			return rc;
