@@ -21,7 +21,8 @@ import os
 
 from distributed import Worker
 
-from .store import ENV_DIR, SpilledSize, TierfsStore, cleanup, cleanup_stale
+from .store import (ENV_DIR, SpilledSize, TierfsStore, cleanup, cleanup_stale,
+                    remove_on_sigterm)
 
 __all__ = ["TierfsStore", "TierfsWorker", "SpilledSize", "cleanup", "cleanup_stale"]
 
@@ -44,7 +45,7 @@ class TierfsWorker(Worker):
     tierfs_dir and tierfs_cache default to $TIERFS_DASK_DIR and
     $TIERFS_DASK_CACHE. An explicit ``data=`` wins over both. Directories of
     killed workers on the same host are removed when a worker starts, and the
-    worker's own directory when it closes.
+    worker's own directory when it closes or gets SIGTERM.
     """
 
     def __init__(self, *args, tierfs_dir=None, tierfs_cache=None, **kwargs):
@@ -66,6 +67,8 @@ class TierfsWorker(Worker):
                 },
             )
         super().__init__(*args, **kwargs)
+        if isinstance(self.data, TierfsStore):
+            remove_on_sigterm()
 
     async def close(self, *args, **kwargs):
         try:

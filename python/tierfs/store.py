@@ -37,6 +37,7 @@ import os
 import pickle
 import secrets
 import shutil
+import signal
 import socket
 import struct
 import threading
@@ -46,7 +47,8 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from hashlib import blake2b
 from typing import Any, Hashable, NamedTuple
 
-__all__ = ["TierfsStore", "cleanup_stale", "cleanup", "DIR_PREFIX", "MARKER"]
+__all__ = ["TierfsStore", "cleanup_stale", "cleanup", "remove_on_sigterm",
+           "DIR_PREFIX", "MARKER"]
 
 logger = logging.getLogger("tierfs.store")
 
@@ -224,8 +226,37 @@ def _alive(pid: int, start: int | None) -> bool:
     return True
 
 
+_live_dirs: set[str] = set()  # directories of this process's open stores
+
+
 def _remove_dir(path: str) -> None:
+    _live_dirs.discard(path)
     shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_on_sigterm() -> bool:
+    """Make SIGTERM remove this process's store directories before it ends
+    the process as before. Only where SIGTERM has its default action and from
+    the main thread; returns whether the handler is installed.
+
+    A worker stopped by systemd, ``timeout`` or a terminal's process group
+    signal gets SIGTERM with no chance to close its store; TierfsWorker calls
+    this so those directories go too.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return signal.getsignal(signal.SIGTERM) is _on_sigterm
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    return True
+
+
+def _on_sigterm(signum, frame) -> None:
+    for path in list(_live_dirs):
+        shutil.rmtree(path, ignore_errors=True)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 class _Entry:
@@ -344,6 +375,7 @@ class TierfsStore(MutableMapping):
         self.path = os.path.join(self.root, name)
         os.makedirs(self.path)
         self._finalizer = weakref.finalize(self, _remove_dir, self.path)
+        _live_dirs.add(self.path)
         marker = {
             "pid": os.getpid(),
             "host": socket.gethostname(),

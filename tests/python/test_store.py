@@ -473,3 +473,19 @@ def test_write_back_threads(tmp_path):
             pass
         mem, disk = s.spilled_total
         assert disk == sum(os.path.getsize(s.file_of(k)) for k in s)
+
+
+def test_sigterm_removes_dir(tmp_path):
+    code = ("import os, sys, time; sys.path.insert(0, %r)\n"
+            "from tierfs.store import TierfsStore, remove_on_sigterm\n"
+            "s = TierfsStore(%r); s['a'] = 1\n"
+            "assert remove_on_sigterm()\n"
+            "print(s.path, flush=True); time.sleep(30)\n"
+            % (os.path.join(os.path.dirname(__file__), "..", "..", "python"),
+               str(tmp_path)))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    path = p.stdout.readline().strip()
+    assert os.path.isdir(path)
+    p.terminate()
+    assert p.wait(10) == -15  # still dies of SIGTERM
+    assert os.listdir(tmp_path) == []
