@@ -70,6 +70,9 @@ struct tier_dev_ops {
 	 * is unmapped. A failed register is not an error: the chunk stays
 	 * pageable and copies of it are staged.
 	 */
+	/* Optional: where the daemon can address @m's bytes directly (sim),
+	 * so reads are replied without a copy; NULL when it cannot (cuda). */
+	void *(*host_ptr)(struct tier_dev *dev, struct tier_dmem *m);
 	int (*host_register)(struct tier_dev *dev, void *ptr, size_t len);
 	void (*host_unregister)(struct tier_dev *dev, void *ptr, size_t len);
 };

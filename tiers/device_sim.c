@@ -254,6 +254,11 @@ out_noname:
 	return rc;
 }
 
+static void *sim_host_ptr(struct tier_dev *dev, struct tier_dmem *dm)
+{
+	return ((struct sim_mem *)dm)->ptr;
+}
+
 static void sim_info(struct tier_dev *dev, struct tier_dev_info *out)
 {
 	struct sim_dev *d = (struct sim_dev *)dev;
@@ -279,4 +284,5 @@ const struct tier_dev_ops tier_dev_sim_ops = {
 	.export = sim_export,
 	.unexport = sim_unexport,
 	.info = sim_info,
+	.host_ptr = sim_host_ptr,
 };

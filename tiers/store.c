@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,6 +82,8 @@ struct tier_store {
 
 	pthread_t spiller;
 	pthread_cond_t spill_wake; /* with lock */
+	pthread_cond_t io_idle; /* with lock: some io_refs reached 0 */
+	void *zeroes; /* chunk_size of never-written memory, reads as zero */
 	bool stop; /* [S] */
 	bool spiller_started;
 };
@@ -99,12 +103,13 @@ struct tier_buf {
 	/* [B] One chunk of a buffer too large for host memory, being written
 	 * in place on disk (read-modify-write). */
 	void *wc;
-	uint64_t wc_idx;
 	uint64_t charged[TFS_TIER_COUNT]; /* [S] */
 	uint64_t generation; /* [S] */
 	struct lease *leases; /* [S] */
 	uint32_t nleases; /* [S] */
 	uint32_t pins; /* [S] */
+	uint32_t io_refs; /* [S] replies pointing into the buffer */
+	uint32_t wc_idx; /* [B] the chunk in wc */
 	/* Flags, packed: files are many and small. */
 	bool has_host; /* [B] */
 	bool dirty; /* [B] written since the last register */
@@ -229,6 +234,21 @@ static void count_move(struct tier_store *s, int from, int to, uint64_t bytes)
 static int evict_copy(struct tier_buf *v, int t);
 
 /*
+ * Wait until no reply points into @b's memory. Called with b->lock held for
+ * writing, so no new reference can start, before freeing or moving a host
+ * chunk or device memory.
+ */
+static void io_quiesce(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+
+	pthread_mutex_lock(&s->lock);
+	while (b->io_refs)
+		pthread_cond_wait(&s->io_idle, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/*
  * Evict until tier @t uses at most @goal bytes. Called and returns with
  * s->lock held; drops it while a victim moves. Returns 0, or -ENOSPC when
  * nothing more can move.
@@ -258,7 +278,7 @@ static int shrink(struct tier_store *s, int t, uint64_t goal,
 
 		/* An empty buffer frees nothing; skip it rather than write an
 		 * empty spill file. */
-		if (v == self || !v->charged[t] ||
+		if (v == self || !v->charged[t] || v->io_refs ||
 		    (v->staging && !take_staging) ||
 		    pthread_rwlock_trywrlock(&v->lock)) {
 			prev = it;
@@ -364,6 +384,7 @@ static void host_drop(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;
 
+	io_quiesce(b);
 	if (b->cap0) {
 		free(b->chunks[0]);
 	} else {
@@ -410,6 +431,7 @@ static int unsmall(struct tier_buf *b)
 	}
 	memcpy(c, b->chunks[0], b->cap0);
 	memset((char *)c + b->cap0, 0, s->chunk_size - b->cap0);
+	io_quiesce(b);
 	free(b->chunks[0]);
 	b->chunks[0] = c;
 	b->cap0 = 0;
@@ -449,6 +471,7 @@ static int host_chunk_prepare(struct tier_buf *b, uint64_t idx, size_t lo,
 			rc = reserve(b, TFS_TIER_HOST, cap - b->cap0);
 			if (rc)
 				return rc;
+			io_quiesce(b); /* realloc may move the bytes */
 			void *c = realloc(b->chunks[0], cap);
 
 			if (!c) {
@@ -748,7 +771,7 @@ static int wc_load(struct tier_buf *b, uint64_t idx)
 		wc_free(b);
 		return rc;
 	}
-	b->wc_idx = idx;
+	b->wc_idx = (uint32_t)idx;
 	return 0;
 }
 
@@ -780,6 +803,7 @@ static void dev_drop(struct tier_buf *b)
 
 	if (!b->dmem)
 		return;
+	io_quiesce(b);
 	s->dev->ops->free(s->dev, b->dmem);
 	b->dmem = NULL;
 	uncharge_all(b, TFS_TIER_DEVICE);
@@ -1138,9 +1162,20 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	pthread_mutex_init(&s->lock, &ma);
 	pthread_mutexattr_destroy(&ma);
 	pthread_cond_init(&s->spill_wake, NULL);
+	pthread_cond_init(&s->io_idle, NULL);
 	pol_init(&s->pol, pol);
 	s->chunk_size = cfg->disk.chunk_size;
 	s->next_id = 1;
+	/* Never written, so every page maps the kernel's zero page: holes
+	 * are replied from here at no memory cost. */
+	s->zeroes = mmap(NULL, s->chunk_size, PROT_READ,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (s->zeroes == MAP_FAILED) {
+		s->zeroes = NULL;
+		snprintf(err, errlen, "out of memory");
+		rc = -ENOMEM;
+		goto out_lock;
+	}
 	s->disk_path = strdup(cfg->disk.path);
 	if (!s->disk_path) {
 		snprintf(err, errlen, "out of memory");
@@ -1197,7 +1232,10 @@ out_dev:
 	if (s->dev)
 		s->dev->ops->destroy(s->dev);
 out_lock:
+	if (s->zeroes)
+		munmap(s->zeroes, s->chunk_size);
 	free(s->disk_path);
+	pthread_cond_destroy(&s->io_idle);
 	pthread_cond_destroy(&s->spill_wake);
 	pthread_mutex_destroy(&s->lock);
 out_free:
@@ -1219,8 +1257,10 @@ void tier_store_destroy(struct tier_store *s)
 	tier_disk_destroy(s->disk);
 	if (s->dev)
 		s->dev->ops->destroy(s->dev);
+	pthread_cond_destroy(&s->io_idle);
 	pthread_cond_destroy(&s->spill_wake);
 	pthread_mutex_destroy(&s->lock);
+	munmap(s->zeroes, s->chunk_size);
 	free(s->disk_path);
 	free(s);
 }
@@ -1405,12 +1445,12 @@ static int serve_read(struct tier_buf *b, void *dst, size_t len, uint64_t off)
 	return 0;
 }
 
-ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off)
+/*
+ * Take b->lock for reading, first bringing the buffer up as the unspill
+ * policy says (which needs it for writing).
+ */
+static void read_lock_unspilled(struct tier_buf *b)
 {
-	int rc;
-
-	if (off < 0)
-		return -EINVAL;
 	pthread_rwlock_rdlock(&b->lock);
 	if (unspill_target(b) >= 0) {
 		pthread_rwlock_unlock(&b->lock);
@@ -1426,6 +1466,15 @@ ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off)
 		pthread_rwlock_unlock(&b->lock);
 		pthread_rwlock_rdlock(&b->lock);
 	}
+}
+
+ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off)
+{
+	int rc;
+
+	if (off < 0)
+		return -EINVAL;
+	read_lock_unspilled(b);
 	if ((uint64_t)off >= b->size) {
 		pthread_rwlock_unlock(&b->lock);
 		return 0;
@@ -1441,6 +1490,101 @@ ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off)
 	pthread_rwlock_unlock(&b->lock);
 	touch(b);
 	return rc ? rc : (ssize_t)len;
+}
+
+/* Point @iov at the host copy's bytes of [off, off+len); b->lock held.
+ * Returns the entries used, or -E2BIG when @max is too few. */
+static int host_iov(struct tier_buf *b, size_t len, uint64_t off,
+		    struct iovec *iov, int max)
+{
+	struct tier_store *s = b->s;
+	int n = 0;
+
+	while (len) {
+		uint64_t idx = off / s->chunk_size;
+		size_t in = off % s->chunk_size;
+		size_t part = s->chunk_size - in;
+		char *c = idx < b->nchunks ? b->chunks[idx] : NULL;
+
+		if (part > len)
+			part = len;
+		if (c && b->cap0 && in + part > b->cap0) {
+			/* The tail of a small chunk past its allocation. */
+			size_t have = in < b->cap0 ? b->cap0 - in : 0;
+
+			if (have) {
+				if (n == max)
+					return -E2BIG;
+				iov[n++] = (struct iovec){ c + in, have };
+			}
+			in += have;
+			part -= have;
+			len -= have;
+			off += have;
+			c = NULL;
+			if (!part)
+				continue;
+		}
+		if (n == max)
+			return -E2BIG;
+		iov[n++] = (struct iovec){ c ? c + in : s->zeroes, part };
+		off += part;
+		len -= part;
+	}
+	return n;
+}
+
+ssize_t tier_buf_read_iov(struct tier_buf *b, size_t len, off_t off,
+			  struct iovec *iov, int max, int *niov)
+{
+	struct tier_store *s = b->s;
+	int n = -EAGAIN;
+
+	if (off < 0)
+		return -EINVAL;
+	read_lock_unspilled(b);
+	if ((uint64_t)off >= b->size) {
+		pthread_rwlock_unlock(&b->lock);
+		*niov = 0;
+		return 0;
+	}
+	if (len > b->size - (uint64_t)off)
+		len = b->size - (uint64_t)off;
+	if (b->dmem) {
+		char *p = s->dev->ops->host_ptr ?
+				  s->dev->ops->host_ptr(s->dev, b->dmem) :
+				  NULL;
+
+		if (p && max >= 1) {
+			iov[0] = (struct iovec){ p + off, len };
+			n = 1;
+		}
+	} else if (b->has_host) {
+		n = host_iov(b, len, (uint64_t)off, iov, max);
+		if (n < 0)
+			n = -EAGAIN;
+	}
+	if (n < 0) {
+		pthread_rwlock_unlock(&b->lock);
+		return n;
+	}
+	pthread_mutex_lock(&s->lock);
+	b->io_refs++;
+	pthread_mutex_unlock(&s->lock);
+	pthread_rwlock_unlock(&b->lock);
+	touch(b);
+	*niov = n;
+	return (ssize_t)len;
+}
+
+void tier_buf_read_done(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+
+	pthread_mutex_lock(&s->lock);
+	if (!--b->io_refs)
+		pthread_cond_broadcast(&s->io_idle);
+	pthread_mutex_unlock(&s->lock);
 }
 
 /* Write into the disk copy in place, one chunk at a time. */
@@ -1531,6 +1675,8 @@ ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
 		return -EINVAL;
 	if (!len)
 		return 0;
+	if (nchunks_for(s, (uint64_t)off + len) > UINT32_MAX)
+		return -EFBIG;
 	pthread_rwlock_wrlock(&b->lock);
 	if (b->dmem && (lease_count(b) || (uint64_t)off + len <= b->size)) {
 		/* In place on the device: O(bytes written), and the only
@@ -1594,6 +1740,9 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 	struct tier_store *s = b->s;
 	int rc = 0;
 
+	/* A file spans at most 2^32 chunks: 4 PiB with 1 MiB chunks. */
+	if (nchunks_for(s, size) > UINT32_MAX)
+		return -EFBIG;
 	pthread_rwlock_wrlock(&b->lock);
 	if (size == b->size)
 		goto out;
@@ -1656,6 +1805,7 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 				memset((char *)b->chunks[0] + size, 0,
 				       b->cap0 - size);
 		} else {
+			io_quiesce(b);
 			for (uint64_t i = keep; i < b->nchunks; i++) {
 				if (!b->chunks[i])
 					continue;
@@ -1868,6 +2018,7 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		if (rc)
 			goto out;
 	}
+	io_quiesce(b); /* the sim backend moves the bytes into shm */
 	rc = s->dev->ops->export(s->dev, b->dmem, uid, gid, out);
 	if (rc)
 		goto out;

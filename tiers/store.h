@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "tierfs.h"
 #include "config/config.h"
@@ -108,6 +109,22 @@ uint64_t tier_buf_size(struct tier_buf *b);
 
 /* Read up to @len bytes at @off into @dst; short at end of file. */
 ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off);
+
+/*
+ * Zero-copy read: point @iov (at most @max entries) at the bytes of
+ * [off, off+len) where the daemon can address them, the host copy or a sim
+ * device allocation (holes point at zeroes). Returns the byte count (short
+ * at end of file) with *niov set; when it is above 0, an I/O reference
+ * keeps those bytes from being freed or moved until tier_buf_read_done(). Or
+ * -EAGAIN when the fastest copy is not addressable (disk, CUDA) or @max is
+ * too small: then use tier_buf_read(). Writes may change the bytes
+ * meanwhile, as with any concurrent read and write.
+ */
+ssize_t tier_buf_read_iov(struct tier_buf *b, size_t len, off_t off,
+			  struct iovec *iov, int max, int *niov);
+
+/* Drop the I/O reference of a successful tier_buf_read_iov(). */
+void tier_buf_read_done(struct tier_buf *b);
 
 /* Write @len bytes at @off, growing the buffer. -ENOSPC when no tier has
  * room; nothing already stored is lost then. */
