@@ -52,14 +52,12 @@ static void place_hot(struct pol *p, int tier, struct pol_item *it)
 static void lru_insert(struct pol *p, int tier, struct pol_item *it)
 {
 	place_hot(p, tier, it);
-	it->linked |= 1u << tier;
 	p->count[tier]++;
 }
 
 static void lru_remove(struct pol *p, int tier, struct pol_item *it)
 {
 	list_del(&it->link[tier]);
-	it->linked &= ~(1u << tier);
 	p->count[tier]--;
 }
 
@@ -67,7 +65,7 @@ static void lru_touch(struct pol *p, struct pol_item *it, uint64_t now)
 {
 	it->last_access = now;
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
-		if (!(it->linked & (1u << t)))
+		if (!pol_linked(it, t))
 			continue;
 		list_del(&it->link[t]);
 		place_hot(p, t, it);

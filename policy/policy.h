@@ -19,11 +19,12 @@ struct pol_node {
 	struct pol_node *prev, *next;
 };
 
+/* Zero-initialise. On tier t's list exactly when link[t].next is set, so
+ * the item needs no flag word: files are many, each byte counts. */
 struct pol_item {
 	struct pol_node link[TFS_TIER_COUNT];
 	uint64_t last_access; /* ns since the epoch */
 	uint64_t size; /* bytes, for the tie-break */
-	uint8_t linked; /* bit t set: on tier t's list */
 };
 
 struct pol;
@@ -56,15 +57,20 @@ const struct pol_ops *pol_lookup(const char *name);
 /* Initialise @p with @ops. */
 void pol_init(struct pol *p, const struct pol_ops *ops);
 
+static inline bool pol_linked(const struct pol_item *it, int tier)
+{
+	return it->link[tier].next != NULL;
+}
+
 static inline void pol_insert(struct pol *p, int tier, struct pol_item *it)
 {
-	if (!(it->linked & (1u << tier)))
+	if (!pol_linked(it, tier))
 		p->ops->insert(p, tier, it);
 }
 
 static inline void pol_remove(struct pol *p, int tier, struct pol_item *it)
 {
-	if (it->linked & (1u << tier))
+	if (pol_linked(it, tier))
 		p->ops->remove(p, tier, it);
 }
 
@@ -77,11 +83,6 @@ static inline struct pol_item *pol_victim(struct pol *p, int tier,
 					  struct pol_item *prev)
 {
 	return p->ops->victim(p, tier, prev);
-}
-
-static inline bool pol_linked(const struct pol_item *it, int tier)
-{
-	return it->linked & (1u << tier);
 }
 
 #endif
