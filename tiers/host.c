@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -16,6 +17,8 @@ struct host_pool {
 	struct free_chunk *free;
 	size_t nfree;
 	size_t keep; /* chunks */
+	uint64_t gets; /* chunks handed out, ever */
+	uint64_t gets_at_trim; /* gets at the last host_pool_trim() */
 	size_t chunk_size;
 	struct host_pool_hooks hooks;
 };
@@ -74,6 +77,7 @@ void *host_chunk_get(struct host_pool *p)
 		p->free = c->next;
 		p->nfree--;
 	}
+	p->gets++;
 	pthread_mutex_unlock(&p->lock);
 	if (c)
 		return c;
@@ -106,4 +110,42 @@ void host_chunk_put(struct host_pool *p, void *chunk)
 	pthread_mutex_unlock(&p->lock);
 	if (c)
 		chunk_unmap(p, c);
+}
+
+void host_pool_trim(struct host_pool *p, size_t floor)
+{
+	struct free_chunk *drop = NULL;
+	size_t keep_min = floor / p->chunk_size;
+
+	pthread_mutex_lock(&p->lock);
+	bool idle = p->gets == p->gets_at_trim;
+
+	p->gets_at_trim = p->gets;
+	if (idle && p->nfree > keep_min) {
+		size_t n = (p->nfree - keep_min + 1) / 2;
+
+		while (n--) {
+			struct free_chunk *c = p->free;
+
+			p->free = c->next;
+			p->nfree--;
+			c->next = drop;
+			drop = c;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	while (drop) {
+		struct free_chunk *c = drop;
+
+		drop = c->next;
+		chunk_unmap(p, c);
+	}
+}
+
+size_t host_pool_free_bytes(struct host_pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	size_t n = p->nfree;
+	pthread_mutex_unlock(&p->lock);
+	return n * p->chunk_size;
 }

@@ -32,6 +32,17 @@ int host_pool_init(struct host_pool **out, size_t chunk_size, size_t keep,
 void host_pool_destroy(struct host_pool *p);
 void host_pool_set_keep(struct host_pool *p, size_t keep);
 
+/*
+ * Give back half of the free chunks above @floor bytes, if no chunk was
+ * taken since the last call: called periodically, it returns an idle
+ * pool's memory to the system over a few periods while a busy one keeps
+ * its chunks.
+ */
+void host_pool_trim(struct host_pool *p, size_t floor);
+
+/* Bytes of free chunks the pool holds now. */
+size_t host_pool_free_bytes(struct host_pool *p);
+
 /* A chunk of chunk_size bytes with undefined content, or NULL. */
 void *host_chunk_get(struct host_pool *p);
 void host_chunk_put(struct host_pool *p, void *chunk);

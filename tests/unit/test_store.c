@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "tiers/host.h"
 #include "tiers/store.h"
 #include "tap.h"
 
@@ -261,6 +262,33 @@ static void test_read_iov(void)
 	free(got);
 	free(want);
 	tier_store_destroy(s);
+}
+
+/* The pool keeps freed chunks for reuse and gives them back once idle. */
+static void test_host_pool_trim(void)
+{
+	struct host_pool *p;
+	void *c[8];
+
+	CHECK_EQ(host_pool_init(&p, 64 * 1024, 64 * MiB, NULL), 0);
+	for (int i = 0; i < 8; i++)
+		c[i] = host_chunk_get(p);
+	for (int i = 0; i < 8; i++)
+		host_chunk_put(p, c[i]);
+	CHECK_EQ(host_pool_free_bytes(p), 8 * 64 * 1024);
+	host_pool_trim(p, 0); /* chunks were taken since: busy, keep */
+	CHECK_EQ(host_pool_free_bytes(p), 8 * 64 * 1024);
+	host_pool_trim(p, 0); /* idle: half goes */
+	CHECK_EQ(host_pool_free_bytes(p), 4 * 64 * 1024);
+	host_pool_trim(p, 3 * 64 * 1024); /* never below the floor */
+	CHECK_EQ(host_pool_free_bytes(p), 3 * 64 * 1024);
+	void *again = host_chunk_get(p); /* reuse, not a new mapping */
+
+	CHECK(again == c[7] || again == c[6] || again == c[5] ||
+	      again == c[4] || again == c[3] || again == c[2] ||
+	      again == c[1] || again == c[0]);
+	host_chunk_put(p, again);
+	host_pool_destroy(p);
 }
 
 static void test_spill_order(void)
@@ -577,6 +605,7 @@ int main(void)
 	TAP_RUN(test_round_trip_and_sparse);
 	TAP_RUN(test_small_grown_by_truncate);
 	TAP_RUN(test_read_iov);
+	TAP_RUN(test_host_pool_trim);
 	TAP_RUN(test_spill_order);
 	TAP_RUN(test_clean_respill_and_move);
 	TAP_RUN(test_pinned_survives_pressure);
