@@ -742,6 +742,8 @@ struct read_job {
 	size_t len;
 	uint64_t off;
 	uint64_t first;
+	void *const *dsts; /* per chunk, for tier_dobj_read_chunks() */
+	const size_t *lens;
 	int err; /* first failure; atomic */
 };
 
@@ -750,8 +752,13 @@ static void read_item(struct pool_job *job, size_t i)
 	struct read_job *r = (struct read_job *)job;
 	int rc, zero = 0;
 
-	rc = range_chunk(r->d, r->o, r->fd, r->dst, r->len, r->off,
-			 r->first + i);
+	if (r->dsts)
+		rc = range_chunk(r->d, r->o, r->fd, r->dsts[i], r->lens[i],
+				 (r->first + i) * r->d->chunk_size,
+				 r->first + i);
+	else
+		rc = range_chunk(r->d, r->o, r->fd, r->dst, r->len, r->off,
+				 r->first + i);
 	if (rc < 0)
 		__atomic_compare_exchange_n(&r->err, &zero, rc, false,
 					    __ATOMIC_RELAXED,
@@ -1002,6 +1009,34 @@ int tier_dobj_read(struct tier_disk *d, struct tier_dobj *o, void *dst,
 	 * saves. */
 	if (r.job.n == 1 || !d->pool.nthreads || len < 128 * 1024) {
 		for (size_t i = 0; i < r.job.n && !r.err; i++)
+			read_item(&r.job, i);
+	} else {
+		pool_run(&d->pool, &r.job);
+	}
+	obj_fd_put(o, r.fd);
+	return r.err;
+}
+
+int tier_dobj_read_chunks(struct tier_disk *d, struct tier_dobj *o,
+			  uint64_t first_idx, void *const *dsts,
+			  const size_t *lens, size_t n)
+{
+	struct read_job r = {
+		.job = { .fn = read_item, .n = n },
+		.d = d,
+		.o = o,
+		.first = first_idx,
+		.dsts = dsts,
+		.lens = lens,
+	};
+
+	if (!n)
+		return 0;
+	r.fd = obj_fd_get(d, o);
+	if (r.fd < 0)
+		return r.fd;
+	if (n == 1 || !d->pool.nthreads) {
+		for (size_t i = 0; i < n && !r.err; i++)
 			read_item(&r.job, i);
 	} else {
 		pool_run(&d->pool, &r.job);

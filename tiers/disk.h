@@ -73,6 +73,15 @@ int tier_dobj_write_chunks(struct tier_disk *d, struct tier_dobj *o,
 int tier_dobj_read(struct tier_disk *d, struct tier_dobj *o, void *dst,
 		   size_t len, uint64_t off);
 
+/*
+ * Read the first @lens[i] bytes of chunks @first_idx + i into @dsts[i], for
+ * i < @n, decompressing in parallel on the worker pool. Same errors as
+ * tier_dobj_read().
+ */
+int tier_dobj_read_chunks(struct tier_disk *d, struct tier_dobj *o,
+			  uint64_t first_idx, void *const *dsts,
+			  const size_t *lens, size_t n);
+
 /* Forget chunks at and beyond @nchunks (punches them out of the file). */
 int tier_dobj_truncate(struct tier_disk *d, struct tier_dobj *o,
 		       uint64_t nchunks);

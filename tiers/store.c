@@ -561,28 +561,43 @@ static int host_fetch(struct tier_buf *b)
 		goto out_drop;
 	}
 	b->nchunks = (uint32_t)n;
-	for (uint64_t i = 0; i < n; i++) {
-		uint64_t off = i * s->chunk_size;
-		size_t len = b->size - off < s->chunk_size ? b->size - off :
-							      s->chunk_size;
-		void *c = b->cap0 ? calloc(1, b->cap0) :
-				    host_chunk_get(s->pool);
+	for (uint64_t i = 0; i < n;) {
+		void *dsts[SPILL_BATCH];
+		size_t lens[SPILL_BATCH], k;
 
-		if (!c) {
-			rc = -ENOMEM;
-			goto out_drop;
+		/* From disk, a batch of chunks is decompressed in parallel
+		 * on the disk tier's pool. */
+		for (k = 0; k < SPILL_BATCH && i + k < n; k++) {
+			uint64_t off = (i + k) * s->chunk_size;
+			void *c = b->cap0 ? calloc(1, b->cap0) :
+					    host_chunk_get(s->pool);
+
+			if (!c) {
+				rc = -ENOMEM;
+				goto out_drop;
+			}
+			b->chunks[i + k] = c;
+			dsts[k] = c;
+			lens[k] = b->size - off < s->chunk_size ?
+					  b->size - off : s->chunk_size;
+			if (b->dmem)
+				rc = s->dev->ops->read(s->dev, b->dmem, c,
+						       lens[k], off);
+			else if (!b->dobj)
+				memset(c, 0, lens[k]);
+			if (rc)
+				goto out_drop;
+			if (!b->cap0)
+				memset((char *)c + lens[k], 0,
+				       s->chunk_size - lens[k]);
 		}
-		b->chunks[i] = c;
-		if (b->dmem)
-			rc = s->dev->ops->read(s->dev, b->dmem, c, len, off);
-		else if (b->dobj)
-			rc = tier_dobj_read(s->disk, b->dobj, c, len, off);
-		else
-			memset(c, 0, len);
-		if (rc)
-			goto out_drop;
-		if (!b->cap0)
-			memset((char *)c + len, 0, s->chunk_size - len);
+		if (!b->dmem && b->dobj) {
+			rc = tier_dobj_read_chunks(s->disk, b->dobj, i, dsts,
+						   lens, k);
+			if (rc)
+				goto out_drop;
+		}
+		i += k;
 	}
 	/* host_drop() uncharges what reserve() charged */
 	pthread_mutex_lock(&s->lock);
