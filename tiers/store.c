@@ -639,21 +639,19 @@ static int disk_spill(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;
 	uint64_t n = nchunks_for(s, b->size);
-	void *scratch = NULL;
-	int rc;
+	void *scratch[SPILL_BATCH] = { NULL };
+	int rc = 0;
 
 	if (b->dobj)
 		return 0;
 	rc = tier_dobj_create(s->disk, b->id, &b->dobj);
 	if (rc)
 		return rc;
-	if (b->dmem) {
-		scratch = host_chunk_get(s->pool);
-		if (!scratch) {
-			rc = -ENOMEM;
-			goto out_destroy;
-		}
-	}
+	/*
+	 * A run of up to SPILL_BATCH chunks is compressed in parallel on the
+	 * disk tier's pool: straight from the host copy, or from the device
+	 * through as many staging chunks.
+	 */
 	for (uint64_t i = 0; i < n;) {
 		const void *srcs[SPILL_BATCH];
 		size_t lens[SPILL_BATCH], room = 0, k = 0;
@@ -662,31 +660,33 @@ static int disk_spill(struct tier_buf *b)
 			i++;
 			continue;
 		}
-		/* From host, a run of chunks is compressed in parallel on
-		 * the disk tier's pool; from the device, one at a time
-		 * through the staging chunk. */
 		do {
 			uint64_t off = (i + k) * s->chunk_size;
 
 			lens[k] = b->size - off < s->chunk_size ?
 					  b->size - off : s->chunk_size;
-			if (scratch) {
-				rc = read_top_chunk(b, i, scratch, &lens[k]);
+			if (b->dmem) {
+				if (!scratch[k] &&
+				    !(scratch[k] = host_chunk_get(s->pool))) {
+					rc = -ENOMEM;
+					goto out;
+				}
+				rc = read_top_chunk(b, i + k, scratch[k],
+						    &lens[k]);
 				if (rc)
-					goto out_destroy;
-				srcs[k] = scratch;
+					goto out;
+				srcs[k] = scratch[k];
 			} else {
 				srcs[k] = b->chunks[i + k];
 			}
 			room += lens[k] + DISK_CHUNK_OVERHEAD;
 			k++;
-		} while (!scratch && k < SPILL_BATCH && i + k < n &&
-			 !is_hole(b, i + k));
+		} while (k < SPILL_BATCH && i + k < n && !is_hole(b, i + k));
 		uint64_t before = tier_dobj_stored(b->dobj);
 
 		rc = reserve(b, TFS_TIER_DISK, room);
 		if (rc)
-			goto out_destroy;
+			goto out;
 		rc = k == 1 ? tier_dobj_write_chunk(s->disk, b->dobj, i,
 						    srcs[0], lens[0]) :
 			      tier_dobj_write_chunks(s->disk, b->dobj, i, srcs,
@@ -698,17 +698,17 @@ static int disk_spill(struct tier_buf *b)
 		charge(s, b, TFS_TIER_DISK, grew);
 		pthread_mutex_unlock(&s->lock);
 		if (rc)
-			goto out_destroy;
+			goto out;
 		i += k;
 	}
-	host_chunk_put(s->pool, scratch);
-	return 0;
-
-out_destroy:
-	host_chunk_put(s->pool, scratch);
-	tier_dobj_destroy(s->disk, b->dobj);
-	b->dobj = NULL;
-	uncharge_all(b, TFS_TIER_DISK);
+out:
+	for (int k = 0; k < SPILL_BATCH; k++)
+		host_chunk_put(s->pool, scratch[k]);
+	if (rc) {
+		tier_dobj_destroy(s->disk, b->dobj);
+		b->dobj = NULL;
+		uncharge_all(b, TFS_TIER_DISK);
+	}
 	return rc;
 }
 
