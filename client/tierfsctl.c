@@ -985,6 +985,9 @@ static const struct metric metrics[] = {
 	{ "tierfs_tier_unspill_bytes_total", "counter",
 	  "Bytes moved into the tier from a lower one.", "unspill_bytes",
 	  true },
+	{ "tierfs_tier_written_bytes_total", "counter",
+	  "Bytes copied into the tier to make copies (spills, unspills, "
+	  "placements).", "written_bytes", true },
 	{ "tierfs_tier_spills_total", "counter",
 	  "Buffers moved out of the tier to a lower one.", "spills", true },
 	{ "tierfs_tier_unspills_total", "counter",

@@ -233,6 +233,13 @@ static void count_move(struct tier_store *s, int from, int to, uint64_t bytes)
 
 static int evict_copy(struct tier_buf *v, int t);
 
+static void count_written(struct tier_store *s, int t, uint64_t bytes)
+{
+	pthread_mutex_lock(&s->lock);
+	s->use[t].written_bytes += bytes;
+	pthread_mutex_unlock(&s->lock);
+}
+
 /*
  * Wait until no reply points into @b's memory. Called with b->lock held for
  * writing, so no new reference can start, before freeing or moving a host
@@ -599,6 +606,7 @@ static int host_fetch(struct tier_buf *b)
 		}
 		i += k;
 	}
+	count_written(s, TFS_TIER_HOST, b->size);
 	/* host_drop() uncharges what reserve() charged */
 	pthread_mutex_lock(&s->lock);
 	s->use[TFS_TIER_HOST].unspills += b->dmem ? 0 : 1;
@@ -696,6 +704,8 @@ static int disk_spill(struct tier_buf *b)
 		unreserve(b, TFS_TIER_DISK, room);
 		pthread_mutex_lock(&s->lock);
 		charge(s, b, TFS_TIER_DISK, grew);
+		for (size_t j = 0; !rc && j < k; j++)
+			s->use[TFS_TIER_DISK].written_bytes += lens[j];
 		pthread_mutex_unlock(&s->lock);
 		if (rc)
 			goto out;
@@ -751,6 +761,8 @@ static int wc_flush(struct tier_buf *b)
 	pthread_mutex_lock(&s->lock);
 	charge(s, b, TFS_TIER_DISK,
 	       (int64_t)(tier_dobj_stored(b->dobj) - before));
+	if (!rc)
+		s->use[TFS_TIER_DISK].written_bytes += len;
 	pthread_mutex_unlock(&s->lock);
 	if (!rc)
 		b->wc_dirty = false;
@@ -896,6 +908,7 @@ static int dev_fill(struct tier_buf *b)
 			goto out_drop;
 	}
 	host_chunk_put(s->pool, scratch);
+	count_written(s, TFS_TIER_DEVICE, b->size);
 	return 0;
 
 out_drop:
@@ -1363,6 +1376,7 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 		EMIT("%s.unspill_bytes=%" PRIu64 "\n", nm, u->unspill_bytes);
 		EMIT("%s.spills=%" PRIu64 "\n", nm, u->spills);
 		EMIT("%s.unspills=%" PRIu64 "\n", nm, u->unspills);
+		EMIT("%s.written_bytes=%" PRIu64 "\n", nm, u->written_bytes);
 	}
 #undef EMIT
 	return n;

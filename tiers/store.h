@@ -53,6 +53,10 @@ struct tier_usage {
 	uint64_t unspill_bytes; /* bytes moved into this tier, up */
 	uint64_t spills; /* buffers moved out of this tier, down */
 	uint64_t unspills; /* buffers moved into this tier, up */
+	/* Bytes copied into this tier to make copies: spills from above,
+	 * unspills from below, placements. A move that only drops a copy
+	 * whose lower copy is clean counts in spill_bytes, not here. */
+	uint64_t written_bytes;
 };
 
 struct tier_store_stats {

@@ -347,8 +347,12 @@ static void test_clean_respill_and_move(void)
 	struct tier_store *s = mk_store("sim", 16 * MiB, 16 * MiB, 0);
 	struct tier_buf *b = mk_file(s, 7, 3 * MiB);
 
+	struct tier_store_stats st;
+
 	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
 	CHECK_EQ(tier_of(b), TFS_TIER_DISK);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_DISK].written_bytes, 3 * MiB);
 	uint64_t m1 = spill_mtime(1);
 
 	CHECK(m1 != 0);
@@ -357,6 +361,9 @@ static void test_clean_respill_and_move(void)
 	usleep(20000);
 	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
 	CHECK_EQ(spill_mtime(1), m1); /* nothing was written again */
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_DISK].written_bytes, 3 * MiB);
+	CHECK(st.tier[TFS_TIER_DEVICE].written_bytes >= 3 * MiB);
 	CHECK(verify(b, 7, 3 * MiB));
 	/* Pinned: never moves. */
 	CHECK_EQ(tier_buf_move(b, TFS_TIER_HOST, 0), 0);
