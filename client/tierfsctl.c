@@ -1200,13 +1200,13 @@ static char *join_path(const char *dir, const char *name)
 }
 
 /*
- * Lists @dir one level (rows for subdirectories too) or, with @recursive,
- * every file below it (no rows for directories; their names are in the
- * paths). Does not cross into other mounts. Returns false when something
- * could not be listed.
+ * Calls @fn for each entry of @dir but "." and "..", with its path (which
+ * @fn owns) and its lstat. Returns false, after saying why, when @dir or
+ * an entry could not be read; @fn's own result is and-ed in.
  */
-static bool ls_dir(struct ls_list *l, const char *dir, size_t name_off,
-		   dev_t dev, bool recursive)
+static bool walk_dir(const char *dir,
+		     bool (*fn)(void *ctx, char *path, const struct stat *st),
+		     void *ctx)
 {
 	DIR *d = opendir(dir);
 	struct dirent *de;
@@ -1229,13 +1229,7 @@ static bool ls_dir(struct ls_list *l, const char *dir, size_t name_off,
 			ok = false;
 			continue;
 		}
-		if (recursive && S_ISDIR(st.st_mode)) {
-			if (st.st_dev == dev)
-				ok &= ls_dir(l, path, name_off, dev, true);
-			free(path);
-			continue;
-		}
-		ok &= ls_add_fill(l, path, name_off, st.st_mode);
+		ok &= fn(ctx, path, &st);
 	}
 	if (errno) {
 		op_error("'%s': %s", dir, strerror(errno));
@@ -1243,6 +1237,44 @@ static bool ls_dir(struct ls_list *l, const char *dir, size_t name_off,
 	}
 	closedir(d);
 	return ok;
+}
+
+struct ls_walk {
+	struct ls_list *l;
+	size_t name_off;
+	dev_t dev;
+	bool recursive;
+};
+
+static bool ls_dir(struct ls_list *l, const char *dir, size_t name_off,
+		   dev_t dev, bool recursive);
+
+static bool ls_entry(void *ctx, char *path, const struct stat *st)
+{
+	struct ls_walk *w = ctx;
+	bool ok = true;
+
+	if (w->recursive && S_ISDIR(st->st_mode)) {
+		if (st->st_dev == w->dev)
+			ok = ls_dir(w->l, path, w->name_off, w->dev, true);
+		free(path);
+		return ok;
+	}
+	return ls_add_fill(w->l, path, w->name_off, st->st_mode);
+}
+
+/*
+ * Lists @dir one level (rows for subdirectories too) or, with @recursive,
+ * every file below it (no rows for directories; their names are in the
+ * paths). Does not cross into other mounts. Returns false when something
+ * could not be listed.
+ */
+static bool ls_dir(struct ls_list *l, const char *dir, size_t name_off,
+		   dev_t dev, bool recursive)
+{
+	struct ls_walk w = { l, name_off, dev, recursive };
+
+	return walk_dir(dir, ls_entry, &w);
 }
 
 static int tier_rank(const struct ls_ent *e)
@@ -1434,42 +1466,37 @@ static void target_add(struct target_list *l, char *path, uint64_t size,
 	l->bytes += size;
 }
 
+struct collect_walk {
+	struct target_list *l;
+	dev_t dev;
+	int to;
+};
+
+static bool collect_dir(struct target_list *l, const char *dir, dev_t dev,
+			int to);
+
+static bool collect_entry(void *ctx, char *path, const struct stat *st)
+{
+	struct collect_walk *w = ctx;
+	bool ok = true;
+
+	if (S_ISDIR(st->st_mode) && st->st_dev == w->dev) {
+		ok = collect_dir(w->l, path, w->dev, w->to);
+	} else if (S_ISREG(st->st_mode)) {
+		target_add(w->l, path, st->st_size, w->to);
+		return true;
+	}
+	free(path);
+	return ok;
+}
+
 /* Every regular file below @dir on the same mount. */
 static bool collect_dir(struct target_list *l, const char *dir, dev_t dev,
 			int to)
 {
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	bool ok = true;
+	struct collect_walk w = { l, dev, to };
 
-	if (!d) {
-		op_error("'%s': %s", dir, strerror(errno));
-		return false;
-	}
-	while ((errno = 0, de = readdir(d))) {
-		struct stat st;
-		char *path;
-
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		path = join_path(dir, de->d_name);
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW)) {
-			op_error("'%s': %s", path, strerror(errno));
-			ok = false;
-		} else if (S_ISDIR(st.st_mode) && st.st_dev == dev) {
-			ok &= collect_dir(l, path, dev, to);
-		} else if (S_ISREG(st.st_mode)) {
-			target_add(l, path, st.st_size, to);
-			continue;
-		}
-		free(path);
-	}
-	if (errno) {
-		op_error("'%s': %s", dir, strerror(errno));
-		ok = false;
-	}
-	closedir(d);
-	return ok;
+	return walk_dir(dir, collect_entry, &w);
 }
 
 /*
