@@ -786,18 +786,15 @@ static void test_precedence(void)
 
 /*
  * config/tierfs.conf with every ';' key uncommented must load and give the
- * defaults, so the example cannot drift from the table. Found next to this
- * source file; skipped when the source tree is not at hand.
+ * defaults, so the example cannot drift from the table. Found in the
+ * source tree the test was built from; skipped when it is not at hand.
  */
 static char example[4096];
 
 static bool find_example(void)
 {
-	const char *slash = strrchr(__FILE__, '/');
-	int n = slash ? (int)(slash - __FILE__) : 0;
-
-	snprintf(example, sizeof(example), "%.*s%s../../config/tierfs.conf", n,
-		 __FILE__, slash ? "/" : "");
+	snprintf(example, sizeof(example), "%s/config/tierfs.conf",
+		 TFS_SOURCE_ROOT);
 	return access(example, R_OK) == 0;
 }
 
@@ -1067,7 +1064,7 @@ int main(void)
 		TAP_RUN(test_example_file);
 	else
 		tap_skip("test_example_file", "config/tierfs.conf not found "
-					      "from " __FILE__);
+					      "under " TFS_SOURCE_ROOT);
 	TAP_RUN(test_validate_ok);
 	TAP_RUN(test_validate_path);
 	TAP_RUN(test_validate_inside_mount);
