@@ -404,6 +404,25 @@ static void obj_fd_put(const struct tier_dobj *o, int fd)
 		close(fd);
 }
 
+/* Step past @n bytes of a partly transferred iovec array. */
+static void iov_advance(struct iovec **iovp, int *cntp, size_t n)
+{
+	struct iovec *iov = *iovp;
+	int cnt = *cntp;
+
+	while (cnt && n >= iov->iov_len) {
+		n -= iov->iov_len;
+		iov++;
+		cnt--;
+	}
+	if (cnt) {
+		iov->iov_base = (char *)iov->iov_base + n;
+		iov->iov_len -= n;
+	}
+	*iovp = iov;
+	*cntp = cnt;
+}
+
 static int pwritev_full(int fd, struct iovec *iov, int cnt, off_t off)
 {
 	while (cnt) {
@@ -419,15 +438,7 @@ static int pwritev_full(int fd, struct iovec *iov, int cnt, off_t off)
 		if (n == 0)
 			return -ENOSPC;
 		off += n;
-		while (cnt && (size_t)n >= iov->iov_len) {
-			n -= (ssize_t)iov->iov_len;
-			iov++;
-			cnt--;
-		}
-		if (cnt) {
-			iov->iov_base = (char *)iov->iov_base + n;
-			iov->iov_len -= (size_t)n;
-		}
+		iov_advance(&iov, &cnt, (size_t)n);
 	}
 	return 0;
 }
@@ -448,15 +459,7 @@ static int preadv_full(int fd, struct iovec *iov, int cnt, off_t off)
 		if (n == 0)
 			return -EIO;
 		off += n;
-		while (cnt && (size_t)n >= iov->iov_len) {
-			n -= (ssize_t)iov->iov_len;
-			iov++;
-			cnt--;
-		}
-		if (cnt) {
-			iov->iov_base = (char *)iov->iov_base + n;
-			iov->iov_len -= (size_t)n;
-		}
+		iov_advance(&iov, &cnt, (size_t)n);
 	}
 	return 0;
 }
