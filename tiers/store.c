@@ -1995,7 +1995,7 @@ out:
 int tier_buf_pin(struct tier_buf *b)
 {
 	pthread_mutex_lock(&b->s->lock);
-	b->pins++;
+	b->pins = 1;
 	sync_links(b->s, b);
 	pthread_mutex_unlock(&b->s->lock);
 	return 0;
@@ -2004,8 +2004,7 @@ int tier_buf_pin(struct tier_buf *b)
 int tier_buf_unpin(struct tier_buf *b)
 {
 	pthread_mutex_lock(&b->s->lock);
-	if (b->pins)
-		b->pins--;
+	b->pins = 0;
 	sync_links(b->s, b);
 	pthread_mutex_unlock(&b->s->lock);
 	return 0;

@@ -155,8 +155,8 @@ int tier_buf_register(struct tier_buf *b);
  */
 int tier_buf_move(struct tier_buf *b, enum tfs_tier tier, uint64_t owner);
 
-/* Explicit pins: a pinned buffer never moves. Unpin of an unpinned buffer is
- * a no-op. */
+/* The explicit pin: a pinned buffer never moves. A flag, not a count, as
+ * user.tierfs.pin shows it: pinning twice and unpinning once unpins. */
 int tier_buf_pin(struct tier_buf *b);
 int tier_buf_unpin(struct tier_buf *b);
 

@@ -285,7 +285,12 @@ EOF
 	[[ "$output" == *"Invalid argument"* ]]
 	setfattr -n user.tierfs.pin -v 1 "$MNT/f"
 	[ "$(getfattr --only-values -n user.tierfs.pins "$MNT/f")" -eq 1 ]
+	# pin is a flag: a second pin does not need a second unpin
+	setfattr -n user.tierfs.pin -v 1 "$MNT/f"
+	[ "$(getfattr --only-values -n user.tierfs.pin "$MNT/f")" = 1 ]
 	setfattr -n user.tierfs.pin -v 0 "$MNT/f"
+	[ "$(getfattr --only-values -n user.tierfs.pin "$MNT/f")" = 0 ]
+	[ "$(getfattr --only-values -n user.tierfs.pins "$MNT/f")" -eq 0 ]
 	setfattr -n user.tierfs.tier -v disk "$MNT/f"
 	[ "$(tfs_tier "$MNT/f")" = disk ]
 	setfattr -n user.tierfs.tier -v "$(printf 'host\n')" "$MNT/f"
