@@ -246,14 +246,15 @@ mkfile() {
 	local p1=$HOLD_PID
 	hold "$MNT/f" "$TFS_TMP/h2"
 	local p2=$HOLD_PID
+	# The daemon's objects carry its pid (an mtime test races the clock).
 	local objs
-	objs=$(find /dev/shm -maxdepth 1 -name 'tierfs.*' -newer "$TFS_TMP/f" |
-		wc -l)
-	[ "$objs" -ge 1 ]
+	objs=$(find /dev/shm -maxdepth 1 -name "tierfs.$TFS_PID.*" | wc -l)
+	[ "$objs" -eq 1 ]
 	unhold "$p1" "$TFS_TMP/h1"
+	objs=$(find /dev/shm -maxdepth 1 -name "tierfs.$TFS_PID.*" | wc -l)
+	[ "$objs" -eq 1 ]
 	unhold "$p2" "$TFS_TMP/h2"
-	objs=$(find /dev/shm -maxdepth 1 -name 'tierfs.*' -newer "$TFS_TMP/f" |
-		wc -l)
+	objs=$(find /dev/shm -maxdepth 1 -name "tierfs.$TFS_PID.*" | wc -l)
 	[ "$objs" -eq 0 ]
 }
 
