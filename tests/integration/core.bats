@@ -521,10 +521,14 @@ EOF
 @test "SIGHUP reloads and keeps serving" {
 	echo keep >"$MNT/f"
 	kill -HUP "$TFS_PID"
-	sleep 0.3
+	local i
+	for i in $(seq 1 100); do
+		grep -q "reloaded" "$LOG" && break
+		sleep 0.05
+	done
+	grep -q "reloaded" "$LOG"
 	kill -0 "$TFS_PID"
 	[ "$(cat "$MNT/f")" = keep ]
-	grep -q "reloaded" "$LOG"
 }
 
 @test "daemon mode: returns once mounted; bad options fail with no mount" {
