@@ -333,15 +333,19 @@ fill_until_enospc() {
 		cmp "$TFS_TMP/src/$i" "$MNT/$i"
 	done
 	# once room is freed, writes work again
-	local before
+	local before gone=0 f
 	before=$(tfs_stat files)
-	rm -f "$MNT/$failed" "$MNT/next" "$MNT/${ok[0]}" "$MNT/${ok[1]}"
+	for f in "$failed" next "${ok[0]}" "${ok[1]}"; do
+		[ -e "$MNT/$f" ] && gone=$((gone + 1))
+		rm -f "$MNT/$f"
+	done
 	# A removed file's buffer goes when the kernel forgets the inode,
-	# which it sends just after the unlink, asynchronously.
-	for i in $(seq 1 100); do
-		[ "$(tfs_stat files)" -le $((before - 3)) ] && break
+	# which it sends just after the unlink, asynchronously: wait for all.
+	for i in $(seq 1 200); do
+		[ "$(tfs_stat files)" -le $((before - gone)) ] && break
 		sleep 0.05
 	done
+	[ "$(tfs_stat files)" -le $((before - gone)) ]
 	cp "$TFS_TMP/src/f23" "$MNT/again"
 	cmp "$TFS_TMP/src/f23" "$MNT/again"
 	for i in "${ok[@]:2}"; do
