@@ -788,6 +788,85 @@ bool cfg_owns_option(const char *option)
 	return false;
 }
 
+/* Longer names are never typos of a known option. */
+#define SUGGEST_MAX 64
+
+/*
+ * Optimal string alignment distance, case-insensitive: insertions,
+ * deletions, substitutions and swaps of neighbours each cost one. Both
+ * strings are at most SUGGEST_MAX bytes.
+ */
+static size_t edit_distance(const char *a, size_t la, const char *b,
+			    size_t lb)
+{
+	unsigned char d[SUGGEST_MAX + 1][SUGGEST_MAX + 1];
+	size_t i, j, best;
+
+	for (i = 0; i <= la; i++)
+		d[i][0] = (unsigned char)i;
+	for (j = 0; j <= lb; j++)
+		d[0][j] = (unsigned char)j;
+	for (i = 1; i <= la; i++) {
+		for (j = 1; j <= lb; j++) {
+			int ca = tolower((unsigned char)a[i - 1]);
+			int cb = tolower((unsigned char)b[j - 1]);
+
+			best = (size_t)d[i - 1][j - 1] + (ca != cb);
+			if ((size_t)d[i - 1][j] + 1 < best)
+				best = (size_t)d[i - 1][j] + 1;
+			if ((size_t)d[i][j - 1] + 1 < best)
+				best = (size_t)d[i][j - 1] + 1;
+			if (i > 1 && j > 1 &&
+			    ca == tolower((unsigned char)b[j - 2]) &&
+			    tolower((unsigned char)a[i - 2]) == cb &&
+			    (size_t)d[i - 2][j - 2] + 1 < best)
+				best = (size_t)d[i - 2][j - 2] + 1;
+			d[i][j] = (unsigned char)best;
+		}
+	}
+	return d[la][lb];
+}
+
+/* Keep @name in @buf when it is closer to @word than the best so far. */
+static void suggest_one(const char *word, size_t wl, const char *name,
+			size_t *best, char *buf, size_t len)
+{
+	size_t nl = strcspn(name, "="), d;
+
+	if (nl > SUGGEST_MAX)
+		return;
+	d = edit_distance(word, wl, name, nl);
+	if (d < *best) {
+		*best = d;
+		snprintf(buf, len, "%.*s", (int)nl, name);
+	}
+}
+
+const char *cfg_suggest(const char *word, const char *const *extra,
+			size_t nextra, char *buf, size_t len)
+{
+	char opt[SUGGEST_MAX + 1];
+	size_t wl, i, best = SIZE_MAX, limit;
+
+	if (!word || !buf || !len)
+		return NULL;
+	wl = strcspn(word, "=");
+	if (!wl || wl > SUGGEST_MAX)
+		return NULL;
+	for (i = 0; i < NKEYS; i++) {
+		snprintf(opt, sizeof(opt), "%s_%s", keys[i].section,
+			 keys[i].name);
+		suggest_one(word, wl, opt, &best, buf, len);
+	}
+	for (i = 0; i < nextra; i++)
+		suggest_one(word, wl, extra[i], &best, buf, len);
+	/* "foo" is not a typo of "ro", nor "x" of "d". */
+	limit = wl / 3 ? wl / 3 : 1;
+	if (best > limit || best >= wl)
+		return NULL;
+	return buf;
+}
+
 void cfg_print_help(FILE *out, int indent)
 {
 	size_t i;

@@ -111,6 +111,18 @@ bool cfg_is_option(const char *option);
 bool cfg_owns_option(const char *option);
 
 /*
+ * The known option closest to @word (an option name, without '=value' or
+ * leading dashes removed), for a "did you mean" hint: a config option
+ * (section_key) or one of the @nextra names of @extra, compared without
+ * regard to case by edit distance (a swap of two neighbours counts as one
+ * edit). Copies it into @buf and returns @buf, or returns NULL when no name
+ * is close enough to be a likely typo of @word: at most a third of its
+ * letters wrong, and never all of them.
+ */
+const char *cfg_suggest(const char *word, const char *const *extra,
+			size_t nextra, char *buf, size_t len);
+
+/*
  * Print each config key for --help: "-o section_key=VALUE" indented by
  * @indent spaces, then on the next line, 4 spaces further in, what it does
  * and its default.

@@ -16,6 +16,8 @@
 
 #include "fs/fs_i.h"
 
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
 #ifndef TFS_VERSION
 #define TFS_VERSION "0.1.0"
 #endif
@@ -39,21 +41,125 @@ static char *mountpoint;
 static struct tfs_config cfg;
 
 /* mount(8) and fstab pass these; they mean nothing to tierfs or FUSE. */
+static const char *const fstab_words[] = {
+	"defaults", "auto", "noauto", "user", "users", "nouser",
+	"_netdev", "nofail", "owner", "group", "comment",
+};
+
 static bool fstab_noise(const char *key)
 {
-	static const char *const words[] = {
-		"defaults", "auto", "noauto", "user", "users", "nouser",
-		"_netdev", "nofail", "owner", "group", "comment",
-	};
 	size_t k;
 
 	if (!strncmp(key, "x-", 2))
 		return true;
-	for (k = 0; k < sizeof(words) / sizeof(words[0]); k++) {
-		if (!strcmp(key, words[k]))
+	for (k = 0; k < ARRAY_SIZE(fstab_words); k++) {
+		if (!strcmp(key, fstab_words[k]))
 			return true;
 	}
 	return false;
+}
+
+/*
+ * The -o options libfuse 3 takes (lib/helper.c, lib/fuse_lowlevel.c,
+ * lib/mount.c); a trailing '=' means it needs a value. Anything else would
+ * reach fuse_session_new(), which refuses it only after the store has
+ * started, with a message spread over three lines. max_read= is left out:
+ * libfuse ends the session when init() does not ask for the same size.
+ */
+static const char *const fuse_opts[] = {
+	"allow_other", "allow_root", "auto_unmount", "blkdev", "blksize=",
+	"default_permissions", "fsname=", "subtype=",
+	"context=", "fscontext=", "defcontext=", "rootcontext=", "user=",
+	"ro", "rw", "suid", "nosuid", "dev", "nodev", "exec", "noexec",
+	"async", "sync", "dirsync", "atime", "noatime", "debug", "clone_fd",
+	"max_idle_threads=", "max_threads=",
+};
+
+/* The dash options of libfuse's command line parser and of mount(8). */
+static const char *const dash_opts[] = {
+	"-h", "--help", "-V", "--version", "-d", "--debug", "-f", "-s",
+	"-r", "-n",
+};
+
+/* -1: not a FUSE option; 0: it is, without a value; 1: with one. */
+static int fuse_opt_kind(const char *name)
+{
+	size_t k, n;
+
+	for (k = 0; k < ARRAY_SIZE(fuse_opts); k++) {
+		n = strcspn(fuse_opts[k], "=");
+		if (!strncmp(name, fuse_opts[k], n) && !name[n])
+			return fuse_opts[k][n] == '=';
+	}
+	return -1;
+}
+
+/*
+ * One line for an option nobody takes, with the likely one it was meant
+ * to be: "-o hots_limit: unknown option, did you mean 'host_limit'?".
+ */
+static void unknown_option(const char *arg)
+{
+	const char *extra[ARRAY_SIZE(fuse_opts) + ARRAY_SIZE(dash_opts) + 1];
+	const char *word = arg, *hint;
+	char buf[80], name[80];
+	size_t n = 0, k;
+	bool dash = arg[0] == '-';
+
+	for (k = 0; k < ARRAY_SIZE(fuse_opts); k++)
+		extra[n++] = fuse_opts[k];
+	extra[n++] = "config=";
+	/* "--hepl" is compared as "hepl" with "help", "-x" as "x". */
+	for (k = 0; dash && k < ARRAY_SIZE(dash_opts); k++)
+		extra[n++] = dash_opts[k] + strspn(dash_opts[k], "-");
+	word += strspn(word, "-");
+	hint = cfg_suggest(word, extra, n, buf, sizeof(buf));
+	snprintf(name, sizeof(name), "%s%.*s", dash ? "" : "-o ",
+		 (int)strcspn(arg, "="), arg);
+	if (!hint) {
+		fprintf(stderr, "tierfs: %s: unknown option, see tierfs "
+				"--help\n", name);
+		return;
+	}
+	for (k = 0; k < ARRAY_SIZE(dash_opts); k++) {
+		if (!strcmp(hint, dash_opts[k] + strspn(dash_opts[k], "-"))) {
+			fprintf(stderr, "tierfs: %s: unknown option, did you "
+					"mean '%s'?\n", name, dash_opts[k]);
+			return;
+		}
+	}
+	fprintf(stderr, "tierfs: %s: unknown option, did you mean '%s%s'?\n",
+		name, dash ? "-o " : "", hint);
+}
+
+/* A FUSE option as libfuse will take it, or one line saying why not. */
+static int check_fuse_opt(const char *arg, const char *name, const char *eq)
+{
+	size_t k;
+	int kind;
+
+	if (arg[0] == '-') {
+		for (k = 0; k < ARRAY_SIZE(dash_opts); k++) {
+			if (!strcmp(arg, dash_opts[k]))
+				return 0;
+		}
+		unknown_option(arg);
+		return -EINVAL;
+	}
+	kind = fuse_opt_kind(name);
+	if (kind < 0) {
+		unknown_option(arg);
+		return -EINVAL;
+	}
+	if (kind && (!eq || !eq[1])) {
+		fprintf(stderr, "tierfs: -o %s: needs a value\n", name);
+		return -EINVAL;
+	}
+	if (!kind && eq) {
+		fprintf(stderr, "tierfs: -o %s: takes no value\n", name);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 static int opt_proc(void *data, const char *arg, int key,
@@ -76,12 +182,20 @@ static int opt_proc(void *data, const char *arg, int key,
 		c->nnonopt++;
 		return 0;
 	}
-	if (key != FUSE_OPT_KEY_OPT || arg[0] == '-')
+	if (key != FUSE_OPT_KEY_OPT)
 		return 1;
 	eq = strchr(arg, '=');
 	name = strndup(arg, eq ? (size_t)(eq - arg) : strlen(arg));
 	if (!name)
 		return -1;
+	if (arg[0] == '-') {
+		free(name);
+		if (check_fuse_opt(arg, NULL, NULL)) {
+			c->bad = true;
+			return -1;
+		}
+		return 1;
+	}
 	if (!strcmp(name, "config")) {
 		free(name);
 		if (!eq || !eq[1]) {
@@ -118,6 +232,11 @@ static int opt_proc(void *data, const char *arg, int key,
 	if (fstab_noise(name)) {
 		free(name);
 		return 0;
+	}
+	if (check_fuse_opt(arg, name, eq)) {
+		free(name);
+		c->bad = true;
+		return -1;
 	}
 	free(name);
 	return 1;
@@ -214,7 +333,6 @@ static void usage(const char *prog)
 	       "    -d                     FUSE debug output (implies -f)\n"
 	       "    -s                     single-threaded\n"
 	       "    -o config=FILE         read FILE instead of %s\n"
-	       "    -o allow_other         let other users see the mount\n"
 	       "\n"
 	       "Configuration (also [section] key in the config file):\n",
 	       prog, prog, TFS_DEFAULT_CONFIG);

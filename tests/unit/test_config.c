@@ -562,6 +562,60 @@ static void test_owns_option(void)
 	CHECK(!cfg_owns_option(""));
 }
 
+/* cfg_suggest() against the config options and a few FUSE names. */
+static const char *suggest(const char *word)
+{
+	static const char *const fuse[] = { "allow_other", "fsname=",
+					    "noatime", "ro", "--help" };
+	static char buf[80];
+
+	return cfg_suggest(word, fuse, sizeof(fuse) / sizeof(fuse[0]), buf,
+			   sizeof(buf));
+}
+
+static bool suggests(const char *word, const char *want)
+{
+	const char *got = suggest(word);
+
+	if (got && !strcmp(got, want))
+		return true;
+	printf("#   '%s': expected '%s', got '%s'\n", word, want,
+	       got ? got : "(none)");
+	return false;
+}
+
+static void test_suggest(void)
+{
+	char tiny[5];
+
+	/* A dropped, added, wrong or swapped letter, any case. */
+	CHECK(suggests("host_limt", "host_limit"));
+	CHECK(suggests("hots_limit", "host_limit"));
+	CHECK(suggests("host_limitt", "host_limit"));
+	CHECK(suggests("HOST_LIMIT", "host_limit"));
+	CHECK(suggests("disk_chunksize", "disk_chunk_size"));
+	CHECK(suggests("policy_highwatermark", "policy_high_watermark"));
+	CHECK(suggests("fs_thread", "fs_threads"));
+	/* The extra names, with what follows '=' ignored on both sides. */
+	CHECK(suggests("allow_others", "allow_other"));
+	CHECK(suggests("fsnme=x", "fsname"));
+	CHECK(suggests("noatim", "noatime"));
+	CHECK(suggests("--hepl", "--help"));
+	/* Nothing close: no guess. */
+	CHECK(!suggest("foo"));
+	CHECK(!suggest("x"));
+	CHECK(!suggest("--bogus"));
+	CHECK(!suggest("banana"));
+	CHECK(!suggest(""));
+	CHECK(!suggest("=x"));
+	CHECK(!suggest("a_name_much_longer_than_any_option_that_tierfs_has_"
+		       "or_will_ever_have"));
+	CHECK(!cfg_suggest("host_limt", NULL, 0, NULL, 0));
+	/* A small buffer gets a truncated name, not an overflow. */
+	CHECK(cfg_suggest("host_limt", NULL, 0, tiny, sizeof(tiny)) == tiny);
+	CHECK(!strcmp(tiny, "host"));
+}
+
 static void test_help(void)
 {
 	char *text = NULL;
@@ -1055,6 +1109,7 @@ int main(void)
 	TAP_RUN(test_unknown);
 	TAP_RUN(test_is_option);
 	TAP_RUN(test_owns_option);
+	TAP_RUN(test_suggest);
 	TAP_RUN(test_help);
 	TAP_RUN(test_file_good);
 	TAP_RUN(test_file_long_lines);
