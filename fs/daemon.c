@@ -160,48 +160,90 @@ static void unescape(char *s)
 }
 
 /*
- * The mount's bdi is named after its st_dev. stat() of the mount point
- * would be a FUSE request that this thread may be the one to answer, so the
- * number comes from mountinfo; the last match is the mount on top.
+ * One line of mountinfo: "36 35 98:0 /root /mnt/point rw,noatime shared:1 -
+ * fuse.tierfs tierfs rw,...". Fills what struct tfs_mountinfo holds and
+ * points @point at the unescaped mount point, inside @line.
  */
-void tfs_set_read_ahead(const char *mountpoint, unsigned int kb)
+static bool parse_mountinfo(char *line, struct tfs_mountinfo *mi,
+			    char **point)
 {
-	unsigned int maj = 0, min = 0, m1, m2;
-	char *line = NULL, path[128];
-	bool found = false;
+	char *save, *tok, *fields[6];
+	int n = 0;
+
+	for (tok = strtok_r(line, " \n", &save); tok;
+	     tok = n < 6 ? strtok_r(NULL, " \n", &save) : NULL)
+		fields[n++] = tok;
+	if (n < 6)
+		return false;
+	/* Optional fields run up to a lone "-". */
+	while ((tok = strtok_r(NULL, " \n", &save)) && strcmp(tok, "-"))
+		;
+	tok = tok ? strtok_r(NULL, " \n", &save) : NULL;
+	if (!tok)
+		return false;
+	if (sscanf(fields[0], "%d", &mi->id) != 1 ||
+	    sscanf(fields[2], "%u:%u", &mi->major, &mi->minor) != 2)
+		return false;
+	snprintf(mi->fstype, sizeof(mi->fstype), "%s", tok);
+	snprintf(mi->mnt_opts, sizeof(mi->mnt_opts), "%s", fields[5]);
+	unescape(fields[4]);
+	*point = fields[4];
+	return true;
+}
+
+int tfs_mountinfo_find(const char *path, int id, struct tfs_mountinfo *out)
+{
+	struct tfs_mountinfo mi;
+	char *line = NULL, *point;
 	size_t cap = 0;
+	int rc = -ENOENT;
 	FILE *f;
-	int fd;
 
-	if (!kb)
-		return;
 	f = fopen("/proc/self/mountinfo", "re");
-	if (!f) {
-		tfs_warn("cannot read '/proc/self/mountinfo': %s",
-			 strerror(errno));
-		return;
-	}
+	if (!f)
+		return -errno;
 	while (getline(&line, &cap, f) > 0) {
-		char mp[4096];
-
-		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &m1, &m2, mp) != 3)
+		if (!parse_mountinfo(line, &mi, &point))
 			continue;
-		unescape(mp);
-		if (!strcmp(mp, mountpoint)) {
-			maj = m1;
-			min = m2;
-			found = true;
+		if (id > 0 ? mi.id == id : !strcmp(point, path)) {
+			*out = mi;
+			rc = 0;
+			/* The last one for a path is the mount on top. */
+			if (id > 0)
+				break;
 		}
 	}
 	free(line);
 	fclose(f);
-	if (!found) {
+	return rc;
+}
+
+/*
+ * The mount's bdi is named after its st_dev. stat() of the mount point
+ * would be a FUSE request that this thread may be the one to answer, so the
+ * number comes from mountinfo.
+ */
+void tfs_set_read_ahead(const char *mountpoint, unsigned int kb)
+{
+	struct tfs_mountinfo mi;
+	char path[128];
+	int fd, rc;
+
+	if (!kb)
+		return;
+	rc = tfs_mountinfo_find(mountpoint, 0, &mi);
+	if (rc == -ENOENT) {
 		tfs_warn("cannot find '%s' in mountinfo: read-ahead left as is",
 			 mountpoint);
 		return;
 	}
-	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj,
-		 min);
+	if (rc) {
+		tfs_warn("cannot read '/proc/self/mountinfo': %s",
+			 strerror(-rc));
+		return;
+	}
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb",
+		 mi.major, mi.minor);
 	fd = open(path, O_WRONLY | O_CLOEXEC);
 	if (fd < 0 || dprintf(fd, "%u\n", kb) < 0)
 		tfs_warn("cannot set read-ahead in '%s': %s", path,
@@ -210,6 +252,13 @@ void tfs_set_read_ahead(const char *mountpoint, unsigned int kb)
 		tfs_debug("read-ahead of '%s' set to %u KiB", mountpoint, kb);
 	if (fd >= 0)
 		close(fd);
+}
+
+size_t tfs_daemon_stats(char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "pid=%ld\n", (long)getpid());
+
+	return n > 0 ? (size_t)n : 0;
 }
 
 static pthread_t hup_thread;

@@ -196,6 +196,27 @@ void tfs_log_setup(bool foreground);
 int tfs_daemonize(void);
 void tfs_daemon_ready(int status, const char *msg);
 void tfs_set_read_ahead(const char *mountpoint, unsigned int kb);
+
+/* What /proc/self/mountinfo says of one mount. */
+struct tfs_mountinfo {
+	int id;
+	unsigned int major, minor;
+	char mnt_opts[256]; /* per-mount options: "rw,nosuid,relatime" */
+	char fstype[64]; /* "fuse.tierfs" */
+};
+
+/*
+ * Find the mount on top at @path (absolute, canonical), or with @id > 0 the
+ * mount with that id, without touching the filesystem. Returns 0, -ENOENT
+ * when there is none, or -errno when mountinfo cannot be read.
+ */
+int tfs_mountinfo_find(const char *path, int id, struct tfs_mountinfo *out);
+
+/*
+ * The daemon's own user.tierfs.stats lines ("pid=N\n"...), appended after
+ * the store's. Returns the length needed, like snprintf.
+ */
+size_t tfs_daemon_stats(char *buf, size_t len);
 typedef void (*tfs_reload_fn)(void);
 int tfs_sighup_start(tfs_reload_fn fn);
 void tfs_sighup_stop(void);

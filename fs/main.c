@@ -6,12 +6,14 @@
  * the rest to libfuse. The configuration is complete and valid before
  * anything forks or mounts, so a typo never leaves a mount behind.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "fs/fs_i.h"
@@ -33,6 +35,7 @@ struct cmdline {
 	size_t nov;
 	char *nonopt[2]; /* [SOURCE] MOUNTPOINT */
 	int nnonopt;
+	bool nonempty; /* -o nonempty: mount over a directory's entries */
 	bool bad;
 };
 
@@ -100,7 +103,7 @@ static int fuse_opt_kind(const char *name)
  */
 static void unknown_option(const char *arg)
 {
-	const char *extra[ARRAY_SIZE(fuse_opts) + ARRAY_SIZE(dash_opts) + 1];
+	const char *extra[ARRAY_SIZE(fuse_opts) + ARRAY_SIZE(dash_opts) + 2];
 	const char *word = arg, *hint;
 	char buf[80], name[80];
 	size_t n = 0, k;
@@ -109,6 +112,7 @@ static void unknown_option(const char *arg)
 	for (k = 0; k < ARRAY_SIZE(fuse_opts); k++)
 		extra[n++] = fuse_opts[k];
 	extra[n++] = "config=";
+	extra[n++] = "nonempty";
 	/* "--hepl" is compared as "hepl" with "help", "-x" as "x". */
 	for (k = 0; dash && k < ARRAY_SIZE(dash_opts); k++)
 		extra[n++] = dash_opts[k] + strspn(dash_opts[k], "-");
@@ -233,6 +237,12 @@ static int opt_proc(void *data, const char *arg, int key,
 		free(name);
 		return 0;
 	}
+	/* libfuse 3 mounts over anything; tierfs asks first. */
+	if (!strcmp(arg, "nonempty")) {
+		free(name);
+		c->nonempty = true;
+		return 0;
+	}
 	if (check_fuse_opt(arg, name, eq)) {
 		free(name);
 		c->bad = true;
@@ -319,6 +329,81 @@ static void reload(void)
 	cfg = nc;
 }
 
+/* The pid that the user.tierfs.stats of the mount at @mnt names, or 0. */
+static long mount_pid(const char *mnt)
+{
+	char buf[16384], *p;
+	ssize_t n;
+	long pid;
+
+	n = getxattr(mnt, TFS_XATTR_STATS, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	for (p = buf; p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+		if (sscanf(p, "pid=%ld", &pid) == 1)
+			return pid;
+	}
+	return 0;
+}
+
+/*
+ * libfuse mounts over anything: a second tierfs on top of a first hides
+ * the first one's files, a regular file becomes a path that answers EIO,
+ * and a directory's entries vanish until the unmount. Refuse each with
+ * one line, before anything starts. A race with another mount between
+ * this and the mount itself is not closed: this is for operators'
+ * mistakes, not for a hostile caller (who would need root anyway).
+ */
+static int check_mountpoint(const char *mnt, bool nonempty)
+{
+	struct tfs_mountinfo mi;
+	struct dirent *de;
+	struct stat st;
+	long pid;
+	DIR *d;
+
+	if (!tfs_mountinfo_find(mnt, 0, &mi) &&
+	    !strcmp(mi.fstype, "fuse.tierfs")) {
+		pid = mount_pid(mnt);
+		if (pid > 0)
+			fprintf(stderr, "tierfs: %s: already a tierfs mount "
+					"(pid %ld); unmount it first\n",
+				mnt, pid);
+		else
+			fprintf(stderr, "tierfs: %s: already a tierfs mount; "
+					"unmount it first\n", mnt);
+		return -EBUSY;
+	}
+	if (stat(mnt, &st)) {
+		fprintf(stderr, "tierfs: %s: %s\n", mnt, strerror(errno));
+		return -errno;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "tierfs: %s: not a directory\n", mnt);
+		return -ENOTDIR;
+	}
+	if (nonempty)
+		return 0;
+	d = opendir(mnt);
+	if (!d) {
+		fprintf(stderr, "tierfs: %s: %s\n", mnt, strerror(errno));
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			break;
+	}
+	closedir(d);
+	if (de) {
+		fprintf(stderr, "tierfs: %s: directory not empty; mounting "
+				"would hide its files (-o nonempty to do it "
+				"anyway)\n", mnt);
+		return -ENOTEMPTY;
+	}
+	return 0;
+}
+
 static void usage(const char *prog)
 {
 	printf("usage: %s MOUNTPOINT [-o opt,...] [-f] [-d] [-s]\n"
@@ -333,6 +418,7 @@ static void usage(const char *prog)
 	       "    -d                     FUSE debug output (implies -f)\n"
 	       "    -s                     single-threaded\n"
 	       "    -o config=FILE         read FILE instead of %s\n"
+	       "    -o nonempty            mount over a directory that is not empty\n"
 	       "\n"
 	       "Configuration (also [section] key in the config file):\n",
 	       prog, prog, TFS_DEFAULT_CONFIG);
@@ -417,11 +503,19 @@ int main(int argc, char **argv)
 		goto out_opts;
 	}
 	mountpoint = realpath(cl.nonopt[cl.nnonopt - 1], NULL);
+	if (!mountpoint && errno == ENOTCONN) {
+		fprintf(stderr, "tierfs: %s: a FUSE mount whose daemon is gone; "
+				"unmount it first (fusermount3 -u)\n",
+			cl.nonopt[cl.nnonopt - 1]);
+		goto out_opts;
+	}
 	if (!mountpoint) {
 		fprintf(stderr, "tierfs: bad mount point '%s': %s\n",
 			cl.nonopt[cl.nnonopt - 1], strerror(errno));
 		goto out_opts;
 	}
+	if (check_mountpoint(mountpoint, cl.nonempty))
+		goto out_cfg;
 	err[0] = '\0';
 	rc = load_config(&cfg, mountpoint, err, sizeof(err));
 	if (rc) {

@@ -65,6 +65,8 @@ static ssize_t virtual_get(struct tfs_inode *i, const char *name, char *buf,
 
 	if (i == tfs.root && !strcmp(name, TFS_XATTR_STATS)) {
 		n = tier_store_format_stats(tfs.store, buf, cap);
+		n += tfs_daemon_stats(buf + (n < cap ? n : cap),
+				      n < cap ? cap - n : 0);
 		return n > cap ? -E2BIG : (ssize_t)n;
 	}
 	if (!S_ISREG(i->mode))

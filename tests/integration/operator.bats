@@ -68,3 +68,38 @@ mount_fails() {
 	[ "$status" -eq 0 ]
 	[ "$(grep -c -- '-o allow_other' <<<"$output")" -eq 1 ]
 }
+
+@test "a second tierfs on a tierfs mount is refused with the first one's pid" {
+	tfs_mount
+	echo kept >"$MNT/f"
+	[ "$(tfs_stat pid)" = "$TFS_PID" ]
+	run timeout 20 "$TIERFS_BIN" "$MNT" -o "disk_path=$SPILL"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	[ "$output" = "tierfs: $MNT: already a tierfs mount (pid $TFS_PID); unmount it first" ]
+	# Through a relative path and with -o nonempty too: one mount only.
+	run bash -c "cd '$TFS_TMP' && timeout 20 '$TIERFS_BIN' mnt -f -o nonempty,disk_path='$SPILL'"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"already a tierfs mount (pid $TFS_PID)"* ]]
+	[ "$(grep -c " $MNT fuse.tierfs " /proc/mounts)" -eq 1 ]
+	[ "$(cat "$MNT/f")" = kept ]
+}
+
+@test "a regular file is refused as a mount point" {
+	: >"$TFS_TMP/file"
+	run timeout 20 "$TIERFS_BIN" "$TFS_TMP/file" -f -o "disk_path=$SPILL"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	[ "$output" = "tierfs: $TFS_TMP/file: not a directory" ]
+	! mountpoint -q "$TFS_TMP/file"
+}
+
+@test "a directory that is not empty needs -o nonempty" {
+	echo under >"$MNT/hidden"
+	mount_fails "tierfs: $MNT: directory not empty; mounting would hide its files (-o nonempty to do it anyway)" \
+		-f -o "disk_path=$SPILL"
+	tfs_mount -o nonempty
+	[ ! -e "$MNT/hidden" ]
+	tfs_unmount
+	[ "$(cat "$MNT/hidden")" = under ]
+}
