@@ -7,6 +7,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include <ini.h>
 
 #include "config/config.h"
+#include "config/log.h"
 
 enum cfg_type {
 	CFG_CHOICE_STR, /* one of choices[], copied into a char array */
@@ -118,6 +120,10 @@ static const struct cfg_key keys[] = {
 	{ "fs", "read_ahead_kb", CFG_UINT, 0, FIELD(fs, read_ahead_kb),
 	  .max = 65536, .def = "1024", .arg = "N",
 	  .help = "kernel read-ahead of the mount in KiB; 0: leave it" },
+	{ "log", "file", CFG_PATH, 0, FIELD(log, file), .def = NULL,
+	  .arg = "FILE",
+	  .help = "append the daemon's messages to FILE (default: the journal "
+		  "under systemd, else syslog, else " TFS_DEFAULT_LOG ")" },
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
@@ -127,7 +133,7 @@ _Static_assert(sizeof(enum cfg_compression) == sizeof(int) &&
 	       "CFG_CHOICE_ENUM stores an int");
 
 static const char *const sections[] = { "device", "host", "disk", "policy",
-					"fs" };
+					"fs", "log" };
 #define NSECTIONS (sizeof(sections) / sizeof(sections[0]))
 
 /* Values of tfs_config.origin besides a line of the config file. */
@@ -706,7 +712,7 @@ static int set_at(struct tfs_config *cfg, const char *section,
 		if (!*section)
 			say(err, errlen, "%s: key outside any section, put it "
 					 "under [device], [host], [disk], "
-					 "[policy] or [fs]", key);
+					 "[policy], [fs] or [log]", key);
 		else
 			say(err, errlen, "%s: unknown section '[%s]'", key,
 			    section);
@@ -1028,7 +1034,7 @@ static char *file_reader(char *str, int num, void *stream)
 		s = trim(s + 1);
 		if (!section_known(s)) {
 			file_error(ctx, "[%s]: unknown section (known: device, "
-					"host, disk, policy, fs)", s);
+					"host, disk, policy, fs, log)", s);
 			return NULL;
 		}
 		snprintf(ctx->section, sizeof(ctx->section), "%s", s);
@@ -1233,6 +1239,27 @@ static int check_disk_path(const struct tfs_config *cfg,
 	return rc;
 }
 
+static int check_log_file(const struct tfs_config *cfg, char *err,
+			  size_t errlen)
+{
+	char where[PATH_MAX + 32];
+	int fd, e;
+
+	if (!cfg->log.file)
+		return 0;
+	fd = open(cfg->log.file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC |
+					 O_NOCTTY, 0640);
+	if (fd < 0) {
+		e = errno;
+		key_where(cfg, find_key("log", "file"), where, sizeof(where));
+		say(err, errlen, "%s: cannot open '%s': %s", where,
+		    cfg->log.file, strerror(e));
+		return -EINVAL;
+	}
+	close(fd);
+	return 0;
+}
+
 int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
 		 char *err, size_t errlen)
 {
@@ -1261,5 +1288,5 @@ int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
 		}
 		return -EINVAL;
 	}
-	return 0;
+	return check_log_file(cfg, err, errlen);
 }

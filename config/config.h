@@ -66,6 +66,9 @@ struct tfs_config {
 		unsigned int threads; /* FUSE worker threads, default 0 = libfuse's */
 		unsigned int read_ahead_kb; /* set on the bdi after mount; 0 = leave */
 	} fs;
+	struct {
+		char *file; /* or NULL: the journal, syslog or the default */
+	} log;
 	char *config_file; /* the file that was read, or NULL */
 	/*
 	 * Private to config/: where each key got its value (0: the default,
@@ -141,7 +144,8 @@ int cfg_load_file(struct tfs_config *cfg, const char *path, char *err,
 /*
  * Check what cannot be checked key by key: the disk path exists, is a
  * writable directory and is not inside @mountpoint (may be NULL); the
- * watermarks are ordered. Returns 0 or -EINVAL with a message in @err
+ * watermarks are ordered; the log file can be opened for appending (it is
+ * created when missing). Returns 0 or -EINVAL with a message in @err
  * that names where the value came from ("FILE:LINE: KEY: ...",
  * "-o KEY: ..."), or -ENOMEM when cfg_defaults() could not allocate.
  *

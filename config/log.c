@@ -1,22 +1,180 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The log's destinations. Each message is formatted into one buffer and
+ * written with one write(2), so that lines of concurrent threads, and of
+ * several daemons sharing a file opened O_APPEND, never interleave.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "config/log.h"
 
 enum tfs_log_level tfs_log_max = TFS_LOG_NOTICE;
 
-static void stderr_sink(enum tfs_log_level level, const char *fmt, va_list ap)
-{
-	fputs("tierfs: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-}
-
-static tfs_log_sink_fn log_sink = stderr_sink;
+static tfs_log_sink_fn log_sink;
+static _Atomic enum tfs_log_dest log_dest = TFS_LOG_STDERR;
+/* The log file; replaced by dup2() so that writers never see it closed. */
+static int log_fd = -1;
+static bool syslog_open;
 
 void tfs_log_set_sink(tfs_log_sink_fn sink)
 {
-	log_sink = sink ? sink : stderr_sink;
+	log_sink = sink;
+}
+
+/*
+ * systemd sets JOURNAL_STREAM to "DEV:INO" of the stream it connected to
+ * journald; it is inherited by children whose stderr may go elsewhere, so
+ * it only counts when it names our stderr.
+ */
+static bool stderr_is_journal(void)
+{
+	const char *js = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+
+	if (!js || sscanf(js, "%llu:%llu", &dev, &ino) != 2)
+		return false;
+	if (fstat(STDERR_FILENO, &st))
+		return false;
+	return (unsigned long long)st.st_dev == dev &&
+	       (unsigned long long)st.st_ino == ino;
+}
+
+static bool have_syslog(void)
+{
+	struct stat st;
+
+	return !stat("/dev/log", &st) && S_ISSOCK(st.st_mode);
+}
+
+enum tfs_log_dest tfs_log_pick(bool daemon, bool have_file)
+{
+	if (have_file)
+		return TFS_LOG_FILE;
+	if (stderr_is_journal())
+		return TFS_LOG_JOURNAL;
+	if (getenv("INVOCATION_ID") || !daemon)
+		return TFS_LOG_STDERR;
+	if (have_syslog())
+		return TFS_LOG_SYSLOG;
+	return TFS_LOG_FILE;
+}
+
+int tfs_log_open(const char *path)
+{
+	int fd, rc = 0;
+
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY,
+		  0640);
+	if (fd < 0)
+		return -errno;
+	if (log_fd < 0) {
+		log_fd = fd;
+		return 0;
+	}
+	if (dup3(fd, log_fd, O_CLOEXEC) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+void tfs_log_use(enum tfs_log_dest dest)
+{
+	if (dest == TFS_LOG_SYSLOG && !syslog_open) {
+		openlog("tierfs", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+		syslog_open = true;
+	}
+	atomic_store(&log_dest, dest);
+}
+
+enum tfs_log_dest tfs_log_dest(void)
+{
+	return atomic_load(&log_dest);
+}
+
+static const char *level_word(enum tfs_log_level level)
+{
+	switch (level) {
+	case TFS_LOG_ERR:
+		return "error: ";
+	case TFS_LOG_WARNING:
+		return "warning: ";
+	default:
+		return "";
+	}
+}
+
+static void write_all(int fd, const char *buf, size_t len)
+{
+	ssize_t n;
+
+	while (len) {
+		n = write(fd, buf, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return;
+		buf += n;
+		len -= (size_t)n;
+	}
+}
+
+void tfs_log_vemit(enum tfs_log_level level, const char *fmt, va_list ap)
+{
+	enum tfs_log_dest dest = atomic_load(&log_dest);
+	char msg[2048], line[2200], stamp[40];
+	struct timespec ts;
+	struct tm tm;
+	size_t n;
+	int len;
+
+	if (log_sink) {
+		log_sink(level, fmt, ap);
+		return;
+	}
+	if (dest == TFS_LOG_NONE)
+		return;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	/* libfuse ends its messages with a newline, tierfs does not. */
+	n = strlen(msg);
+	while (n && msg[n - 1] == '\n')
+		msg[--n] = '\0';
+	switch (dest) {
+	case TFS_LOG_SYSLOG:
+		syslog((int)level, "%s", msg);
+		return;
+	case TFS_LOG_JOURNAL:
+		len = snprintf(line, sizeof(line), "<%d>%s\n", (int)level,
+			       msg);
+		break;
+	case TFS_LOG_FILE:
+		clock_gettime(CLOCK_REALTIME, &ts);
+		localtime_r(&ts.tv_sec, &tm);
+		strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S%z", &tm);
+		len = snprintf(line, sizeof(line), "%s tierfs[%ld]: %s%s\n",
+			       stamp, (long)getpid(), level_word(level), msg);
+		break;
+	default:
+		len = snprintf(line, sizeof(line), "tierfs: %s\n", msg);
+		break;
+	}
+	if (len < 0)
+		return;
+	if ((size_t)len >= sizeof(line)) {
+		len = sizeof(line) - 1;
+		line[len - 1] = '\n';
+	}
+	write_all(dest == TFS_LOG_FILE ? log_fd : STDERR_FILENO, line,
+		  (size_t)len);
 }
 
 void tfs_log_emit(enum tfs_log_level level, const char *fmt, ...)
@@ -24,6 +182,6 @@ void tfs_log_emit(enum tfs_log_level level, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	log_sink(level, fmt, ap);
+	tfs_log_vemit(level, fmt, ap);
 	va_end(ap);
 }

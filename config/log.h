@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * One logging macro for the whole daemon. The level is checked before the
- * arguments are evaluated; messages go to a sink that fs/ points at
- * fuse_log() so that libfuse and tierfs share stderr or syslog.
+ * arguments are evaluated; messages go to one destination, which fs/ also
+ * points fuse_log() at, so that libfuse and tierfs share it: standard
+ * error, the systemd journal, a file or syslog (tfs_log_pick()).
  *
  * Messages follow git's guidelines: lowercase, what failed first, the object
  * in quotes, no full stop.
@@ -11,6 +12,10 @@
 #define TFS_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
+
+/* Where a daemon without syslog or a log file writes. */
+#define TFS_DEFAULT_LOG "/var/log/tierfs.log"
 
 enum tfs_log_level {
 	TFS_LOG_ERR = 3,
@@ -20,13 +25,53 @@ enum tfs_log_level {
 	TFS_LOG_DEBUG = 7,
 };
 
+enum tfs_log_dest {
+	TFS_LOG_STDERR, /* "tierfs: MSG" (the default) */
+	TFS_LOG_JOURNAL, /* "<LEVEL>MSG": stderr is a journald stream */
+	TFS_LOG_FILE, /* "TIME tierfs[PID]: MSG", see tfs_log_open() */
+	TFS_LOG_SYSLOG, /* syslog(3), ident "tierfs", facility daemon */
+	TFS_LOG_NONE, /* nowhere: a daemon that has nowhere to write */
+};
+
 typedef void (*tfs_log_sink_fn)(enum tfs_log_level level, const char *fmt,
 				va_list ap);
 
 extern enum tfs_log_level tfs_log_max;
 
-/* Route messages to @sink (NULL restores the stderr default). */
+/*
+ * Route messages to @sink instead of the destination (NULL restores it);
+ * for tests that capture what is logged.
+ */
 void tfs_log_set_sink(tfs_log_sink_fn sink);
+
+/*
+ * Where a process should log, from its environment:
+ *   a log file when @have_file (the operator asked for one);
+ *   the journal when $JOURNAL_STREAM names the file standard error is
+ *   (systemd connected it to journald);
+ *   standard error when $INVOCATION_ID is set (a systemd service whose
+ *   output goes elsewhere) or when not @daemon;
+ *   syslog when a daemon finds a syslog socket at /dev/log;
+ *   else TFS_LOG_FILE too, meaning TFS_DEFAULT_LOG.
+ */
+enum tfs_log_dest tfs_log_pick(bool daemon, bool have_file);
+
+/*
+ * Open @path for appending (created 0640) as the log file. When one is
+ * open already it is replaced in place, atomically for writers, so that
+ * SIGHUP can reopen a file that logrotate moved away. Returns 0 or -errno;
+ * on error the file open before stays.
+ */
+int tfs_log_open(const char *path);
+
+/* Send messages to @dest from now on (TFS_LOG_FILE needs tfs_log_open()). */
+void tfs_log_use(enum tfs_log_dest dest);
+
+enum tfs_log_dest tfs_log_dest(void);
+
+/* One message at @level to the destination; trailing newlines dropped. */
+void tfs_log_vemit(enum tfs_log_level level, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
 
 void tfs_log_emit(enum tfs_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -5,53 +5,26 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <syslog.h>
 #include <unistd.h>
 
 #include "fs/fs_i.h"
-
-static bool log_syslog;
-
-static void log_line(int level, const char *fmt, va_list ap)
-{
-	char msg[2048];
-	size_t n;
-
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	/* libfuse ends its messages with a newline, tierfs does not. */
-	n = strlen(msg);
-	while (n && msg[n - 1] == '\n')
-		msg[--n] = '\0';
-	if (log_syslog)
-		syslog(level, "%s", msg);
-	else
-		fprintf(stderr, "tierfs: %s\n", msg);
-}
-
-static void tfs_sink(enum tfs_log_level level, const char *fmt, va_list ap)
-{
-	log_line((int)level, fmt, ap);
-}
 
 static void fuse_sink(enum fuse_log_level level, const char *fmt, va_list ap)
 {
 	if ((int)level > (int)tfs_log_max)
 		return;
-	log_line((int)level, fmt, ap);
+	tfs_log_vemit((enum tfs_log_level)level, fmt, ap);
 }
 
-void tfs_log_setup(bool to_syslog)
+void tfs_log_setup(void)
 {
-	if (to_syslog && !log_syslog)
-		openlog("tierfs", LOG_PID | LOG_NDELAY, LOG_DAEMON);
-	log_syslog = to_syslog;
-	tfs_log_set_sink(tfs_sink);
 	fuse_set_log_func(fuse_sink);
 }
 
@@ -134,11 +107,13 @@ void tfs_daemon_ready(int status, const char *msg)
 	if (fd >= 0) {
 		dup2(fd, 0);
 		dup2(fd, 1);
-		dup2(fd, 2);
+		/* Under systemd, stderr is the log. */
+		if (tfs_log_dest() != TFS_LOG_STDERR &&
+		    tfs_log_dest() != TFS_LOG_JOURNAL)
+			dup2(fd, 2);
 		if (fd > 2)
 			close(fd);
 	}
-	tfs_log_setup(true);
 }
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo. */
@@ -254,10 +229,33 @@ void tfs_set_read_ahead(const char *mountpoint, unsigned int kb)
 		close(fd);
 }
 
+static pthread_mutex_t reload_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t reloads; /* reload_lock */
+static char reload_error[512]; /* reload_lock; "" when the last one worked */
+
+void tfs_reload_done(const char *err)
+{
+	size_t k;
+
+	pthread_mutex_lock(&reload_lock);
+	reloads++;
+	snprintf(reload_error, sizeof(reload_error), "%s", err ? err : "");
+	/* One stats line, whatever the config file held. */
+	for (k = 0; reload_error[k]; k++) {
+		if ((unsigned char)reload_error[k] < ' ')
+			reload_error[k] = ' ';
+	}
+	pthread_mutex_unlock(&reload_lock);
+}
+
 size_t tfs_daemon_stats(char *buf, size_t len)
 {
-	int n = snprintf(buf, len, "pid=%ld\n", (long)getpid());
+	int n;
 
+	pthread_mutex_lock(&reload_lock);
+	n = snprintf(buf, len, "pid=%ld\nreloads=%" PRIu64 "\nreload_error=%s\n",
+		     (long)getpid(), reloads, reload_error);
+	pthread_mutex_unlock(&reload_lock);
 	return n > 0 ? (size_t)n : 0;
 }
 

@@ -191,7 +191,8 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	       const void *in_buf, size_t in_bufsz, size_t out_bufsz);
 
 /* daemon.c */
-void tfs_log_setup(bool foreground);
+/* Send libfuse's messages where tierfs's go (config/log.h). */
+void tfs_log_setup(void);
 /* Fork; the parent waits for tfs_daemon_ready() and never returns. */
 int tfs_daemonize(void);
 void tfs_daemon_ready(int status, const char *msg);
@@ -217,6 +218,9 @@ int tfs_mountinfo_find(const char *path, int id, struct tfs_mountinfo *out);
  * the store's. Returns the length needed, like snprintf.
  */
 size_t tfs_daemon_stats(char *buf, size_t len);
+
+/* Record how a SIGHUP reload ended: @err is NULL when it worked. */
+void tfs_reload_done(const char *err);
 typedef void (*tfs_reload_fn)(void);
 int tfs_sighup_start(tfs_reload_fn fn);
 void tfs_sighup_stop(void);

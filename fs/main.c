@@ -42,6 +42,8 @@ struct cmdline {
 static struct cmdline cl;
 static char *mountpoint;
 static struct tfs_config cfg;
+/* The log file in use, when the log goes to one (reopened on SIGHUP). */
+static char *log_path;
 
 /* mount(8) and fstab pass these; they mean nothing to tierfs or FUSE. */
 static const char *const fstab_words[] = {
@@ -302,31 +304,85 @@ static int load_config(struct tfs_config *c, const char *mnt, char *err,
 static void reload(void)
 {
 	struct tfs_config nc;
+	const char *file;
 	char err[1024];
+	char *path;
 	int rc;
 
 	err[0] = '\0';
 	rc = load_config(&nc, NULL, err, sizeof(err));
 	if (rc) {
+		if (!err[0])
+			snprintf(err, sizeof(err), "%s", strerror(-rc));
 		tfs_err("reload failed, keeping the running configuration: %s",
-			err[0] ? err : strerror(-rc));
+			err);
+		tfs_reload_done(err);
 		cfg_free(&nc);
 		return;
 	}
 	rc = tier_store_reconfigure(tfs.store, &nc);
 	if (rc) {
-		tfs_err("cannot apply the reloaded configuration: %s",
-			strerror(-rc));
+		snprintf(err, sizeof(err), "cannot apply the configuration: %s",
+			 strerror(-rc));
+		tfs_err("reload failed: %s", err);
+		tfs_reload_done(err);
 		cfg_free(&nc);
 		return;
+	}
+	/* Reopened, so that logrotate can move the file away. */
+	if (tfs_log_dest() == TFS_LOG_FILE) {
+		file = nc.log.file ? nc.log.file : log_path;
+		rc = tfs_log_open(file);
+		path = rc ? NULL : strdup(file);
+		if (rc)
+			tfs_warn("cannot reopen the log file '%s': %s", file,
+				 strerror(-rc));
+		if (path) {
+			free(log_path);
+			log_path = path;
+		}
 	}
 	tfs_notice("configuration reloaded%s%s%s",
 		   nc.config_file ? " from '" : "",
 		   nc.config_file ? nc.config_file : "",
 		   nc.config_file ? "'" : "");
+	tfs_reload_done(NULL);
 	/* Only this thread replaces cfg after start-up. */
 	cfg_free(&cfg);
 	cfg = nc;
+}
+
+/*
+ * Choose where the log goes and open its file before forking, so that a
+ * file that cannot be opened is said on the terminal. A daemon with no
+ * syslog and no file to write would lose every message: say that too.
+ */
+static int log_prepare(bool daemon, enum tfs_log_dest *dest)
+{
+	const char *file = cfg.log.file;
+	int rc;
+
+	*dest = tfs_log_pick(daemon, file != NULL);
+	if (*dest != TFS_LOG_FILE)
+		return 0;
+	if (!file)
+		file = TFS_DEFAULT_LOG;
+	rc = tfs_log_open(file);
+	if (rc && cfg.log.file) {
+		fprintf(stderr, "tierfs: log_file: cannot open '%s': %s\n",
+			file, strerror(-rc));
+		return rc;
+	}
+	if (rc) {
+		fprintf(stderr, "tierfs: no syslog at /dev/log and cannot open "
+				"'%s': %s; the daemon's messages will be lost "
+				"(-o log_file=FILE keeps them)\n",
+			file, strerror(-rc));
+		*dest = TFS_LOG_NONE;
+		return 0;
+	}
+	log_path = strdup(file);
+	return log_path ? 0 : -ENOMEM;
 }
 
 /* The pid that the user.tierfs.stats of the mount at @mnt names, or 0. */
@@ -469,6 +525,7 @@ int main(int argc, char **argv)
 	struct fuse_cmdline_opts opts = { 0 };
 	struct fuse_loop_config *lc = NULL;
 	char err[1024], tag[32];
+	enum tfs_log_dest dest;
 	sigset_t hup;
 	int rc, ret = 1;
 	bool mounted = false, handlers = false;
@@ -477,7 +534,7 @@ int main(int argc, char **argv)
 	sigemptyset(&hup);
 	sigaddset(&hup, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &hup, NULL);
-	tfs_log_setup(false);
+	tfs_log_setup();
 
 	if (fuse_opt_parse(&args, &cl, NULL, opt_proc) || cl.bad)
 		goto out_args;
@@ -514,16 +571,20 @@ int main(int argc, char **argv)
 			cl.nonopt[cl.nnonopt - 1], strerror(errno));
 		goto out_opts;
 	}
-	if (check_mountpoint(mountpoint, cl.nonempty))
-		goto out_cfg;
 	err[0] = '\0';
 	rc = load_config(&cfg, mountpoint, err, sizeof(err));
 	if (rc) {
 		fprintf(stderr, "tierfs: %s\n", err[0] ? err : strerror(-rc));
 		goto out_cfg;
 	}
+	if (check_mountpoint(mountpoint, cl.nonempty))
+		goto out_cfg;
 	if (opts.debug)
 		tfs_log_max = TFS_LOG_DEBUG;
+	if (log_prepare(!opts.foreground, &dest))
+		goto out_cfg;
+	if (opts.foreground)
+		tfs_log_use(dest);
 	/*
 	 * default_permissions always: without it the kernel would let anyone
 	 * read any file. First, so that a user's fsname= comes later and wins.
@@ -539,6 +600,9 @@ int main(int argc, char **argv)
 				strerror(-rc));
 			goto out_cfg;
 		}
+		/* From here on only a failure reaches the terminal: a mount
+		 * helper is silent on success. */
+		tfs_log_use(dest);
 	}
 	/* CUDA must start in the process that serves the mount. The spill
 	 * directory is named after the mount point, so a new mount on the
@@ -631,6 +695,7 @@ out_ns:
 out_cfg:
 	cfg_free(&cfg);
 	free(mountpoint);
+	free(log_path);
 out_opts:
 	free(opts.mountpoint);
 out_args:

@@ -103,3 +103,180 @@ mount_fails() {
 	tfs_unmount
 	[ "$(cat "$MNT/hidden")" = under ]
 }
+
+# wait_for CMD...: retry CMD for up to 10 s.
+wait_for() {
+	local i
+	for i in $(seq 1 200); do
+		"$@" && return 0
+		sleep 0.05
+	done
+	"$@"
+}
+
+# daemon_mount [ARGS...]: mount without -f, as mount(8) does, outside
+# systemd. OUT holds what the command printed.
+daemon_mount() {
+	local rc=0
+	env -u INVOCATION_ID -u JOURNAL_STREAM "$TIERFS_BIN" "$MNT" "$@" \
+		>"$TFS_TMP/out" 2>&1 || rc=$?
+	OUT=$(cat "$TFS_TMP/out")
+	echo "exit $rc: $OUT"
+	[ "$rc" -eq 0 ]
+	mountpoint -q "$MNT"
+	TFS_PID=$(tfs_stat pid)
+	export TFS_PID
+}
+
+@test "a daemon says nothing on success; its log file records the mount" {
+	daemon_mount -o "disk_path=$SPILL,log_file=$TFS_TMP/daemon.log"
+	[ -z "$OUT" ]
+	grep -q "tierfs\[$TFS_PID\]: mounted on '$MNT'" "$TFS_TMP/daemon.log"
+	# So does mount(8) through mount.fuse3.
+	tfs_unmount
+	command -v mount.fuse3 >/dev/null || skip "no mount.fuse3"
+	mkdir -p "$TFS_TMP/bin"
+	ln -s "$(readlink -f "$TIERFS_BIN")" "$TFS_TMP/bin/tierfs"
+	run env -u INVOCATION_ID -u JOURNAL_STREAM PATH="$TFS_TMP/bin:$PATH" \
+		mount.fuse3 none "$MNT" -t tierfs \
+		-o "disk_path=$SPILL,log_file=$TFS_TMP/daemon.log"
+	[ "$status" -eq 0 ]
+	[ -z "$output" ]
+	TFS_PID=$(tfs_stat pid)
+	[ "$(grep -c "mounted on '$MNT'" "$TFS_TMP/daemon.log")" -eq 2 ]
+}
+
+@test "a failed SIGHUP is logged, keeps the configuration and shows in the stats" {
+	local conf=$TFS_TMP/t.conf
+	printf '[host]\nlimit = 64M\n' >"$conf"
+	daemon_mount -o "disk_path=$SPILL,config=$conf,log_file=$TFS_TMP/daemon.log"
+	[ "$(tfs_stat reloads)" -eq 0 ]
+	[ -z "$(tfs_stat reload_error)" ]
+	printf '[host]\nlimit = banana\n' >"$conf"
+	kill -HUP "$TFS_PID"
+	wait_for test "$(tfs_stat reloads)" -eq 1
+	[ "$(tfs_stat reload_error)" = "$conf:2: limit: 'banana' is not a size: expected a number such as 4096, 64K or 1.5G" ]
+	grep -q "error: reload failed, keeping the running configuration: $conf:2: limit: 'banana'" \
+		"$TFS_TMP/daemon.log"
+	[ "$(tfs_stat host.limit)" -eq $((64 << 20)) ]
+	echo still >"$MNT/f"
+	[ "$(cat "$MNT/f")" = still ]
+	# A good reload clears it, and reopens a log file moved away.
+	mv "$TFS_TMP/daemon.log" "$TFS_TMP/daemon.log.1"
+	printf '[host]\nlimit = 32M\n' >"$conf"
+	kill -HUP "$TFS_PID"
+	wait_for test "$(tfs_stat reloads)" -eq 2
+	[ -z "$(tfs_stat reload_error)" ]
+	[ "$(tfs_stat host.limit)" -eq $((32 << 20)) ]
+	grep -q "configuration reloaded from '$conf'" "$TFS_TMP/daemon.log"
+}
+
+@test "a log file that cannot be opened stops the mount" {
+	mount_fails "-o log_file: cannot open '$TFS_TMP/no/such.log': No such file or directory" \
+		-o "disk_path=$SPILL,log_file=$TFS_TMP/no/such.log"
+}
+
+@test "under systemd the log goes to stderr, with levels when it is the journal" {
+	# A service whose stderr is not the journal: plain lines, kept
+	# after the daemon detaches.
+	local conf=$TFS_TMP/t.conf
+	printf '[host]\nlimit = 64M\n' >"$conf"
+	env -u JOURNAL_STREAM INVOCATION_ID=0123456789abcdef "$TIERFS_BIN" \
+		"$MNT" -o "disk_path=$SPILL,config=$conf" 2>"$TFS_TMP/err"
+	TFS_PID=$(tfs_stat pid)
+	grep -qx "tierfs: mounted on '$MNT'" "$TFS_TMP/err"
+	printf '[host]\nlimit = 0\n' >"$conf"
+	kill -HUP "$TFS_PID"
+	wait_for grep -q "reload failed" "$TFS_TMP/err"
+	tfs_unmount
+
+	# stderr connected to journald: "<level>message", which journald
+	# files under that priority.
+	: >"$LOG"
+	local js
+	js=$(stat -c '%d:%i' "$LOG")
+	printf '[host]\nlimit = 64M\n' >"$conf"
+	JOURNAL_STREAM=$js tfs_mount -o "config=$conf"
+	printf '[host]\nlimit = 0\n' >"$conf"
+	kill -HUP "$TFS_PID"
+	wait_for grep -q "^<3>reload failed" "$LOG"
+	grep -qx "<5>mounted on '$MNT'" "$LOG"
+	# The same variable for another stream does not count.
+	tfs_unmount
+	JOURNAL_STREAM=1:1 tfs_mount
+	grep -qx "tierfs: mounted on '$MNT'" "$LOG"
+}
+
+# in_private_ns SCRIPT: run SCRIPT in bash in a mount namespace of its own
+# (so that it may hide /var/log or /dev from itself alone), with TIERFS_BIN,
+# MNT, SPILL and TFS_TMP set. A daemon it starts writes its pid into
+# $TFS_TMP/ns.pid, for teardown should the script stop half-way.
+in_private_ns() {
+	command -v unshare >/dev/null || skip "no unshare"
+	env -u INVOCATION_ID -u JOURNAL_STREAM TIERFS_BIN="$TIERFS_BIN" \
+		MNT="$MNT" SPILL="$SPILL" TFS_TMP="$TFS_TMP" \
+		unshare -m --propagation private bash -euc "$1"
+}
+
+# The part of in_private_ns scripts that mounts, checks $1 holds the
+# mount's line, unmounts and waits for the daemon to go.
+NS_MOUNT='
+	"$TIERFS_BIN" "$MNT" -o "disk_path=$SPILL" >"$TFS_TMP/out" 2>&1
+	pid=$(getfattr --absolute-names --only-values -n user.tierfs.stats \
+		"$MNT" | sed -n "s/^pid=//p")
+	echo "$pid" >"$TFS_TMP/ns.pid"
+	for i in $(seq 200); do
+		grep -q "mounted on .$MNT." "$LOGFILE" 2>/dev/null && break
+		sleep 0.05
+	done
+	cp "$LOGFILE" "$TFS_TMP/got.log" || true
+	fusermount3 -u "$MNT"
+	for i in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+'
+
+ns_teardown() {
+	local pid
+	pid=$(cat "$TFS_TMP/ns.pid" 2>/dev/null) || return 0
+	[ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+}
+
+@test "a daemon with no syslog logs to /var/log/tierfs.log" {
+	in_private_ns '
+		mount -t tmpfs tfs-test-varlog /var/log
+		[ ! -e /dev/log ] || mount --bind /dev/null /dev/log
+		LOGFILE=/var/log/tierfs.log
+		'"$NS_MOUNT" || { ns_teardown; false; }
+	cat "$TFS_TMP/got.log"
+	[ ! -s "$TFS_TMP/out" ]
+	grep -q "tierfs\[[0-9]*\]: mounted on '$MNT'" "$TFS_TMP/got.log"
+}
+
+@test "a daemon logs to syslog when /dev/log is there" {
+	command -v python3 >/dev/null || skip "no python3"
+	in_private_ns '
+		d=$TFS_TMP/dev
+		mkdir "$d"
+		for n in null zero fuse urandom; do
+			touch "$d/$n"
+			mount --bind "/dev/$n" "$d/$n"
+		done
+		python3 -c "
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+open(sys.argv[1] + \".ready\", \"w\").close()
+with open(sys.argv[2], \"a\") as out:
+    while True:
+        out.write(s.recv(4096).decode() + \"\\n\")
+        out.flush()
+" "$d/log" "$TFS_TMP/syslog.txt" &
+		listener=$!
+		for i in $(seq 200); do [ -e "$d/log.ready" ] && break; sleep 0.05; done
+		mount --rbind "$d" /dev
+		LOGFILE=$TFS_TMP/syslog.txt
+		'"$NS_MOUNT"'
+		kill $listener' || { ns_teardown; false; }
+	cat "$TFS_TMP/got.log"
+	[ ! -s "$TFS_TMP/out" ]
+	grep -q "tierfs\[[0-9]*\]: mounted on '$MNT'" "$TFS_TMP/got.log"
+}

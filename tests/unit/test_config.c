@@ -525,6 +525,7 @@ static void test_is_option(void)
 		"disk_limit",	  "disk_compression", "disk_chunk_size",
 		"policy_eviction", "policy_unspill", "policy_high_watermark",
 		"policy_target",  "fs_threads",	    "fs_read_ahead_kb",
+		"log_file",
 		"host_limit=8G",  "Host_Limit",
 	};
 	static const char *const no[] = {
@@ -730,7 +731,7 @@ static void test_file_errors(void)
 		  "3: limt: unknown key in [host] (known: limit, pinned)" },
 		{ "[host]\nlimit = 8G\n[gpu]\nlimit = 1G\n", -EINVAL,
 		  "3: [gpu]: unknown section (known: device, host, disk, "
-		  "policy, fs)" },
+		  "policy, fs, log)" },
 		{ "; comment\n\n[host]\n\nlimit = lots\n", -EINVAL,
 		  "5: limit: 'lots' is not a size" },
 		{ "[host]\n  limit = 8G\n  pinned = perhaps\n", -EINVAL,
@@ -1081,6 +1082,40 @@ static void test_validate_watermarks(void)
 	cfg_free(&cfg);
 }
 
+static void test_validate_log_file(void)
+{
+	struct tfs_config cfg;
+	struct stat st;
+
+	cfg_defaults(&cfg);
+	CHECK(!cfg.log.file);
+	cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err));
+	/* No file: nothing to check. */
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
+	/* A missing file is created, to be appended to. */
+	CHECK_EQ(cfg_set_option(&cfg, "log_file", tmp_path("d.log"), err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
+	CHECK(!stat(tmp_path("d.log"), &st) && S_ISREG(st.st_mode));
+	CHECK_EQ(cfg_set_option(&cfg, "log_file", tmp_path("no/such.log"), err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(starts(err, "-o log_file: cannot open '"));
+	CHECK(has(err, "no/such.log': No such file or directory"));
+	CHECK_EQ(cfg_set_option(&cfg, "log_file", "", err, sizeof(err)),
+		 -EINVAL);
+	cfg_free(&cfg);
+
+	/* From the file, named with its line. */
+	CHECK_EQ(load(&cfg, "[log]\nfile = /nonexistent/dir/t.log\n"), 0);
+	cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err));
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(has(err, "t.conf:2: file: cannot open '/nonexistent/dir/t.log'"));
+	cfg_free(&cfg);
+}
+
 static void cleanup(void)
 {
 	char cmd[256];
@@ -1132,6 +1167,7 @@ int main(void)
 			 "mount is not allowed");
 	undo_unwritable(tmp_path("ro"));
 	TAP_RUN(test_validate_watermarks);
+	TAP_RUN(test_validate_log_file);
 	cleanup();
 	return tap_done();
 }
