@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * tierfsctl metrics: the stats of tierfs mounts in the Prometheus text format.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/ctl/ctl.h"
+
+struct metric {
+	const char *name;
+	const char *type;
+	const char *help;
+	const char *field; /* "T.field" for per-tier ones, else the key */
+	bool per_tier;
+};
+
+static const struct metric metrics[] = {
+	{ "tierfs_tier_used_bytes", "gauge",
+	  "Bytes held by buffer copies in the tier.", "used", true },
+	{ "tierfs_tier_limit_bytes", "gauge",
+	  "Configured size of the tier in bytes (0: no limit, or no such tier).",
+	  "limit", true },
+	{ "tierfs_tier_buffers", "gauge", "Buffers with a copy in the tier.",
+	  "buffers", true },
+	{ "tierfs_files", "gauge", "Buffers (regular files) alive.", "files",
+	  false },
+	{ "tierfs_logical_bytes", "gauge", "Sum of the sizes of all files.",
+	  "logical_bytes", false },
+	{ "tierfs_tier_spill_bytes_total", "counter",
+	  "Bytes moved out of the tier to a lower one.", "spill_bytes", true },
+	{ "tierfs_tier_unspill_bytes_total", "counter",
+	  "Bytes moved into the tier from a lower one.", "unspill_bytes",
+	  true },
+	{ "tierfs_tier_written_bytes_total", "counter",
+	  "Bytes copied into the tier to make copies (spills, unspills, "
+	  "placements).", "written_bytes", true },
+	{ "tierfs_tier_spills_total", "counter",
+	  "Buffers moved out of the tier to a lower one.", "spills", true },
+	{ "tierfs_tier_unspills_total", "counter",
+	  "Buffers moved into the tier from a lower one.", "unspills", true },
+	{ "tierfs_evict_failures_total", "counter",
+	  "Spills that found no buffer that could move.", "evict_failures",
+	  false },
+	{ "tierfs_checksum_errors_total", "counter",
+	  "Spill chunks that failed their checksum.", "checksum_errors",
+	  false },
+};
+
+/* Label values escape backslash, double quote and newline. */
+static void prom_label(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '\\')
+			fputs("\\\\", f);
+		else if (*s == '"')
+			fputs("\\\"", f);
+		else if (*s == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+/*
+ * The exposition format wants all samples of a family together after its
+ * HELP and TYPE lines, so with several mounts the loop runs over families
+ * first and mounts second.
+ */
+static void metrics_write(FILE *f, char **mounts, struct ctl_stats *st,
+			  int n)
+{
+	fputs("# HELP tierfs_info Device tier backend of the mount (always 1).\n"
+	      "# TYPE tierfs_info gauge\n",
+	      f);
+	for (int m = 0; m < n; m++) {
+		const char *backend = ctl_stats_get(&st[m], "backend");
+		const char *model = ctl_stats_get(&st[m], "device_model");
+
+		fputs("tierfs_info{mount=", f);
+		prom_label(f, mounts[m]);
+		fputs(",backend=", f);
+		prom_label(f, backend ? backend : "");
+		fputs(",device_model=", f);
+		prom_label(f, model ? model : "");
+		fputs("} 1\n", f);
+	}
+	for (size_t i = 0; i < sizeof(metrics) / sizeof(metrics[0]); i++) {
+		const struct metric *mt = &metrics[i];
+
+		fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", mt->name, mt->help,
+			mt->name, mt->type);
+		for (int m = 0; m < n; m++) {
+			uint64_t v;
+
+			if (!mt->per_tier) {
+				if (!ctl_stats_u64(&st[m], mt->field, &v))
+					continue;
+				fprintf(f, "%s{mount=", mt->name);
+				prom_label(f, mounts[m]);
+				fprintf(f, "} %" PRIu64 "\n", v);
+				continue;
+			}
+			for (int t = 0; t < TFS_TIER_COUNT; t++) {
+				char key[64];
+
+				snprintf(key, sizeof(key), "%s.%s",
+					 ctl_tier_names[t], mt->field);
+				if (!ctl_stats_u64(&st[m], key, &v))
+					continue;
+				fprintf(f, "%s{tier=\"%s\",mount=", mt->name,
+					ctl_tier_names[t]);
+				prom_label(f, mounts[m]);
+				fprintf(f, "} %" PRIu64 "\n", v);
+			}
+		}
+	}
+}
+
+int cmd_metrics(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "output", required_argument, NULL, 'o' },
+		{ "help", no_argument, NULL, OPT_HELP },
+		{ 0 },
+	};
+	const char *out = NULL;
+	struct ctl_stats *st;
+	char **mounts;
+	int c, n, m = 0, rc = 0;
+
+	while ((c = ctl_next_opt(argc, argv, ":o:", lo)) != -1) {
+		switch (c) {
+		case 'o':
+			out = optarg;
+			break;
+		}
+	}
+	if (optind < argc) {
+		n = argc - optind;
+		mounts = ctl_xmalloc(n * sizeof(*mounts));
+		for (int i = 0; i < n; i++)
+			if (!ctl_resolve_mount_msg(argv[optind + i],
+						   &mounts[m]))
+				rc = EXIT_FAIL;
+			else
+				m++;
+		n = m;
+	} else {
+		n = ctl_all_mounts(&mounts);
+		if (n < 0)
+			return EXIT_FAIL;
+		if (!n) {
+			ctl_error("no tierfs mount found");
+			free(mounts);
+			return EXIT_FAIL;
+		}
+	}
+	st = ctl_xmalloc(n * sizeof(*st));
+	for (int i = m = 0; i < n; i++) {
+		if (!ctl_stats_read_msg(mounts[i], &st[m])) {
+			free(mounts[i]);
+			rc = EXIT_FAIL;
+			continue;
+		}
+		mounts[m++] = mounts[i];
+	}
+	n = m;
+
+	if (!out) {
+		metrics_write(stdout, mounts, st, n);
+		if (fflush(stdout) || ferror(stdout))
+			rc = EXIT_FAIL;
+	} else {
+		/*
+		 * The textfile collector may read at any moment: write a
+		 * temporary file next to the target and rename it over, so it
+		 * never sees half a file. The name does not end in .prom, so
+		 * the collector skips it.
+		 */
+		char *tmp = ctl_xasprintf("%s.%ld.tmp", out, (long)getpid());
+		FILE *f = fopen(tmp, "we");
+
+		if (!f) {
+			ctl_error("'%s': %s", tmp, strerror(errno));
+			rc = EXIT_FAIL;
+		} else {
+			metrics_write(f, mounts, st, n);
+			if (fflush(f) || ferror(f) || fsync(fileno(f))) {
+				ctl_error("'%s': %s", tmp, strerror(errno));
+				rc = EXIT_FAIL;
+			}
+			if (fclose(f) && !rc) {
+				ctl_error("'%s': %s", tmp, strerror(errno));
+				rc = EXIT_FAIL;
+			}
+			if (!rc && rename(tmp, out)) {
+				ctl_error("'%s': %s", out, strerror(errno));
+				rc = EXIT_FAIL;
+			}
+			if (rc)
+				unlink(tmp);
+		}
+		free(tmp);
+	}
+	for (int i = 0; i < n; i++)
+		ctl_stats_free(&st[i]);
+	free(st);
+	ctl_free_strv(mounts, n);
+	return rc;
+}

@@ -1,0 +1,339 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * tierfsctl spill, prefetch, pin, unpin: move files between tiers, or keep
+ * them where they are.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "client/ctl/ctl.h"
+
+/* progress bar thresholds for spill/prefetch/pin/unpin */
+#define PROGRESS_MIN_FILES 16
+#define PROGRESS_MIN_BYTES (256ull << 20)
+
+enum op_kind { OP_SPILL, OP_PREFETCH, OP_PIN, OP_UNPIN };
+
+struct target {
+	char *path;
+	uint64_t size;
+	int to; /* tier for spill and prefetch */
+};
+
+struct target_list {
+	struct target *t;
+	size_t n, cap;
+	uint64_t bytes;
+};
+
+static void target_add(struct target_list *l, char *path, uint64_t size,
+		       int to)
+{
+	if (l->n == l->cap) {
+		l->cap = l->cap ? 2 * l->cap : 64;
+		l->t = ctl_xrealloc(l->t, l->cap * sizeof(*l->t));
+	}
+	l->t[l->n].path = path;
+	l->t[l->n].size = size;
+	l->t[l->n].to = to;
+	l->n++;
+	l->bytes += size;
+}
+
+struct collect_walk {
+	struct target_list *l;
+	dev_t dev;
+	int to;
+};
+
+static bool collect_dir(struct target_list *l, const char *dir, dev_t dev,
+			int to);
+
+static bool collect_entry(void *ctx, char *path, const struct stat *st)
+{
+	struct collect_walk *w = ctx;
+	bool ok = true;
+
+	if (S_ISDIR(st->st_mode) && st->st_dev == w->dev) {
+		ok = collect_dir(w->l, path, w->dev, w->to);
+	} else if (S_ISREG(st->st_mode)) {
+		target_add(w->l, path, st->st_size, w->to);
+		return true;
+	}
+	free(path);
+	return ok;
+}
+
+/* Every regular file below @dir on the same mount. */
+static bool collect_dir(struct target_list *l, const char *dir, dev_t dev,
+			int to)
+{
+	struct collect_walk w = { l, dev, to };
+
+	return ctl_walk_dir(dir, collect_entry, &w);
+}
+
+struct op_opts {
+	enum op_kind kind;
+	int to; /* target tier of spill and prefetch */
+	bool to_given;
+	bool recursive;
+	bool quiet;
+	int progress; /* -1 never, 0 auto, 1 always */
+};
+
+/*
+ * Expands the PATH arguments; false when some could not be used. A plain
+ * prefetch goes to the fastest tier the file's mount has: the device, or
+ * the host on a mount without one.
+ */
+static bool collect_targets(struct target_list *l, char **paths, int n,
+			    const struct op_opts *o)
+{
+	struct ctl_dev_cache cache = { .n = 0 };
+	bool ok = true;
+
+	for (int i = 0; i < n; i++) {
+		bool has_device;
+		struct stat st;
+		int to = o->to;
+
+		if (stat(paths[i], &st)) {
+			ctl_error("'%s': %s", paths[i], strerror(errno));
+			ok = false;
+			continue;
+		}
+		if (!ctl_on_tierfs(&cache, paths[i], st.st_dev, &has_device)) {
+			ok = false;
+			continue;
+		}
+		if (o->kind == OP_PREFETCH && !o->to_given && !has_device)
+			to = TFS_TIER_HOST;
+		if (S_ISREG(st.st_mode)) {
+			target_add(l, ctl_xstrdup(paths[i]), st.st_size, to);
+		} else if (S_ISDIR(st.st_mode) && o->recursive) {
+			ok &= collect_dir(l, paths[i], st.st_dev, to);
+		} else if (S_ISDIR(st.st_mode)) {
+			ctl_op_error("'%s': %s (use -R)", paths[i],
+				     strerror(EISDIR));
+			ok = false;
+		} else {
+			ctl_op_error("'%s': not a regular file", paths[i]);
+			ok = false;
+		}
+	}
+	return ok;
+}
+
+struct progress {
+	bool on;
+	const char *verb;
+	size_t n_total;
+	uint64_t b_total;
+	double last;
+	bool drawn;
+};
+
+static void progress_draw(struct progress *p, size_t n, uint64_t b,
+			  bool force)
+{
+	char x[32], y[32];
+	double now = ctl_now_s();
+	double frac;
+	int width = 30, fill;
+
+	if (!p->on || (!force && now - p->last < 0.1))
+		return;
+	p->last = now;
+	frac = p->b_total ? (double)b / p->b_total :
+			    (p->n_total ? (double)n / p->n_total : 1);
+	fill = (int)(frac * width + 0.5);
+	fprintf(stderr, "\r%s [", p->verb);
+	for (int i = 0; i < width; i++)
+		fputc(i < fill ? '#' : ' ', stderr);
+	fprintf(stderr, "] %zu/%zu files  %s/%s\033[K", n, p->n_total,
+		ctl_fmt_bytes(x, sizeof(x), b),
+		ctl_fmt_bytes(y, sizeof(y), p->b_total));
+	fflush(stderr);
+	p->drawn = true;
+}
+
+static void progress_clear(struct progress *p)
+{
+	if (p->on && p->drawn) {
+		fputs("\r\033[K", stderr);
+		fflush(stderr);
+		p->drawn = false;
+	}
+}
+
+static int op_run(const struct op_opts *o, char **paths, int npaths)
+{
+	struct target_list l = { 0 };
+	struct progress p = { 0 };
+	size_t done = 0, moved = 0, already = 0, failed = 0;
+	uint64_t bytes = 0, moved_bytes = 0;
+	bool ok = collect_targets(&l, paths, npaths, o);
+	int to = l.n ? l.t[0].to : o->to;
+	char x[32];
+
+	p.verb = ctl_cmd_name;
+	p.n_total = l.n;
+	p.b_total = l.bytes;
+	p.on = o->progress > 0 ||
+	       (!o->progress && !o->quiet && isatty(STDERR_FILENO) &&
+		(l.n > PROGRESS_MIN_FILES || l.bytes > PROGRESS_MIN_BYTES));
+
+	for (size_t i = 0; i < l.n; i++) {
+		const char *path = l.t[i].path;
+		const char *name, *val;
+		int rc;
+
+		progress_draw(&p, done, bytes, i == 0);
+		if (o->kind == OP_SPILL || o->kind == OP_PREFETCH) {
+			int cur = ctl_get_tier(path);
+
+			/* spill never moves up, prefetch never down */
+			if (cur >= 0 && (o->kind == OP_SPILL ?
+						 cur >= l.t[i].to :
+						 cur <= l.t[i].to)) {
+				already++;
+				goto next;
+			}
+			name = TFS_XATTR_TIER;
+			val = ctl_tier_names[l.t[i].to];
+			if (l.t[i].to != to)
+				to = -1;
+		} else {
+			name = TFS_XATTR_PIN;
+			val = o->kind == OP_PIN ? "1" : "0";
+		}
+		rc = setxattr(path, name, val, strlen(val), 0);
+		if (rc) {
+			int err = errno;
+
+			progress_clear(&p);
+			ctl_op_error("'%s': %s%s", path, strerror(err),
+				     err == ENODEV ?
+					     " (the mount has no device tier)" :
+					     "");
+			failed++;
+		} else {
+			moved++;
+			moved_bytes += l.t[i].size;
+		}
+next:
+		done++;
+		bytes += l.t[i].size;
+	}
+	progress_draw(&p, done, bytes, true);
+	progress_clear(&p);
+
+	if (!o->quiet && l.n) {
+		switch (o->kind) {
+		case OP_SPILL:
+		case OP_PREFETCH:
+			printf("%s: %zu file%s (%s) moved %s%s", ctl_cmd_name,
+			       moved, moved == 1 ? "" : "s",
+			       ctl_fmt_bytes(x, sizeof(x), moved_bytes),
+			       to < 0 ? "" : "to ",
+			       to >= 0 ? ctl_tier_names[to] :
+			       o->kind == OP_SPILL ? "down" : "up");
+			if (already)
+				printf(", %zu already %s", already,
+				       o->kind == OP_SPILL ? "there or lower" :
+							     "there or higher");
+			break;
+		case OP_PIN:
+		case OP_UNPIN:
+			printf("%s: %zu file%s %s", ctl_cmd_name, moved,
+			       moved == 1 ? "" : "s",
+			       o->kind == OP_PIN ? "pinned" : "unpinned");
+			break;
+		}
+		if (failed)
+			printf(", %zu failed", failed);
+		putchar('\n');
+	}
+	for (size_t i = 0; i < l.n; i++)
+		free(l.t[i].path);
+	free(l.t);
+	return ok && !failed ? 0 : EXIT_FAIL;
+}
+
+static int cmd_op(enum op_kind kind, int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "recursive", no_argument, NULL, 'R' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "to", required_argument, NULL, OPT_TO },
+		{ "progress", no_argument, NULL, OPT_PROGRESS },
+		{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
+		{ "help", no_argument, NULL, OPT_HELP },
+		{ 0 },
+	};
+	struct op_opts o = {
+		.kind = kind,
+		.to = kind == OP_SPILL ? TFS_TIER_DISK : TFS_TIER_DEVICE,
+	};
+	int c;
+
+	while ((c = ctl_next_opt(argc, argv, ":Rq", lo)) != -1) {
+		switch (c) {
+		case 'R':
+			o.recursive = true;
+			break;
+		case 'q':
+			o.quiet = true;
+			break;
+		case OPT_TO:
+			o.to_given = true;
+			if (kind != OP_SPILL && kind != OP_PREFETCH)
+				return ctl_bad_usage(
+					"--to is for spill and prefetch");
+			o.to = ctl_tier_index(optarg, strlen(optarg));
+			if ((kind == OP_SPILL && o.to != TFS_TIER_HOST &&
+			     o.to != TFS_TIER_DISK) ||
+			    (kind == OP_PREFETCH && o.to != TFS_TIER_DEVICE &&
+			     o.to != TFS_TIER_HOST))
+				return ctl_bad_usage("cannot %s to '%s'",
+						     ctl_cmd_name, optarg);
+			break;
+		case OPT_PROGRESS:
+			o.progress = 1;
+			break;
+		case OPT_NO_PROGRESS:
+			o.progress = -1;
+			break;
+		}
+	}
+	if (optind == argc)
+		return ctl_bad_usage("no PATH given");
+	return op_run(&o, argv + optind, argc - optind);
+}
+
+int cmd_spill(int argc, char **argv)
+{
+	return cmd_op(OP_SPILL, argc, argv);
+}
+
+int cmd_prefetch(int argc, char **argv)
+{
+	return cmd_op(OP_PREFETCH, argc, argv);
+}
+
+int cmd_pin(int argc, char **argv)
+{
+	return cmd_op(OP_PIN, argc, argv);
+}
+
+int cmd_unpin(int argc, char **argv)
+{
+	return cmd_op(OP_UNPIN, argc, argv);
+}
