@@ -108,6 +108,7 @@ void tfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		pos += ent;
 	}
 out:
+	tfs_atime_note_locked(d);
 	tfs_ns_unlock();
 	fuse_reply_buf(req, buf, pos);
 }
@@ -197,6 +198,7 @@ void tfs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		used += need;
 		n++;
 	}
+	tfs_atime_note_locked(d);
 	tfs_ns_unlock();
 
 	for (k = 0; k < n; k++) {

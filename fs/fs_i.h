@@ -168,6 +168,32 @@ void *tfs_reply_buf(void);
 /* What init() asks the kernel for as max_readahead; 0 leaves it. */
 void tfs_ops_set_read_ahead(unsigned int kb);
 
+/*
+ * atime.c. A per-mount flag option: noatime, atime, relatime, strictatime,
+ * nodiratime, diratime, and ro, rw, [no]suid, [no]dev, [no]exec (which
+ * only -o remount applies). Records it, in order, and returns 0 when @name
+ * is none of them, 1 when it is and libfuse must not see it, 2 when
+ * libfuse takes it too.
+ */
+int tfs_mount_flag_option(const char *name);
+/*
+ * After mounting at @mountpoint: act on the atime options, make the
+ * kernel's flags of the mount match them, and follow later changes of
+ * those flags (a remount) in a thread. Returns 0 or -errno.
+ */
+int tfs_atime_start(const char *mountpoint);
+void tfs_atime_stop(void);
+/* A read of @i (a file's data, a directory's entries): update its atime as
+ * the mount's flags say. Caller holds ns_lock. */
+void tfs_atime_note_locked(struct tfs_inode *i);
+/*
+ * -o remount (mount.fuse3 runs "tierfs SOURCE MNT -o remount,..."): apply
+ * the per-mount flag options given to the tierfs mount at @mountpoint,
+ * whose daemon then follows them. Prints why on failure; returns 0 or
+ * -errno.
+ */
+int tfs_remount(const char *mountpoint);
+
 /* dir.c */
 void tfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void tfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

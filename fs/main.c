@@ -36,6 +36,8 @@ struct cmdline {
 	char *nonopt[2]; /* [SOURCE] MOUNTPOINT */
 	int nnonopt;
 	bool nonempty; /* -o nonempty: mount over a directory's entries */
+	bool remount; /* -o remount: change the flags of a mount */
+	char *bad_msg; /* the first unknown option's message */
 	bool bad;
 };
 
@@ -103,9 +105,12 @@ static int fuse_opt_kind(const char *name)
  * One line for an option nobody takes, with the likely one it was meant
  * to be: "-o hots_limit: unknown option, did you mean 'host_limit'?".
  */
-static void unknown_option(const char *arg)
+static void unknown_option(const char *arg, char *msg, size_t len)
 {
-	const char *extra[ARRAY_SIZE(fuse_opts) + ARRAY_SIZE(dash_opts) + 2];
+	const char *extra[ARRAY_SIZE(fuse_opts) + ARRAY_SIZE(dash_opts) + 8];
+	static const char *const own[] = { "config=", "nonempty", "relatime",
+					   "strictatime", "nodiratime",
+					   "diratime", "remount" };
 	const char *word = arg, *hint;
 	char buf[80], name[80];
 	size_t n = 0, k;
@@ -113,8 +118,8 @@ static void unknown_option(const char *arg)
 
 	for (k = 0; k < ARRAY_SIZE(fuse_opts); k++)
 		extra[n++] = fuse_opts[k];
-	extra[n++] = "config=";
-	extra[n++] = "nonempty";
+	for (k = 0; k < ARRAY_SIZE(own); k++)
+		extra[n++] = own[k];
 	/* "--hepl" is compared as "hepl" with "help", "-x" as "x". */
 	for (k = 0; dash && k < ARRAY_SIZE(dash_opts); k++)
 		extra[n++] = dash_opts[k] + strspn(dash_opts[k], "-");
@@ -123,23 +128,24 @@ static void unknown_option(const char *arg)
 	snprintf(name, sizeof(name), "%s%.*s", dash ? "" : "-o ",
 		 (int)strcspn(arg, "="), arg);
 	if (!hint) {
-		fprintf(stderr, "tierfs: %s: unknown option, see tierfs "
-				"--help\n", name);
+		snprintf(msg, len, "%s: unknown option, see tierfs --help",
+			 name);
 		return;
 	}
 	for (k = 0; k < ARRAY_SIZE(dash_opts); k++) {
 		if (!strcmp(hint, dash_opts[k] + strspn(dash_opts[k], "-"))) {
-			fprintf(stderr, "tierfs: %s: unknown option, did you "
-					"mean '%s'?\n", name, dash_opts[k]);
+			snprintf(msg, len, "%s: unknown option, did you mean "
+					   "'%s'?", name, dash_opts[k]);
 			return;
 		}
 	}
-	fprintf(stderr, "tierfs: %s: unknown option, did you mean '%s%s'?\n",
-		name, dash ? "-o " : "", hint);
+	snprintf(msg, len, "%s: unknown option, did you mean '%s%s'?", name,
+		 dash ? "-o " : "", hint);
 }
 
-/* A FUSE option as libfuse will take it, or one line saying why not. */
-static int check_fuse_opt(const char *arg, const char *name, const char *eq)
+/* A FUSE option as libfuse will take it, or in @msg why not. */
+static int check_fuse_opt(const char *arg, const char *name, const char *eq,
+			  char *msg, size_t len)
 {
 	size_t k;
 	int kind;
@@ -149,22 +155,34 @@ static int check_fuse_opt(const char *arg, const char *name, const char *eq)
 			if (!strcmp(arg, dash_opts[k]))
 				return 0;
 		}
-		unknown_option(arg);
+		unknown_option(arg, msg, len);
 		return -EINVAL;
 	}
 	kind = fuse_opt_kind(name);
 	if (kind < 0) {
-		unknown_option(arg);
+		unknown_option(arg, msg, len);
 		return -EINVAL;
 	}
 	if (kind && (!eq || !eq[1])) {
-		fprintf(stderr, "tierfs: -o %s: needs a value\n", name);
+		snprintf(msg, len, "-o %s: needs a value", name);
 		return -EINVAL;
 	}
 	if (!kind && eq) {
-		fprintf(stderr, "tierfs: -o %s: takes no value\n", name);
+		snprintf(msg, len, "-o %s: takes no value", name);
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/*
+ * An option nobody takes, kept for after parsing: mount.fuse3 hands a
+ * remount every option of the mount, the kernel's user_id= among them,
+ * and a remount only looks at the per-mount flags.
+ */
+static int bad_option(struct cmdline *c, const char *msg)
+{
+	if (!c->bad_msg)
+		c->bad_msg = strdup(msg);
 	return 0;
 }
 
@@ -173,7 +191,8 @@ static int opt_proc(void *data, const char *arg, int key,
 {
 	struct cmdline *c = data;
 	const char *eq;
-	char *name;
+	char *name, msg[256];
+	int kind, rc;
 
 	if (key == FUSE_OPT_KEY_NONOPT) {
 		if (c->nnonopt == 2) {
@@ -196,10 +215,8 @@ static int opt_proc(void *data, const char *arg, int key,
 		return -1;
 	if (arg[0] == '-') {
 		free(name);
-		if (check_fuse_opt(arg, NULL, NULL)) {
-			c->bad = true;
-			return -1;
-		}
+		if (check_fuse_opt(arg, NULL, NULL, msg, sizeof(msg)))
+			return bad_option(c, msg);
 		return 1;
 	}
 	if (!strcmp(name, "config")) {
@@ -245,12 +262,20 @@ static int opt_proc(void *data, const char *arg, int key,
 		c->nonempty = true;
 		return 0;
 	}
-	if (check_fuse_opt(arg, name, eq)) {
+	if (!strcmp(arg, "remount")) {
 		free(name);
-		c->bad = true;
-		return -1;
+		c->remount = true;
+		return 0;
 	}
+	kind = eq ? 0 : tfs_mount_flag_option(arg);
+	if (kind) {
+		free(name);
+		return kind == 2;
+	}
+	rc = check_fuse_opt(arg, name, eq, msg, sizeof(msg));
 	free(name);
+	if (rc)
+		return bad_option(c, msg);
 	return 1;
 }
 
@@ -264,6 +289,7 @@ static void cmdline_free(struct cmdline *c)
 	}
 	free(c->ov);
 	free(c->config);
+	free(c->bad_msg);
 	free(c->nonopt[0]);
 	free(c->nonopt[1]);
 }
@@ -475,6 +501,9 @@ static void usage(const char *prog)
 	       "    -s                     single-threaded\n"
 	       "    -o config=FILE         read FILE instead of %s\n"
 	       "    -o nonempty            mount over a directory that is not empty\n"
+	       "    -o noatime|relatime|strictatime, -o nodiratime\n"
+	       "                           when reads update access times\n"
+	       "                           (default: relatime)\n"
 	       "\n"
 	       "Configuration (also [section] key in the config file):\n",
 	       prog, prog, TFS_DEFAULT_CONFIG);
@@ -538,6 +567,10 @@ int main(int argc, char **argv)
 
 	if (fuse_opt_parse(&args, &cl, NULL, opt_proc) || cl.bad)
 		goto out_args;
+	if (cl.bad_msg && !cl.remount) {
+		fprintf(stderr, "tierfs: %s\n", cl.bad_msg);
+		goto out_args;
+	}
 	if (fuse_parse_cmdline(&args, &opts))
 		goto out_args;
 	if (opts.show_help) {
@@ -570,6 +603,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tierfs: bad mount point '%s': %s\n",
 			cl.nonopt[cl.nnonopt - 1], strerror(errno));
 		goto out_opts;
+	}
+	if (cl.remount) {
+		ret = tfs_remount(mountpoint) ? 1 : 0;
+		goto out_cfg;
 	}
 	err[0] = '\0';
 	rc = load_config(&cfg, mountpoint, err, sizeof(err));
@@ -643,6 +680,11 @@ int main(int argc, char **argv)
 	}
 	mounted = true;
 	tfs_set_read_ahead(mountpoint, cfg.fs.read_ahead_kb);
+	rc = tfs_atime_start(mountpoint);
+	if (rc) {
+		fail("cannot start the atime thread: %s", strerror(-rc));
+		goto out_session;
+	}
 	rc = tfs_sighup_start(reload);
 	if (rc) {
 		fail("cannot start the reload thread: %s", strerror(-rc));
@@ -679,6 +721,7 @@ int main(int argc, char **argv)
 out_hup:
 	tfs_sighup_stop();
 out_session:
+	tfs_atime_stop();
 	if (mounted)
 		fuse_session_unmount(tfs.se);
 	if (handlers)

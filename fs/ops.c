@@ -802,16 +802,10 @@ static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 }
 
-/* relatime: enough for "was it read since it was written". */
 static void note_read(struct tfs_inode *i)
 {
-	struct timespec now;
-
-	tfs_now(&now);
 	tfs_ns_lock();
-	if (i->atime.tv_sec <= i->mtime.tv_sec ||
-	    now.tv_sec - i->atime.tv_sec >= 24 * 3600)
-		i->atime = now;
+	tfs_atime_note_locked(i);
 	tfs_ns_unlock();
 }
 

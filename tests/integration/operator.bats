@@ -280,3 +280,120 @@ with open(sys.argv[2], \"a\") as out:
 	[ ! -s "$TFS_TMP/out" ]
 	grep -q "tierfs\[[0-9]*\]: mounted on '$MNT'" "$TFS_TMP/got.log"
 }
+
+OLD=946684800 # 2000-01-01 00:00:00 UTC
+
+# aged PATH: set PATH's atime back to 2000.
+aged() {
+	touch -a -d @$OLD "$1"
+}
+
+atime() {
+	stat -c %X "$1"
+}
+
+atime_ns() {
+	stat -c %.9X "$1"
+}
+
+@test "relatime by default: a read updates an atime older than the mtime, once" {
+	tfs_mount
+	echo data >"$MNT/f"
+	mkdir "$MNT/d"
+	aged "$MNT/f"
+	aged "$MNT/d"
+	cat "$MNT/f" >/dev/null
+	[ "$(atime "$MNT/f")" -gt $OLD ]
+	local first
+	first=$(atime_ns "$MNT/f")
+	cat "$MNT/f" >/dev/null
+	[ "$(atime_ns "$MNT/f")" = "$first" ]
+	# Directory reads count too.
+	ls "$MNT/d" >/dev/null
+	[ "$(atime "$MNT/d")" -gt $OLD ]
+	grep " $MNT " /proc/mounts | grep -q relatime
+}
+
+@test "noatime: reads and directory reads leave atime alone" {
+	tfs_mount -o noatime
+	echo data >"$MNT/f"
+	mkdir "$MNT/d"
+	aged "$MNT/f"
+	aged "$MNT/d"
+	cat "$MNT/f" >/dev/null
+	ls "$MNT/d" >/dev/null
+	[ "$(atime "$MNT/f")" -eq $OLD ]
+	[ "$(atime "$MNT/d")" -eq $OLD ]
+	grep " $MNT " /proc/mounts | grep -q noatime
+	# Writes still set mtime, and an explicit touch still sets atime.
+	touch -a "$MNT/f"
+	[ "$(atime "$MNT/f")" -gt $OLD ]
+}
+
+@test "strictatime: every read updates atime" {
+	tfs_mount -o strictatime
+	echo data >"$MNT/f"
+	cat "$MNT/f" >/dev/null
+	local first
+	first=$(atime_ns "$MNT/f")
+	cat "$MNT/f" >/dev/null
+	[ "$(atime_ns "$MNT/f")" != "$first" ]
+	# The kernel's flags say the same: neither relatime nor noatime.
+	wait_for eval "! grep ' $MNT ' /proc/mounts | grep -qE 'relatime|noatime'"
+}
+
+@test "nodiratime: directory reads leave atime, file reads do not" {
+	tfs_mount -o nodiratime
+	echo data >"$MNT/f"
+	mkdir "$MNT/d"
+	aged "$MNT/f"
+	aged "$MNT/d"
+	ls "$MNT/d" >/dev/null
+	cat "$MNT/f" >/dev/null
+	[ "$(atime "$MNT/d")" -eq $OLD ]
+	[ "$(atime "$MNT/f")" -gt $OLD ]
+	wait_for eval "grep ' $MNT ' /proc/mounts | grep -q nodiratime"
+}
+
+# read_keeps_atime: after aging f, a read leaves its atime (noatime).
+read_keeps_atime() {
+	aged "$MNT/f"
+	cat "$MNT/f" >/dev/null
+	[ "$(atime "$MNT/f")" -eq $OLD ]
+}
+
+# read_moves_atime: a second read changes the atime (strictatime).
+read_moves_atime() {
+	local first
+	cat "$MNT/f" >/dev/null
+	first=$(atime_ns "$MNT/f")
+	cat "$MNT/f" >/dev/null
+	[ "$(atime_ns "$MNT/f")" != "$first" ]
+}
+
+@test "a remount changes the atime flags of the running mount" {
+	tfs_mount
+	echo data >"$MNT/f"
+	! read_keeps_atime
+	mount -o remount,bind,noatime "$MNT"
+	wait_for read_keeps_atime
+	grep -q "atime: the mount is now noatime" "$LOG"
+
+	# mount -o remount through mount.fuse3, which runs "tierfs none MNT
+	# -o remount,..." with every option of the mount, as mount(8) does.
+	command -v mount.fuse3 >/dev/null || skip "no mount.fuse3"
+	mkdir -p "$TFS_TMP/bin"
+	ln -s "$(readlink -f "$TIERFS_BIN")" "$TFS_TMP/bin/tierfs"
+	run env PATH="$TFS_TMP/bin:$PATH" mount.fuse3 none "$MNT" -t tierfs \
+		-o "rw,nosuid,nodev,noatime,remount,strictatime,user_id=0,group_id=0,default_permissions"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ -z "$output" ]
+	wait_for read_moves_atime
+	[ "$(grep -c " $MNT fuse.tierfs " /proc/mounts)" -eq 1 ]
+	# Not on something that is not a tierfs mount.
+	run env PATH="$TFS_TMP/bin:$PATH" mount.fuse3 none "$SPILL" -t tierfs \
+		-o remount,noatime
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"tierfs: $SPILL: not a tierfs mount, nothing to remount"* ]]
+}
