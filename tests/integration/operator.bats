@@ -397,3 +397,74 @@ read_moves_atime() {
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"tierfs: $SPILL: not a tierfs mount, nothing to remount"* ]]
 }
+
+@test "meson install puts every file that the unit and the man pages name" {
+	command -v meson >/dev/null || skip "no meson"
+	local dest=$TFS_TMP/dest unit exe e m name sec p
+	run meson install -C "$TFS_BUILD" --no-rebuild --quiet --destdir "$dest"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	# The build's own layout.
+	eval "$(meson introspect --buildoptions "$TFS_BUILD" | python3 -c '
+import json, sys
+o = {x["name"]: x["value"] for x in json.load(sys.stdin)}
+pre = o["prefix"]
+def abs_(k):
+    v = o[k]
+    return v if v.startswith("/") else pre + "/" + v
+print("prefix=%s sbindir=%s mandir=%s sysconfdir=%s unitdir=%s" % (
+    pre, abs_("sbindir"), abs_("mandir"), abs_("sysconfdir"),
+    o["systemdunitdir"] or pre + "/lib/systemd/system"))')"
+	unit=$dest$unitdir/tierfs.service
+	[ -f "$unit" ]
+
+	# The unit runs the daemon where it was installed...
+	exe=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$unit")
+	[ "$exe" = "$sbindir/tierfs" ]
+	[ -x "$dest$exe" ]
+	# ...with the system's own tools for the rest...
+	for e in $(sed -n 's/^Exec[A-Za-z]*=-\{0,1\}\([^ ]*\).*/\1/p' "$unit"); do
+		echo "$e"
+		[ "$e" = "$exe" ] || [ -x "$e" ]
+	done
+	# ...needs no config file that nothing installs (tierfs reads
+	# /etc/tierfs.conf only when it exists)...
+	if grep -q 'config=' "$unit"; then
+		p=$(sed -n 's/.*config=\([^ ,]*\).*/\1/p' "$unit")
+		[ -f "$dest$p" ]
+	fi
+	# ...and its documentation is installed.
+	for m in $(sed -n 's/^Documentation=//p' "$unit"); do
+		name=${m#man:}
+		sec=${name#*(}
+		sec=${sec%)}
+		echo "$dest$mandir/man$sec/${name%%(*}.$sec"
+		[ -f "$dest$mandir/man$sec/${name%%(*}.$sec" ]
+	done
+
+	# Every path under the prefix the man pages name exists.
+	for p in $(grep -ohE "$prefix/[A-Za-z0-9_./-]*[A-Za-z0-9_]" "$dest$mandir"/man*/*); do
+		echo "$p"
+		[ -e "$dest$p" ]
+	done
+	# Where tierfs(8) says meson install puts tierfs, and the unit.
+	p=$(grep -A2 '^\.B meson install$' "$dest$mandir/man8/tierfs.8" |
+		sed -n 's/^puts it in \.IR* \([^ ]*\).*/\1/p; s/^\.IR* \([^ ]*\).*/\1/p' | head -1)
+	echo "tierfs(8) says: $p"
+	[ -x "$dest$p/tierfs" ]
+	grep -q "$unitdir/tierfs.service" "$dest$mandir/man8/tierfs.8"
+	# tierfs.conf(5): the example in the configuration directory.
+	[ -f "$dest$sysconfdir/tierfs.conf.example" ]
+
+	# systemd's own check, with the installed tree where the unit looks
+	# for it (a private mount namespace; the prefix is hidden from nobody
+	# else).
+	if command -v systemd-analyze >/dev/null && command -v unshare >/dev/null; then
+		run unshare -m --propagation private sh -c \
+			'mount --bind "$1$2" "$2" && systemd-analyze verify "$3"' \
+			sh "$dest" "$prefix" "$unitdir/tierfs.service"
+		echo "$output"
+		[ "$status" -eq 0 ]
+		[ -z "$output" ]
+	fi
+}
