@@ -468,3 +468,75 @@ print("prefix=%s sbindir=%s mandir=%s sysconfdir=%s unitdir=%s" % (
 		[ -z "$output" ]
 	fi
 }
+
+@test "the quick start mounts, says where the programs are, and how to unmount" {
+	run "$SRC/scripts/quickstart" --build "$TFS_BUILD" "$MNT" \
+		-o "disk_path=$SPILL,log_file=$TFS_TMP/daemon.log"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	TFS_PID=$(tfs_stat pid)
+	[[ "$output" == *"tierfs is mounted at $MNT"* ]]
+	# Each program on PATH, or its exact path, which runs.
+	local prog path
+	for prog in tierfs tierfsctl; do
+		if path=$(command -v $prog); then
+			continue
+		fi
+		path=$(sed -n "s/^$prog is not on PATH; run it as //p" <<<"$output")
+		[ -n "$path" ]
+		"$path" --version
+	done
+	[ "${lines[-1]}" = "unmount with: fusermount3 -u $MNT" ]
+
+	# A second run reuses the mount and says so.
+	run "$SRC/scripts/quickstart" --build "$TFS_BUILD" "$MNT"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = "reusing the tierfs already mounted at $MNT (pid $TFS_PID); its options stay as they are" ]
+	[ "$(grep -c " $MNT fuse.tierfs " /proc/mounts)" -eq 1 ]
+	[ "${lines[-1]}" = "unmount with: fusermount3 -u $MNT" ]
+	# The command it prints works.
+	fusermount3 -u "$MNT"
+	! mountpoint -q "$MNT"
+}
+
+@test "apt-get-wait waits for another apt's lock instead of failing" {
+	command -v apt-get >/dev/null || skip "no apt-get"
+	dpkg-query -W -f='${Status}' attr | grep -q 'install ok installed' ||
+		skip "attr is not installed"
+	# Private copies of apt's lock files, in a mount namespace of its
+	# own: the machine's apt and dpkg are not held up.
+	in_private_ns '
+		for f in /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock \
+			/var/cache/apt/archives/lock /var/lib/apt/lists/lock; do
+			[ -e "$f" ] || continue
+			p=$TFS_TMP/$(echo "$f" | tr / _)
+			: >"$p"
+			mount --bind "$p" "$f"
+		done
+		python3 -c "
+import fcntl, os, sys, time
+f = open(\"/var/lib/dpkg/lock-frontend\", \"w\")
+fcntl.lockf(f, fcntl.LOCK_EX)
+open(sys.argv[1], \"w\").close()
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.05)
+" "$TFS_TMP/held" "$TFS_TMP/release" &
+		holder=$!
+		for i in $(seq 200); do [ -e "$TFS_TMP/held" ] && break; sleep 0.05; done
+		cd "'"$SRC"'"
+		scripts/apt-get-wait install -y attr >"$TFS_TMP/apt.out" \
+			2>"$TFS_TMP/apt.err" &
+		apt=$!
+		for i in $(seq 400); do
+			grep -q "Waiting for cache lock" "$TFS_TMP/apt.err" && break
+			kill -0 $apt 2>/dev/null || break
+			sleep 0.05
+		done
+		kill -0 $apt  # still waiting, not failed
+		touch "$TFS_TMP/release"
+		wait $holder
+		wait $apt
+	' || { cat "$TFS_TMP/apt.err" >&2; false; }
+	grep -q "attr is already the newest version" "$TFS_TMP/apt.out"
+}
