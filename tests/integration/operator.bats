@@ -540,3 +540,14 @@ while not os.path.exists(sys.argv[2]):
 	' || { cat "$TFS_TMP/apt.err" >&2; false; }
 	grep -q "attr is already the newest version" "$TFS_TMP/apt.out"
 }
+
+@test "the README and tierfsctl(1) write metrics to the same file" {
+	local readme man
+	readme=$(grep -oE '/var/lib/[^ ]*\.prom' "$SRC/README.md" | sort -u)
+	man=$(sed 's/\\-/-/g' "$SRC/man/tierfsctl.1" |
+		grep -oE '/var/lib/[^ ]*\.prom' | sort -u)
+	echo "README: $readme"
+	echo "tierfsctl(1): $man"
+	[ -n "$readme" ]
+	[ "$readme" = "$man" ]
+}
