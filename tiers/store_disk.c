@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * A buffer's disk copy: spilling a whole buffer, and reading and writing one
+ * too large for host memory in place through a one-chunk write cache.
+ * b->lock is held for writing unless a function says otherwise.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tiers/store_i.h"
+
+/* Read one chunk of the buffer's fastest copy into @dst (chunk_size). */
+static int read_top_chunk(struct tier_buf *b, uint64_t idx, void *dst,
+			  size_t *lenp)
+{
+	struct tier_store *s = b->s;
+	uint64_t off = idx * s->chunk_size;
+	size_t len = b->size - off < s->chunk_size ? b->size - off :
+						      s->chunk_size;
+
+	*lenp = len;
+	if (b->dmem)
+		return s->dev->ops->read(s->dev, b->dmem, dst, len, off);
+	st_host_read(b, dst, len, off);
+	return 0;
+}
+
+static bool is_hole(struct tier_buf *b, uint64_t idx)
+{
+	return !b->dmem && (idx >= b->nchunks || !b->chunks[idx]);
+}
+
+/* Write a full disk copy from the device or host copy. */
+int st_disk_spill(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	uint64_t n = st_nchunks_for(s, b->size);
+	void *scratch[SPILL_BATCH] = { NULL };
+	int rc = 0;
+
+	if (b->dobj)
+		return 0;
+	rc = tier_dobj_create(s->disk, b->id, &b->dobj);
+	if (rc)
+		return rc;
+	/*
+	 * A run of up to SPILL_BATCH chunks is compressed in parallel on the
+	 * disk tier's pool: straight from the host copy, or from the device
+	 * through as many staging chunks.
+	 */
+	for (uint64_t i = 0; i < n;) {
+		const void *srcs[SPILL_BATCH];
+		size_t lens[SPILL_BATCH], room = 0, k = 0;
+
+		if (is_hole(b, i)) {
+			i++;
+			continue;
+		}
+		do {
+			uint64_t off = (i + k) * s->chunk_size;
+
+			lens[k] = b->size - off < s->chunk_size ?
+					  b->size - off : s->chunk_size;
+			if (b->dmem) {
+				if (!scratch[k] &&
+				    !(scratch[k] = host_chunk_get(s->pool))) {
+					rc = -ENOMEM;
+					goto out;
+				}
+				rc = read_top_chunk(b, i + k, scratch[k],
+						    &lens[k]);
+				if (rc)
+					goto out;
+				srcs[k] = scratch[k];
+			} else {
+				srcs[k] = b->chunks[i + k];
+			}
+			room += lens[k] + DISK_CHUNK_OVERHEAD;
+			k++;
+		} while (k < SPILL_BATCH && i + k < n && !is_hole(b, i + k));
+		uint64_t before = tier_dobj_stored(b->dobj);
+
+		rc = st_reserve(b, TFS_TIER_DISK, room);
+		if (rc)
+			goto out;
+		rc = k == 1 ? tier_dobj_write_chunk(s->disk, b->dobj, i,
+						    srcs[0], lens[0]) :
+			      tier_dobj_write_chunks(s->disk, b->dobj, i, srcs,
+						     lens, k);
+		int64_t grew = (int64_t)(tier_dobj_stored(b->dobj) - before);
+
+		st_unreserve(b, TFS_TIER_DISK, room);
+		pthread_mutex_lock(&s->lock);
+		st_charge(s, b, TFS_TIER_DISK, grew);
+		for (size_t j = 0; !rc && j < k; j++)
+			s->use[TFS_TIER_DISK].written_bytes += lens[j];
+		pthread_mutex_unlock(&s->lock);
+		if (rc)
+			goto out;
+		i += k;
+	}
+out:
+	for (int k = 0; k < SPILL_BATCH; k++)
+		host_chunk_put(s->pool, scratch[k]);
+	if (rc) {
+		tier_dobj_destroy(s->disk, b->dobj);
+		b->dobj = NULL;
+		st_uncharge_all(b, TFS_TIER_DISK);
+	}
+	return rc;
+}
+
+/* Drop the write cache without writing it. */
+void st_wc_free(struct tier_buf *b)
+{
+	if (b->wc_reserved)
+		st_unreserve(b, TFS_TIER_DISK,
+			     b->s->chunk_size + DISK_CHUNK_OVERHEAD);
+	free(b->wc);
+	b->wc = NULL;
+	b->wc_dirty = false;
+	b->wc_reserved = false;
+}
+
+void st_disk_drop(struct tier_buf *b)
+{
+	if (!b->dobj)
+		return;
+	st_wc_free(b);
+	tier_dobj_destroy(b->s->disk, b->dobj);
+	b->dobj = NULL;
+	st_uncharge_all(b, TFS_TIER_DISK);
+}
+
+int st_wc_flush(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	uint64_t off = b->wc_idx * s->chunk_size;
+	size_t len;
+	int rc;
+
+	if (!b->wc || !b->wc_dirty)
+		return 0;
+	len = b->size - off < s->chunk_size ? b->size - off : s->chunk_size;
+	uint64_t before = tier_dobj_stored(b->dobj);
+
+	/* st_wc_load() already charged the room this write may take. */
+	rc = tier_dobj_write_chunk(s->disk, b->dobj, b->wc_idx, b->wc, len);
+	pthread_mutex_lock(&s->lock);
+	st_charge(s, b, TFS_TIER_DISK,
+		  (int64_t)(tier_dobj_stored(b->dobj) - before));
+	if (!rc)
+		s->use[TFS_TIER_DISK].written_bytes += len;
+	pthread_mutex_unlock(&s->lock);
+	if (!rc)
+		b->wc_dirty = false;
+	return rc;
+}
+
+/* Load chunk @idx of the disk copy into the write cache. */
+int st_wc_load(struct tier_buf *b, uint64_t idx)
+{
+	struct tier_store *s = b->s;
+	int rc;
+
+	if (b->wc && b->wc_idx == idx)
+		return 0;
+	if ((rc = st_wc_flush(b)))
+		return rc;
+	/* Charge the room the chunk may take now, so that a full disk
+	 * fails this write rather than a later flush. */
+	if (!b->wc_reserved) {
+		rc = st_reserve(b, TFS_TIER_DISK,
+				s->chunk_size + DISK_CHUNK_OVERHEAD);
+		if (rc)
+			return rc;
+		b->wc_reserved = true;
+	}
+	if (!b->wc && !(b->wc = malloc(s->chunk_size))) {
+		st_wc_free(b);
+		return -ENOMEM;
+	}
+	rc = tier_dobj_read(s->disk, b->dobj, b->wc, s->chunk_size,
+			    idx * s->chunk_size);
+	if (rc) {
+		st_wc_free(b);
+		return rc;
+	}
+	b->wc_idx = (uint32_t)idx;
+	return 0;
+}
+
+/* Read from the disk copy, seeing the write cache; b->lock held. */
+int st_disk_read(struct tier_buf *b, void *dst, size_t len, uint64_t off)
+{
+	struct tier_store *s = b->s;
+	int rc = tier_dobj_read(s->disk, b->dobj, dst, len, off);
+
+	if (rc || !b->wc)
+		return rc;
+	uint64_t lo = b->wc_idx * s->chunk_size, hi = lo + s->chunk_size;
+
+	if (off < hi && off + len > lo) {
+		uint64_t a = off > lo ? off : lo;
+		uint64_t e = off + len < hi ? off + len : hi;
+
+		memcpy((char *)dst + (a - off), (char *)b->wc + (a - lo),
+		       e - a);
+	}
+	return 0;
+}
+
+/* Write into the disk copy in place, one chunk at a time. */
+ssize_t st_disk_write(struct tier_buf *b, const char *src, size_t len,
+		      uint64_t off)
+{
+	struct tier_store *s = b->s;
+	size_t done = 0;
+
+	while (done < len) {
+		uint64_t idx = (off + done) / s->chunk_size;
+		size_t in = (off + done) % s->chunk_size;
+		size_t n = s->chunk_size - in;
+		int rc;
+
+		if (n > len - done)
+			n = len - done;
+		rc = st_wc_load(b, idx);
+		if (rc)
+			return done ? (ssize_t)done : rc;
+		memcpy((char *)b->wc + in, src + done, n);
+		b->wc_dirty = true;
+		if (off + done + n > b->size)
+			b->size = off + done + n;
+		/* A finished chunk goes to disk now, so that a full disk
+		 * fails this write rather than the close. */
+		if (in + n == s->chunk_size && (rc = st_wc_flush(b)))
+			return done ? (ssize_t)done : rc;
+		done += n;
+	}
+	return (ssize_t)done;
+}

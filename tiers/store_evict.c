@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * Accounting and moves between tiers: what each buffer and tier is charged,
+ * the policy's lists, making room by evicting the coldest buffers (in the
+ * caller when an allocation does not fit, in the spiller thread above the
+ * high watermark), and bringing a buffer up as unspill asks.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sys/statvfs.h>
+#include <time.h>
+
+#include "tiers/store_i.h"
+
+static bool movable(const struct tier_buf *b)
+{
+	return !b->pins && !b->nleases && !b->dead;
+}
+
+/* Link @b into the lists of the tiers it has a copy in, if it may move. */
+void st_sync_links(struct tier_store *s, struct tier_buf *b)
+{
+	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+		if (movable(b) && (b->present & (1u << t)) &&
+		    t != TFS_TIER_DISK)
+			pol_insert(&s->pol, t, &b->pi);
+		else
+			pol_remove(&s->pol, t, &b->pi);
+	}
+}
+
+void st_charge(struct tier_store *s, struct tier_buf *b, int t,
+	       int64_t delta)
+{
+	b->charged[t] += (uint64_t)delta;
+	s->use[t].used += (uint64_t)delta;
+}
+
+static bool over_high(struct tier_store *s, int t)
+{
+	struct tier_usage *u = &s->use[t];
+
+	return u->limit && (double)u->used > s->high_wm * (double)u->limit;
+}
+
+/* Copy the [B] state that stat and the scan need into [S] mirrors. Called
+ * with b->lock held for writing, takes s->lock. */
+void st_publish(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	uint8_t present = 0;
+
+	if (b->dmem)
+		present |= 1u << TFS_TIER_DEVICE;
+	if (b->has_host)
+		present |= 1u << TFS_TIER_HOST;
+	if (b->dobj)
+		present |= 1u << TFS_TIER_DISK;
+	pthread_mutex_lock(&s->lock);
+	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+		if ((present ^ b->present) & (1u << t))
+			s->use[t].buffers += (present & (1u << t)) ? 1 : -1;
+	}
+	b->present = present;
+	b->staging = b->dirty;
+	s->logical += b->size - b->pi.size;
+	b->pi.size = b->size;
+	st_sync_links(s, b);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void st_uncharge_all(struct tier_buf *b, int t)
+{
+	struct tier_store *s = b->s;
+
+	pthread_mutex_lock(&s->lock);
+	st_charge(s, b, t, -(int64_t)b->charged[t]);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void st_count_move(struct tier_store *s, int from, int to, uint64_t bytes)
+{
+	pthread_mutex_lock(&s->lock);
+	if (to > from) {
+		s->use[from].spills++;
+		s->use[from].spill_bytes += bytes;
+	} else {
+		s->use[to].unspills++;
+		s->use[to].unspill_bytes += bytes;
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+static int evict_copy(struct tier_buf *v, int t);
+
+void st_count_written(struct tier_store *s, int t, uint64_t bytes)
+{
+	pthread_mutex_lock(&s->lock);
+	s->use[t].written_bytes += bytes;
+	pthread_mutex_unlock(&s->lock);
+}
+
+/*
+ * Evict until tier @t uses at most @goal bytes. Called and returns with
+ * s->lock held; drops it while a victim moves. Returns 0, or -ENOSPC when
+ * nothing more can move.
+ */
+int st_shrink(struct tier_store *s, int t, uint64_t goal,
+	      struct tier_buf *self)
+{
+	struct pol_item *prev = NULL;
+	/* First pass: leave buffers being written alone. Spilling one that
+	 * is half written costs its writer a fetch back or a write on disk,
+	 * while a placed buffer's lower copy is often clean already. */
+	bool take_staging = false;
+
+	while (s->use[t].used > goal) {
+		struct pol_item *it = pol_victim(&s->pol, t, prev);
+
+		if (!it && !take_staging) {
+			take_staging = true;
+			prev = NULL;
+			continue;
+		}
+		if (!it) {
+			s->evict_failures++;
+			return -ENOSPC;
+		}
+		struct tier_buf *v = (struct tier_buf *)it;
+
+		/* An empty buffer frees nothing; skip it rather than write an
+		 * empty spill file. */
+		if (v == self || !v->charged[t] || v->io_refs ||
+		    (v->staging && !take_staging) ||
+		    pthread_rwlock_trywrlock(&v->lock)) {
+			prev = it;
+			continue;
+		}
+		uint64_t before = s->use[t].used;
+
+		pthread_mutex_unlock(&s->lock);
+		int rc = evict_copy(v, t);
+		pthread_mutex_lock(&s->lock);
+		if (!rc && s->use[t].used >= before)
+			rc = -EAGAIN;
+		/* Unlocking under s->lock keeps @v alive: destroy marks it
+		 * dead under s->lock before it waits for v->lock. */
+		pthread_rwlock_unlock(&v->lock);
+		if (rc < 0) {
+			if (v->dead || !pol_linked(&v->pi, t))
+				prev = NULL;
+			else
+				prev = it;
+			continue;
+		}
+		prev = NULL;
+	}
+	return 0;
+}
+
+/*
+ * The disk tier's limit is ours; the filesystem under it may be shared and
+ * fill up first. Asking it before each chunk turns that into ENOSPC for the
+ * write that needs the room instead of a failed spill later.
+ */
+static bool disk_has_room(struct tier_store *s, uint64_t bytes)
+{
+	struct statvfs sv;
+
+	if (statvfs(s->disk_path, &sv))
+		return true; /* let the write itself report the error */
+	return (uint64_t)sv.f_bavail * sv.f_frsize >= bytes;
+}
+
+/* Charge @bytes to @b in tier @t, evicting others first if needed. */
+int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
+{
+	struct tier_store *s = b->s;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	uint64_t limit = s->use[t].limit;
+
+	if (bytes > limit) {
+		rc = -ENOSPC;
+	} else if (t == TFS_TIER_DISK && !disk_has_room(s, bytes)) {
+		rc = -ENOSPC;
+	} else if (s->use[t].used + bytes > limit) {
+		if (t == TFS_TIER_DISK)
+			rc = -ENOSPC;
+		else
+			rc = st_shrink(s, t, limit - bytes, b);
+	}
+	if (!rc) {
+		st_charge(s, b, t, (int64_t)bytes);
+		if (over_high(s, t))
+			pthread_cond_signal(&s->spill_wake);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+void st_unreserve(struct tier_buf *b, int t, uint64_t bytes)
+{
+	struct tier_store *s = b->s;
+
+	pthread_mutex_lock(&s->lock);
+	st_charge(s, b, t, -(int64_t)bytes);
+	pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t st_tier_limit(struct tier_store *s, int t)
+{
+	pthread_mutex_lock(&s->lock);
+	uint64_t l = s->use[t].limit;
+	pthread_mutex_unlock(&s->lock);
+	return l;
+}
+
+uint64_t st_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void st_touch(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+
+	pthread_mutex_lock(&s->lock);
+	pol_touch(&s->pol, &b->pi, st_now_ns());
+	pthread_mutex_unlock(&s->lock);
+}
+
+int st_top_tier(struct tier_buf *b)
+{
+	if (b->dmem)
+		return TFS_TIER_DEVICE;
+	if (b->has_host || !b->dobj)
+		return TFS_TIER_HOST;
+	return TFS_TIER_DISK;
+}
+
+/*
+ * Evict @v's copy in tier @t: free it when a lower copy exists, else write
+ * the next lower tier that takes it first. Called with v->lock held for
+ * writing and s->lock not held.
+ */
+static int evict_copy(struct tier_buf *v, int t)
+{
+	struct tier_store *s = v->s;
+	int rc = 0;
+
+	if (t == TFS_TIER_DEVICE && v->dmem) {
+		if (!v->has_host && !v->dobj) {
+			rc = -ENOSPC;
+			if (v->size <= st_tier_limit(s, TFS_TIER_HOST))
+				rc = st_host_fetch(v);
+			if (rc)
+				rc = st_disk_spill(v);
+		}
+		if (!rc) {
+			st_dev_drop(v);
+			st_count_move(s, TFS_TIER_DEVICE, TFS_TIER_HOST,
+				      v->size);
+		}
+	} else if (t == TFS_TIER_HOST && v->has_host) {
+		if (!v->dmem && !v->dobj)
+			rc = st_disk_spill(v);
+		if (!rc) {
+			st_host_drop(v);
+			st_count_move(s, TFS_TIER_HOST, TFS_TIER_DISK, v->size);
+		}
+	}
+	st_publish(v);
+	return rc;
+}
+
+/* The tier a read should bring @b up to, or -1 to leave it. */
+int st_unspill_target(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	int top = st_top_tier(b);
+
+	pthread_mutex_lock(&s->lock);
+	enum cfg_unspill u = s->unspill;
+	uint64_t dlim = s->use[TFS_TIER_DEVICE].limit;
+	uint64_t hlim = s->use[TFS_TIER_HOST].limit;
+	bool movable_b = movable(b);
+	pthread_mutex_unlock(&s->lock);
+
+	if (u == CFG_UNSPILL_NONE || !movable_b)
+		return -1;
+	if (u == CFG_UNSPILL_DEVICE && s->dev &&
+	    b->size <= dlim / PROMOTE_SHARE && top != TFS_TIER_DEVICE)
+		return TFS_TIER_DEVICE;
+	if (top == TFS_TIER_DISK &&
+	    st_host_bytes_for(s, b->size) <= hlim / PROMOTE_SHARE)
+		return TFS_TIER_HOST;
+	return -1;
+}
+
+/* Bring @b up to tier @t, keeping lower copies as clean copies. */
+int st_promote(struct tier_buf *b, int t)
+{
+	struct tier_store *s = b->s;
+	int rc = 0;
+
+	if (b->wc && (rc = st_wc_flush(b)))
+		return rc;
+	if (st_top_tier(b) == TFS_TIER_DISK &&
+	    st_host_bytes_for(s, b->size) <=
+		    st_tier_limit(s, TFS_TIER_HOST) / PROMOTE_SHARE) {
+		rc = st_host_fetch(b);
+		if (rc && t == TFS_TIER_HOST)
+			return rc;
+	}
+	if (t == TFS_TIER_DEVICE && !b->dmem) {
+		rc = st_dev_fill(b);
+		if (!rc)
+			st_count_move(s, TFS_TIER_HOST, TFS_TIER_DEVICE,
+				      b->size);
+	}
+	return rc;
+}
+
+void *st_spiller_main(void *arg)
+{
+	struct tier_store *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	while (!s->stop) {
+		bool work = false;
+
+		for (int t = TFS_TIER_DEVICE; t < TFS_TIER_DISK; t++) {
+			if (!over_high(s, t))
+				continue;
+			uint64_t goal = (uint64_t)(s->target *
+						   (double)s->use[t].limit);
+
+			/* When nothing more can move (all in use), wait for a
+			 * wake-up rather than spin on the lock. */
+			if (!st_shrink(s, t, goal, NULL))
+				work = true;
+		}
+		if (work)
+			continue;
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		if (pthread_cond_timedwait(&s->spill_wake, &s->lock, &ts) ==
+		    ETIMEDOUT) {
+			uint64_t floor = s->use[TFS_TIER_HOST].limit / 8;
+
+			pthread_mutex_unlock(&s->lock);
+			host_pool_trim(s->pool, floor);
+			pthread_mutex_lock(&s->lock);
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}

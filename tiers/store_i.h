@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Private to the store (tiers/store*.c): the structs behind store.h, the
+ * rules for touching them, the tunables, and the functions the store's files
+ * share. See store.h for the model.
+ *
+ * Access rules. Fields marked [B] are read with b->lock held for reading and
+ * changed with it held for writing. Fields marked [S] are read and changed
+ * with s->lock held. The [S] mirrors of [B] state (present, pi.size) exist so
+ * that stat and the eviction scan never wait for a busy buffer.
+ *
+ * Lock order: b->lock, then s->lock. Code that holds s->lock only try-locks
+ * buffers (the eviction scan), so two threads that each hold one buffer and
+ * look for room can never wait on each other.
+ *
+ * A buffer with explicit pins or export leases is unlinked from the policy's
+ * lists, so the scan never even looks at it; a buffer with I/O in flight
+ * holds its lock and fails the try-lock. Either way it does not move.
+ */
+#ifndef TFS_TIERS_STORE_I_H
+#define TFS_TIERS_STORE_I_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "policy/policy.h"
+#include "tiers/device.h"
+#include "tiers/disk.h"
+#include "tiers/host.h"
+#include "tiers/store.h"
+
+/* Headroom reserved on disk per chunk before its compressed size is known. */
+#define DISK_CHUNK_OVERHEAD 64
+/* Device allocations that fail with ENOMEM below our limit (fragmentation,
+ * another process) evict this many more buffers before giving up. */
+#define DEV_ALLOC_RETRIES 8
+/* Small files keep their bytes in one malloc'd chunk rounded to this. */
+#define SMALL_ALIGN 64
+/*
+ * A read or a write brings a buffer up into a tier only if it takes at most
+ * this share of the tier's limit. A larger one would push out much of the
+ * tier, and be pushed out itself by the next access to anything else, to be
+ * fetched whole again on its next read: two readers and two writers of
+ * 256 MiB files under a 768 MiB host limit spilled four times what they
+ * wrote. Such buffers are read and written chunk by chunk where they are.
+ * Explicit moves and exports are not limited.
+ */
+#define PROMOTE_SHARE 4
+/* Chunks handed to the disk tier's compression pool at once. */
+#define SPILL_BATCH 8
+
+struct lease {
+	uint64_t owner;
+	bool writable;
+};
+
+struct tier_store {
+	/* Outermost store lock; see the access rules above. */
+	pthread_mutex_t lock;
+	struct pol pol; /* [S] */
+	struct tier_usage use[TFS_TIER_COUNT]; /* [S] */
+	uint64_t files, logical; /* [S] */
+	uint64_t evict_failures, checksum_errors; /* [S] */
+	uint64_t next_id; /* [S] */
+	double high_wm, target; /* [S] */
+	enum cfg_unspill unspill; /* [S] */
+
+	/* Set at init, read-only after. */
+	struct tier_dev *dev;
+	struct tier_dev_info dev_info;
+	struct tier_disk *disk;
+	struct host_pool *pool;
+	uint32_t chunk_size;
+	uint64_t host_capacity, disk_capacity;
+	char *disk_path;
+	char backend[16];
+
+	pthread_t spiller;
+	pthread_cond_t spill_wake; /* with lock */
+	pthread_cond_t io_idle; /* with lock: some io_refs reached 0 */
+	void *zeroes; /* chunk_size of never-written memory, reads as zero */
+	bool stop; /* [S] */
+	bool spiller_started;
+};
+
+struct tier_buf {
+	struct pol_item pi; /* [S] */
+	struct tier_store *s;
+	pthread_rwlock_t lock;
+	uint64_t id;
+
+	uint64_t size; /* [B]; pi.size is its [S] mirror */
+	void **chunks; /* [B] host copy; NULL entries are holes */
+	uint32_t nchunks; /* [B] entries in chunks[] */
+	uint32_t cap0; /* [B] bytes in chunks[0] when it is small, else 0 */
+	struct tier_dmem *dmem; /* [B] */
+	struct tier_dobj *dobj; /* [B] */
+	/* [B] One chunk of a buffer too large for host memory, being written
+	 * in place on disk (read-modify-write). */
+	void *wc;
+	uint64_t charged[TFS_TIER_COUNT]; /* [S] */
+	uint64_t generation; /* [S] */
+	struct lease *leases; /* [S] */
+	uint32_t nleases; /* [S] */
+	uint32_t pins; /* [S] */
+	uint32_t io_refs; /* [S] replies pointing into the buffer */
+	uint32_t wc_idx; /* [B] the chunk in wc */
+	/* Flags, packed: files are many and small. */
+	bool has_host; /* [B] */
+	bool dirty; /* [B] written since the last register */
+	bool wc_dirty; /* [B] */
+	bool wc_reserved; /* [B] disk room for one chunk is charged */
+	uint8_t present; /* [S] bit t: a copy in tier t */
+	bool dead; /* [S] destroy has begun */
+	bool staging; /* [S] mirror of dirty: being written, not placed */
+};
+
+/*
+ * store_evict.c: accounting, the policy's lists, making room, moving up.
+ * "s->lock held" means called and returning with it held; "takes s->lock"
+ * means called without it, so b->lock may be held (it comes first).
+ */
+
+/* The policy's clock: CLOCK_REALTIME in nanoseconds. */
+uint64_t st_now_ns(void);
+/* s->lock held. Link @b into the lists of the tiers it has a copy in, if it
+ * may move (no pins, leases or destroy), and out of the others. */
+void st_sync_links(struct tier_store *s, struct tier_buf *b);
+/* s->lock held. Add @delta bytes (negative to give back) to what @b and
+ * tier @t are charged. */
+void st_charge(struct tier_store *s, struct tier_buf *b, int t,
+	       int64_t delta);
+/* b->lock held for writing; takes s->lock. Copy the [B] state that stat
+ * and the eviction scan need into its [S] mirrors, and relink @b. */
+void st_publish(struct tier_buf *b);
+/* Takes s->lock. Give back everything @b is charged in tier @t. */
+void st_uncharge_all(struct tier_buf *b, int t);
+/* Takes s->lock. Count @bytes moved from tier @from to @to as a spill of
+ * @from (down) or an unspill into @to (up). */
+void st_count_move(struct tier_store *s, int from, int to, uint64_t bytes);
+/* Takes s->lock. Count @bytes copied into tier @t. */
+void st_count_written(struct tier_store *s, int t, uint64_t bytes);
+/* s->lock held; dropped while a victim moves. Evict until tier @t uses at
+ * most @goal bytes, never moving @self. 0, or -ENOSPC when nothing more can
+ * move. */
+int st_shrink(struct tier_store *s, int t, uint64_t goal,
+	      struct tier_buf *self);
+/* b->lock held for writing; takes s->lock. Charge @bytes to @b in tier @t,
+ * evicting others first if needed. 0 or -ENOSPC. */
+int st_reserve(struct tier_buf *b, int t, uint64_t bytes);
+/* Takes s->lock. Give back @bytes that st_reserve() charged. */
+void st_unreserve(struct tier_buf *b, int t, uint64_t bytes);
+/* Takes s->lock. Tier @t's limit in bytes. */
+uint64_t st_tier_limit(struct tier_store *s, int t);
+/* Takes s->lock. Record an access to @b for the eviction policy. */
+void st_touch(struct tier_buf *b);
+/* b->lock held. The tier of @b's fastest copy. */
+int st_top_tier(struct tier_buf *b);
+/* b->lock held; takes s->lock. The tier a read should bring @b up to, or
+ * -1 to leave it where it is. */
+int st_unspill_target(struct tier_buf *b);
+/* b->lock held for writing. Bring @b up to tier @t, keeping lower copies as
+ * clean copies. */
+int st_promote(struct tier_buf *b, int t);
+/* The spiller thread; @arg is the store. Runs until s->stop. */
+void *st_spiller_main(void *arg);
+
+/* store_host.c: the host copy; b->lock held for writing unless said. */
+
+/* Chunks that hold @size bytes. */
+uint64_t st_nchunks_for(struct tier_store *s, uint64_t size);
+/* Bytes a dense host copy of @size bytes takes. */
+uint64_t st_host_bytes_for(struct tier_store *s, uint64_t size);
+/* Free the host copy and give back its charge; waits for I/O references. */
+void st_host_drop(struct tier_buf *b);
+/* Turn a small chunk 0 into a full pool chunk. 0, -ENOSPC or -ENOMEM. */
+int st_unsmall(struct tier_buf *b);
+/* b->lock held for reading. Copy [off, off+len) of the host copy to @dst;
+ * holes read as zeroes. */
+void st_host_read(struct tier_buf *b, void *dst, size_t len, uint64_t off);
+/* Build a dense host copy from the device or disk copy; 0 when there is
+ * one already. */
+int st_host_fetch(struct tier_buf *b);
+/* b->lock held for reading. Point @iov at the host copy's bytes of
+ * [off, off+len). Returns the entries used, or -E2BIG when @max is too
+ * few. */
+int st_host_iov(struct tier_buf *b, size_t len, uint64_t off,
+		struct iovec *iov, int max);
+/* Write into the host copy, growing the size. Bytes written, or -errno
+ * when none were. */
+ssize_t st_host_write(struct tier_buf *b, const char *src, size_t len,
+		      uint64_t off);
+
+/* store_disk.c: the disk copy; b->lock held for writing unless said. */
+
+/* Write a full disk copy from the device or host copy; 0 when there is one
+ * already. On failure nothing of it is left. */
+int st_disk_spill(struct tier_buf *b);
+/* Drop the write cache without writing it, giving back its disk room. */
+void st_wc_free(struct tier_buf *b);
+/* Drop the disk copy and the write cache. */
+void st_disk_drop(struct tier_buf *b);
+/* Write the cached chunk to the disk copy if it is dirty. */
+int st_wc_flush(struct tier_buf *b);
+/* Load chunk @idx of the disk copy into the write cache, flushing the one
+ * there and charging the room it may take on disk. */
+int st_wc_load(struct tier_buf *b, uint64_t idx);
+/* b->lock held for reading. Read from the disk copy, seeing the write
+ * cache. */
+int st_disk_read(struct tier_buf *b, void *dst, size_t len, uint64_t off);
+/* Write into the disk copy in place, one chunk at a time. Bytes written,
+ * or -errno when none were. */
+ssize_t st_disk_write(struct tier_buf *b, const char *src, size_t len,
+		      uint64_t off);
+
+/* store_dev.c: the device copy; b->lock held for writing. */
+
+/* Free the device copy and give back its charge; waits for I/O
+ * references. */
+void st_dev_drop(struct tier_buf *b);
+/* Charge and allocate @len bytes of device memory, evicting further when
+ * the device is fuller than the accounting says. 0 or -ENOSPC. */
+int st_dev_alloc(struct tier_buf *b, size_t len);
+/* Build a device copy from the host or disk copy; 0 when there is one
+ * already, -ENODEV without a device. */
+int st_dev_fill(struct tier_buf *b);
+
+/* store_io.c */
+
+/* b->lock held for writing; takes s->lock. Wait until no reply points into
+ * @b's memory, before freeing or moving a host chunk or device memory. */
+void st_io_quiesce(struct tier_buf *b);
+
+/* store_lease.c; each takes s->lock. */
+
+/* Export leases held on @b. */
+uint32_t st_lease_count(struct tier_buf *b);
+/* Whether a lease on @b belongs to another owner than @owner (to anyone
+ * when @owner is 0). */
+bool st_leased_by_other(struct tier_buf *b, uint64_t owner);
+
+#endif /* TFS_TIERS_STORE_I_H */

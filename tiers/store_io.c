@@ -1,0 +1,464 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The I/O API on a buffer: read (copied or as an iovec into the store's
+ * memory), write, truncate, fallocate, copy, register and move.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "config/log.h"
+#include "tiers/store_i.h"
+
+/*
+ * Wait until no reply points into @b's memory. Called with b->lock held for
+ * writing, so no new reference can start, before freeing or moving a host
+ * chunk or device memory.
+ */
+void st_io_quiesce(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+
+	pthread_mutex_lock(&s->lock);
+	while (b->io_refs)
+		pthread_cond_wait(&s->io_idle, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Make the host copy the only, writable copy. -ENOSPC when it cannot fit:
+ * the caller then writes in place on disk. */
+static int make_writable_host(struct tier_buf *b)
+{
+	int rc = 0;
+
+	if (!b->has_host) {
+		if (b->dobj && !b->dmem &&
+		    st_host_bytes_for(b->s, b->size) >
+			    st_tier_limit(b->s, TFS_TIER_HOST) / PROMOTE_SHARE)
+			return -ENOSPC;
+		if ((rc = st_wc_flush(b)))
+			return rc;
+		rc = st_host_fetch(b);
+		if (rc)
+			return rc;
+	}
+	st_dev_drop(b);
+	st_disk_drop(b);
+	return 0;
+}
+
+/* Move everything to disk so the buffer can be written there in place. */
+static int make_writable_disk(struct tier_buf *b)
+{
+	int rc = 0;
+
+	if (!b->dobj && (rc = st_disk_spill(b)))
+		return rc;
+	st_dev_drop(b);
+	if (b->has_host)
+		st_host_drop(b);
+	return 0;
+}
+
+/* Serve a read from the fastest copy; b->lock held. */
+static int serve_read(struct tier_buf *b, void *dst, size_t len, uint64_t off)
+{
+	struct tier_store *s = b->s;
+
+	if (b->dmem)
+		return s->dev->ops->read(s->dev, b->dmem, dst, len, off);
+	if (b->has_host) {
+		st_host_read(b, dst, len, off);
+		return 0;
+	}
+	if (b->dobj)
+		return st_disk_read(b, dst, len, off);
+	memset(dst, 0, len);
+	return 0;
+}
+
+/*
+ * Take b->lock for reading, first bringing the buffer up as the unspill
+ * policy says (which needs it for writing).
+ */
+static void read_lock_unspilled(struct tier_buf *b)
+{
+	pthread_rwlock_rdlock(&b->lock);
+	if (st_unspill_target(b) >= 0) {
+		pthread_rwlock_unlock(&b->lock);
+		pthread_rwlock_wrlock(&b->lock);
+		int t = st_unspill_target(b);
+
+		/* A failed unspill is not an error: the read is served from
+		 * where the buffer is. */
+		if (t >= 0 && st_promote(b, t) == -EIO)
+			tfs_warn("buffer %" PRIu64 ": unspill failed",
+				 b->id);
+		st_publish(b);
+		pthread_rwlock_unlock(&b->lock);
+		pthread_rwlock_rdlock(&b->lock);
+	}
+}
+
+ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off)
+{
+	int rc;
+
+	if (off < 0)
+		return -EINVAL;
+	read_lock_unspilled(b);
+	if ((uint64_t)off >= b->size) {
+		pthread_rwlock_unlock(&b->lock);
+		return 0;
+	}
+	if (len > b->size - (uint64_t)off)
+		len = b->size - (uint64_t)off;
+	rc = serve_read(b, dst, len, (uint64_t)off);
+	if (rc == -EIO) {
+		pthread_mutex_lock(&b->s->lock);
+		b->s->checksum_errors++;
+		pthread_mutex_unlock(&b->s->lock);
+	}
+	pthread_rwlock_unlock(&b->lock);
+	st_touch(b);
+	return rc ? rc : (ssize_t)len;
+}
+
+ssize_t tier_buf_read_iov(struct tier_buf *b, size_t len, off_t off,
+			  struct iovec *iov, int max, int *niov)
+{
+	struct tier_store *s = b->s;
+	int n = -EAGAIN;
+
+	if (off < 0)
+		return -EINVAL;
+	read_lock_unspilled(b);
+	if ((uint64_t)off >= b->size) {
+		pthread_rwlock_unlock(&b->lock);
+		*niov = 0;
+		return 0;
+	}
+	if (len > b->size - (uint64_t)off)
+		len = b->size - (uint64_t)off;
+	if (b->dmem) {
+		char *p = s->dev->ops->host_ptr ?
+				  s->dev->ops->host_ptr(s->dev, b->dmem) :
+				  NULL;
+
+		if (p && max >= 1) {
+			iov[0] = (struct iovec){ p + off, len };
+			n = 1;
+		}
+	} else if (b->has_host) {
+		n = st_host_iov(b, len, (uint64_t)off, iov, max);
+		if (n < 0)
+			n = -EAGAIN;
+	}
+	if (n < 0) {
+		pthread_rwlock_unlock(&b->lock);
+		return n;
+	}
+	pthread_mutex_lock(&s->lock);
+	b->io_refs++;
+	pthread_mutex_unlock(&s->lock);
+	pthread_rwlock_unlock(&b->lock);
+	st_touch(b);
+	*niov = n;
+	return (ssize_t)len;
+}
+
+void tier_buf_read_done(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+
+	pthread_mutex_lock(&s->lock);
+	if (!--b->io_refs)
+		pthread_cond_broadcast(&s->io_idle);
+	pthread_mutex_unlock(&s->lock);
+}
+
+ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
+		       off_t off)
+{
+	struct tier_store *s = b->s;
+	ssize_t rc;
+
+	if (off < 0)
+		return -EINVAL;
+	if (!len)
+		return 0;
+	if (st_nchunks_for(s, (uint64_t)off + len) > UINT32_MAX)
+		return -EFBIG;
+	pthread_rwlock_wrlock(&b->lock);
+	if (b->dmem && (st_lease_count(b) || (uint64_t)off + len <= b->size)) {
+		/* In place on the device: O(bytes written), and the only
+		 * choice while a GPU program maps the buffer. */
+		if ((uint64_t)off + len > b->dmem->len) {
+			rc = -EBUSY;
+			goto out;
+		}
+		rc = s->dev->ops->write(s->dev, b->dmem, src, len,
+					(uint64_t)off);
+		if (!rc) {
+			rc = (ssize_t)len;
+			if (b->has_host)
+				st_host_drop(b);
+			st_disk_drop(b);
+			if ((uint64_t)off + len > b->size)
+				b->size = (uint64_t)off + len;
+		}
+		goto out;
+	}
+	rc = 0;
+	if (!b->wc) {
+		rc = make_writable_host(b);
+		if (!rc) {
+			rc = st_host_write(b, src, len, (uint64_t)off);
+			if (rc == (ssize_t)len || (rc != -ENOSPC && rc <= 0))
+				goto out_dirty;
+			/* Host is full of what cannot move: continue on disk */
+			size_t done = rc > 0 ? (size_t)rc : 0;
+
+			rc = make_writable_disk(b);
+			if (!rc) {
+				rc = st_disk_write(b, (const char *)src + done,
+						   len - done,
+						   (uint64_t)off + done);
+				if (rc >= 0)
+					rc += (ssize_t)done;
+			}
+			if (rc < 0 && done)
+				rc = (ssize_t)done;
+			goto out_dirty;
+		}
+		if (rc != -ENOSPC)
+			goto out;
+	}
+	rc = make_writable_disk(b);
+	if (!rc)
+		rc = st_disk_write(b, src, len, (uint64_t)off);
+out_dirty:
+	if (rc > 0)
+		b->dirty = true;
+out:
+	st_publish(b);
+	pthread_rwlock_unlock(&b->lock);
+	st_touch(b);
+	return rc;
+}
+
+int tier_buf_truncate(struct tier_buf *b, uint64_t size)
+{
+	struct tier_store *s = b->s;
+	int rc = 0;
+
+	/* A file spans at most 2^32 chunks: 4 PiB with 1 MiB chunks. */
+	if (st_nchunks_for(s, size) > UINT32_MAX)
+		return -EFBIG;
+	pthread_rwlock_wrlock(&b->lock);
+	if (size == b->size)
+		goto out;
+	if (st_lease_count(b)) {
+		rc = -EBUSY;
+		goto out;
+	}
+	if (!b->has_host) {
+		/* An empty buffer needs no fetch: an empty host copy is
+		 * free, and every buffer must keep at least one copy. */
+		if (b->size) {
+			rc = make_writable_host(b);
+		} else {
+			st_dev_drop(b);
+			st_disk_drop(b);
+			b->has_host = true;
+		}
+		if (rc == -ENOSPC) {
+			/* Too big for host: trim on disk. */
+			rc = make_writable_disk(b);
+			if (!rc && size < b->size && size % s->chunk_size) {
+				rc = st_wc_load(b, size / s->chunk_size);
+				if (!rc) {
+					size_t in = size % s->chunk_size;
+
+					memset((char *)b->wc + in, 0,
+					       s->chunk_size - in);
+					b->wc_dirty = true;
+				}
+			}
+			/* A cached chunk past the new end must not come
+			 * back when the file grows again. */
+			if (!rc && b->wc &&
+			    b->wc_idx >= st_nchunks_for(s, size))
+				st_wc_free(b);
+			if (!rc && size < b->size)
+				rc = tier_dobj_truncate(s->disk, b->dobj,
+						st_nchunks_for(s, size));
+			if (!rc) {
+				b->size = size;
+				rc = st_wc_flush(b);
+				b->dirty = true;
+			}
+			goto out;
+		}
+		if (rc)
+			goto out;
+	}
+	st_dev_drop(b);
+	st_disk_drop(b);
+	/* A small chunk always holds the whole file. */
+	if (b->cap0 && size > b->cap0 && (rc = st_unsmall(b)))
+		goto out;
+	if (size < b->size) {
+		uint64_t keep = st_nchunks_for(s, size);
+		size_t in = size % s->chunk_size;
+
+		if (b->cap0) {
+			if (size < b->cap0)
+				memset((char *)b->chunks[0] + size, 0,
+				       b->cap0 - size);
+		} else {
+			st_io_quiesce(b);
+			for (uint64_t i = keep; i < b->nchunks; i++) {
+				if (!b->chunks[i])
+					continue;
+				host_chunk_put(s->pool, b->chunks[i]);
+				b->chunks[i] = NULL;
+				st_unreserve(b, TFS_TIER_HOST, s->chunk_size);
+			}
+			if (b->nchunks > keep)
+				b->nchunks = (uint32_t)keep;
+			if (in && keep && keep <= b->nchunks &&
+			    b->chunks[keep - 1])
+				memset((char *)b->chunks[keep - 1] + in, 0,
+				       s->chunk_size - in);
+		}
+	}
+	b->size = size;
+	b->dirty = true;
+out:
+	st_publish(b);
+	pthread_rwlock_unlock(&b->lock);
+	return rc;
+}
+
+int tier_buf_fallocate(struct tier_buf *b, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len;
+
+	if (end < off)
+		return -EFBIG;
+	if (end <= tier_buf_size(b))
+		return 0;
+	return tier_buf_truncate(b, end);
+}
+
+ssize_t tier_buf_copy(struct tier_buf *dst, uint64_t dst_off,
+		      struct tier_buf *src, uint64_t src_off, size_t len)
+{
+	size_t chunk = dst->s->chunk_size, done = 0;
+	void *tmp = host_chunk_get(dst->s->pool);
+
+	if (!tmp)
+		return -ENOMEM;
+	while (done < len) {
+		size_t n = len - done < chunk ? len - done : chunk;
+		ssize_t r = tier_buf_read(src, tmp, n, (off_t)(src_off + done));
+
+		if (r <= 0) {
+			if (r < 0 && !done) {
+				done = 0;
+				host_chunk_put(dst->s->pool, tmp);
+				return r;
+			}
+			break;
+		}
+		ssize_t w = tier_buf_write(dst, tmp, (size_t)r,
+					   (off_t)(dst_off + done));
+		if (w < 0) {
+			host_chunk_put(dst->s->pool, tmp);
+			return done ? (ssize_t)done : w;
+		}
+		done += (size_t)w;
+		if (w < r)
+			break;
+	}
+	host_chunk_put(dst->s->pool, tmp);
+	return (ssize_t)done;
+}
+
+int tier_buf_register(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	int rc = 0;
+
+	pthread_rwlock_wrlock(&b->lock);
+	rc = st_wc_flush(b);
+	if (!rc)
+		st_wc_free(b);
+	if (b->dirty && s->dev && b->size && !b->dmem && b->has_host &&
+	    b->size <= st_tier_limit(s, TFS_TIER_DEVICE)) {
+		/* Not fitting on the device is fine: the buffer stays on
+		 * host, and a later read or prefetch may bring it up. */
+		int e = st_dev_fill(b);
+
+		if (e && e != -ENOSPC)
+			tfs_warn("buffer %" PRIu64 ": cannot place on "
+				 "device: %s", b->id, strerror(-e));
+	}
+	if (!rc)
+		b->dirty = false;
+	st_publish(b);
+	pthread_rwlock_unlock(&b->lock);
+	return rc;
+}
+
+int tier_buf_move(struct tier_buf *b, enum tfs_tier tier, uint64_t owner)
+{
+	struct tier_store *s = b->s;
+	int rc = 0;
+
+	if (tier >= TFS_TIER_COUNT)
+		return -EINVAL;
+	if (tier == TFS_TIER_DEVICE && !s->dev)
+		return -ENODEV;
+	pthread_rwlock_wrlock(&b->lock);
+	pthread_mutex_lock(&s->lock);
+	bool pinned = b->pins > 0;
+	pthread_mutex_unlock(&s->lock);
+	if (pinned || st_leased_by_other(b, owner) ||
+	    (tier != TFS_TIER_DEVICE && st_lease_count(b))) {
+		rc = -EBUSY;
+		goto out;
+	}
+	int from = st_top_tier(b);
+
+	if (tier == TFS_TIER_DEVICE) {
+		rc = st_promote(b, TFS_TIER_DEVICE);
+	} else if (tier == TFS_TIER_HOST) {
+		if (!b->has_host) {
+			if ((rc = st_wc_flush(b)))
+				goto out;
+			rc = st_host_fetch(b);
+		}
+		if (!rc)
+			st_dev_drop(b);
+	} else {
+		rc = st_wc_flush(b);
+		if (!rc && !b->dobj)
+			rc = st_disk_spill(b);
+		if (!rc) {
+			st_dev_drop(b);
+			if (b->has_host)
+				st_host_drop(b);
+		}
+	}
+	if (!rc && (int)tier > from)
+		st_count_move(s, from, (int)tier, b->size);
+out:
+	st_publish(b);
+	pthread_rwlock_unlock(&b->lock);
+	if (!rc)
+		st_touch(b);
+	return rc;
+}

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * What the store and a buffer report: usage per tier, the key=value stats
+ * text, capacity for statfs, a buffer's stat, and tier names.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tiers/store_i.h"
+
+const char *tier_name(enum tfs_tier t)
+{
+	static const char *const names[] = { "device", "host", "disk" };
+
+	return t < TFS_TIER_COUNT ? names[t] : "?";
+}
+
+int tier_parse(const char *name, size_t len, enum tfs_tier *out)
+{
+	while (len && (name[len - 1] == '\n' || name[len - 1] == '\0'))
+		len--;
+	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+		const char *n = tier_name((enum tfs_tier)t);
+
+		if (strlen(n) == len && !memcmp(n, name, len)) {
+			*out = (enum tfs_tier)t;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	snprintf(out->backend, sizeof(out->backend), "%s", s->backend);
+	snprintf(out->device_model, sizeof(out->device_model), "%s",
+		 s->dev ? s->dev_info.model : "");
+	out->has_device = s->dev != NULL;
+	pthread_mutex_lock(&s->lock);
+	memcpy(out->tier, s->use, sizeof(out->tier));
+	out->files = s->files;
+	out->logical_bytes = s->logical;
+	out->evict_failures = s->evict_failures;
+	out->checksum_errors = s->checksum_errors;
+	pthread_mutex_unlock(&s->lock);
+}
+
+size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
+{
+	struct tier_store_stats st;
+	size_t n = 0;
+
+	tier_store_stats(s, &st);
+#define EMIT(...)                                                        \
+	do {                                                             \
+		int _w = snprintf(buf + (n < len ? n : len),             \
+				  n < len ? len - n : 0, __VA_ARGS__);   \
+		n += _w > 0 ? (size_t)_w : 0;                            \
+	} while (0)
+	EMIT("version=1\n");
+	EMIT("backend=%s\n", st.backend);
+	EMIT("device_model=%s\n", st.device_model);
+	EMIT("files=%" PRIu64 "\n", st.files);
+	EMIT("logical_bytes=%" PRIu64 "\n", st.logical_bytes);
+	EMIT("evict_failures=%" PRIu64 "\n", st.evict_failures);
+	EMIT("checksum_errors=%" PRIu64 "\n", st.checksum_errors);
+	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+		const struct tier_usage *u = &st.tier[t];
+		const char *nm = tier_name((enum tfs_tier)t);
+
+		EMIT("%s.used=%" PRIu64 "\n", nm, u->used);
+		EMIT("%s.limit=%" PRIu64 "\n", nm, u->limit);
+		EMIT("%s.buffers=%" PRIu64 "\n", nm, u->buffers);
+		EMIT("%s.spill_bytes=%" PRIu64 "\n", nm, u->spill_bytes);
+		EMIT("%s.unspill_bytes=%" PRIu64 "\n", nm, u->unspill_bytes);
+		EMIT("%s.spills=%" PRIu64 "\n", nm, u->spills);
+		EMIT("%s.unspills=%" PRIu64 "\n", nm, u->unspills);
+		EMIT("%s.written_bytes=%" PRIu64 "\n", nm, u->written_bytes);
+	}
+#undef EMIT
+	return n;
+}
+
+void tier_store_capacity(struct tier_store *s, uint64_t *total,
+			 uint64_t *avail)
+{
+	uint64_t tot = 0, free = 0;
+
+	pthread_mutex_lock(&s->lock);
+	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+		const struct tier_usage *u = &s->use[t];
+
+		tot += u->limit;
+		free += u->used < u->limit ? u->limit - u->used : 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	*total = tot;
+	*avail = free;
+}
+
+void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st)
+{
+	struct tier_store *s = b->s;
+
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&s->lock);
+	st->tier = TFS_TIER_HOST;
+	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+		if (b->present & (1u << t)) {
+			st->tier = (enum tfs_tier)t;
+			break;
+		}
+	}
+	st->size = b->pi.size;
+	st->stored_size = b->charged[st->tier];
+	st->last_access_ns = b->pi.last_access;
+	st->pins = b->pins;
+	st->leases = b->nleases;
+	st->generation = b->generation;
+	pthread_mutex_unlock(&s->lock);
+	st->blocks = (st->stored_size + 511) / 512;
+}
