@@ -98,6 +98,7 @@ struct tier_disk {
 	enum cfg_compression compression;
 	int accel;
 	int fd_budget; /* descriptors objects may still keep open; atomic */
+	struct tier_disk_stats stats; /* atomic */
 	struct pool pool;
 	size_t dirlen;
 	char dir[];
@@ -443,7 +444,10 @@ static int pwritev_full(int fd, struct iovec *iov, int cnt, off_t off)
 	return 0;
 }
 
-/* Returns 0, -EIO when the file ends early, or -errno. */
+/*
+ * Returns 0, -ENODATA when the file ends early (a corrupted spill file, told
+ * apart from the file system's own -EIO), or -errno.
+ */
 static int preadv_full(int fd, struct iovec *iov, int cnt, off_t off)
 {
 	while (cnt) {
@@ -457,20 +461,35 @@ static int preadv_full(int fd, struct iovec *iov, int cnt, off_t off)
 			return -err;
 		}
 		if (n == 0)
-			return -EIO;
+			return -ENODATA;
 		off += n;
 		iov_advance(&iov, &cnt, (size_t)n);
 	}
 	return 0;
 }
 
-static void punch(int fd, off_t off, off_t len)
+static void count(uint64_t *counter)
 {
-	/* Best effort: a file system without hole punching keeps the bytes,
-	 * and the chunk's metadata already says they are gone. */
-	if (len > 0)
-		(void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-				off, len);
+	__atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
+}
+
+static void punch(struct tier_disk *d, const struct tier_dobj *o, int fd,
+		  off_t off, off_t len)
+{
+	int err;
+
+	if (len <= 0 ||
+	    !fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len))
+		return;
+	/* Best effort: the chunk's metadata already says the bytes are gone,
+	 * so a failure costs room, never content. A file system without hole
+	 * punching says so on every call; that is no news. */
+	err = errno;
+	if (err == EOPNOTSUPP)
+		return;
+	count(&d->stats.punch_errors);
+	tfs_warn("cannot free room in spill file '%s': %s", o->path,
+		 strerror(err));
 }
 
 static uint32_t hdr_crc(const struct chunk_hdr *h)
@@ -551,22 +570,38 @@ static int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
 	}
 	rc = pwritev_full(fd, iov, cnt, off);
 	if (rc < 0) {
-		punch(fd, off, (off_t)d->chunk_size + HDR);
+		count(&d->stats.write_errors);
+		tfs_err("cannot write chunk %" PRIu64 " of spill file '%s': %s",
+			idx, o->path, strerror(-rc));
+		punch(d, o, fd, off, (off_t)d->chunk_size + HDR);
 		return rc;
 	}
 	if (meta_total(old) > HDR + stored)
-		punch(fd, off + HDR + stored,
+		punch(d, o, fd, off + HDR + stored,
 		      (off_t)(meta_total(old) - HDR - stored));
 	*meta = (HDR + stored) | ((uint32_t)enc << META_ENC_SHIFT);
 	return 0;
 }
 
-static int chunk_corrupt(const struct tier_dobj *o, uint64_t idx,
-			 const char *why)
+static int chunk_corrupt(struct tier_disk *d, const struct tier_dobj *o,
+			 uint64_t idx, const char *why)
 {
+	count(&d->stats.corrupt_chunks);
 	tfs_err("cannot read chunk %" PRIu64 " of spill file '%s': %s", idx,
 		o->path, why);
 	return -EIO;
+}
+
+/* A read of chunk @idx's slot failed with @rc from preadv_full(). */
+static int read_failed(struct tier_disk *d, const struct tier_dobj *o,
+		       uint64_t idx, int rc)
+{
+	if (rc == -ENODATA)
+		return chunk_corrupt(d, o, idx, "file too short");
+	count(&d->stats.read_errors);
+	tfs_err("cannot read chunk %" PRIu64 " of spill file '%s': %s", idx,
+		o->path, strerror(-rc));
+	return rc;
 }
 
 static const char *hdr_check(const struct tier_disk *d,
@@ -616,15 +651,13 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 		iov[1].iov_base = out;
 		iov[1].iov_len = stored;
 		rc = preadv_full(fd, iov, 2, off);
-		if (rc == -EIO)
-			return chunk_corrupt(o, idx, "file too short");
 		if (rc < 0)
-			return rc;
+			return read_failed(d, o, idx, rc);
 		why = hdr_check(d, &hb, idx, m);
 		if (!why && tfs_crc32c(0, out, stored) != le32toh(hb.data_crc))
 			why = "checksum mismatch";
 		if (why)
-			return chunk_corrupt(o, idx, why);
+			return chunk_corrupt(d, o, idx, why);
 		memset(out + stored, 0, n - stored);
 		return 0;
 	}
@@ -635,17 +668,15 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 	iov[0].iov_base = s->in;
 	iov[0].iov_len = total;
 	rc = preadv_full(fd, iov, 1, off);
-	if (rc == -EIO)
-		return chunk_corrupt(o, idx, "file too short");
 	if (rc < 0)
-		return rc;
+		return read_failed(d, o, idx, rc);
 	h = (const struct chunk_hdr *)s->in;
 	src = s->in + HDR;
 	why = hdr_check(d, h, idx, m);
 	if (!why && tfs_crc32c(0, src, stored) != le32toh(h->data_crc))
 		why = "checksum mismatch";
 	if (why)
-		return chunk_corrupt(o, idx, why);
+		return chunk_corrupt(d, o, idx, why);
 	raw = le32toh(h->raw_len);
 	if (enc == ENC_ZERO || lo >= raw) {
 		memset(out, 0, n);
@@ -678,7 +709,7 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 
 			snprintf(why_buf, sizeof(why_buf),
 				 "lz4 decode failed (%d)", r);
-			return chunk_corrupt(o, idx, why_buf);
+			return chunk_corrupt(d, o, idx, why_buf);
 		}
 		if (lo)
 			memcpy(out, dst + lo, got);
@@ -887,6 +918,18 @@ void tier_disk_destroy(struct tier_disk *d)
 uint32_t tier_disk_chunk_size(const struct tier_disk *d)
 {
 	return d->chunk_size;
+}
+
+void tier_disk_stats(const struct tier_disk *d, struct tier_disk_stats *out)
+{
+	out->read_errors =
+		__atomic_load_n(&d->stats.read_errors, __ATOMIC_RELAXED);
+	out->write_errors =
+		__atomic_load_n(&d->stats.write_errors, __ATOMIC_RELAXED);
+	out->corrupt_chunks =
+		__atomic_load_n(&d->stats.corrupt_chunks, __ATOMIC_RELAXED);
+	out->punch_errors =
+		__atomic_load_n(&d->stats.punch_errors, __ATOMIC_RELAXED);
 }
 
 int tier_dobj_create(struct tier_disk *d, uint64_t id, struct tier_dobj **out)

@@ -23,6 +23,15 @@
 struct tier_disk;
 struct tier_dobj;
 
+/* What went wrong with the spill files since init; each is also logged. */
+struct tier_disk_stats {
+	uint64_t read_errors; /* the file system failed a read of a chunk */
+	uint64_t write_errors; /* ... a write of a chunk (a full disk too) */
+	uint64_t corrupt_chunks; /* a chunk failed its header or CRC check */
+	uint64_t punch_errors; /* room a rewrite freed could not be given
+				* back; costs room, never content */
+};
+
 /*
  * Create the private directory @path/tierfs.@tag (0700), removing stale
  * spill files a previous run left there. Returns 0 or -errno with a message
@@ -37,6 +46,9 @@ void tier_disk_destroy(struct tier_disk *d);
 
 /* The chunk size given to init. */
 uint32_t tier_disk_chunk_size(const struct tier_disk *d);
+
+/* The error counters; thread-safe. */
+void tier_disk_stats(const struct tier_disk *d, struct tier_disk_stats *out);
 
 /* Create the (empty) spill file for buffer @id, mode 0600. */
 int tier_dobj_create(struct tier_disk *d, uint64_t id, struct tier_dobj **out);
@@ -67,7 +79,8 @@ int tier_dobj_write_chunks(struct tier_disk *d, struct tier_dobj *o,
 /*
  * Read @len bytes at @off, decompressing only the chunks the range touches.
  * Chunks never written read as zeroes. Returns 0, or -EIO after logging the
- * spill file's name and the chunk when a checksum or decode fails.
+ * spill file's name and the chunk when a checksum or decode fails or the
+ * file system fails the read (other -errno it gives pass through).
  * A range of several chunks is decoded in parallel on the worker pool.
  */
 int tier_dobj_read(struct tier_disk *d, struct tier_dobj *o, void *dst,

@@ -532,11 +532,34 @@ static void test_corruption(void)
 	log_capture();
 	CHECK_EQ(tier_dobj_read(d, o, got, CS, CS), -EIO);
 	CHECK_EQ(log_lines, 1);
-	tfs_log_set_sink(NULL);
 
 	/* A rewrite heals the chunk. */
 	CHECK_EQ(tier_dobj_write_chunk(d, o, 1, img + CS, CS), 0);
 	check_read(d, o, img, CS, CS);
+
+	/* A file cut short is corruption too, not a file system error. */
+	{
+		int fd = open(tier_dobj_path(o), O_RDWR | O_CLOEXEC);
+
+		CHECK_EQ(ftruncate(fd, CS + HDR + 100), 0);
+		close(fd);
+	}
+	log_capture();
+	CHECK_EQ(tier_dobj_read(d, o, got, CS, CS), -EIO);
+	CHECK_EQ(log_lines, 1);
+	CHECK(strstr(log_last, "chunk 1 ") && strstr(log_last, "too short"));
+	tfs_log_set_sink(NULL);
+
+	/* Each failed check counted once: chunk 1 three times, chunk 2
+	 * twice, chunk 3, the moved chunk 0 and the short file once. */
+	{
+		struct tier_disk_stats ds;
+
+		tier_disk_stats(d, &ds);
+		CHECK_EQ(ds.corrupt_chunks, 8);
+		CHECK_EQ(ds.read_errors, 0);
+		CHECK_EQ(ds.write_errors, 0);
+	}
 	tier_dobj_destroy(d, o);
 	tier_disk_destroy(d);
 	free(img);
@@ -792,6 +815,7 @@ static void test_enospc(void)
 		CHECK_EQ(tier_dobj_create(d, 1, &o), 0);
 	if (o) {
 		fill_random(img, 40 * CS);
+		log_capture();
 		for (i = 0; i < 40; i++) {
 			rc = tier_dobj_write_chunk(d, o, (uint64_t)i,
 						   img + (size_t)i * CS, CS);
@@ -800,6 +824,15 @@ static void test_enospc(void)
 		}
 		printf("# %d chunks of 64K fit, then %d\n", i, rc);
 		CHECK_EQ(rc, -ENOSPC);
+		{
+			struct tier_disk_stats ds;
+
+			tier_disk_stats(d, &ds);
+			CHECK_EQ(ds.write_errors, 1);
+			CHECK_EQ(log_lines, 1);
+			CHECK(strstr(log_last, "cannot write chunk") &&
+			      strstr(log_last, "No space left"));
+		}
 		CHECK(i > 5 && i < 40);
 		n_ok = i;
 		/* Everything stored before still reads back. */
@@ -827,6 +860,7 @@ static void test_enospc(void)
 							8),
 				 -ENOSPC);
 		}
+		tfs_log_set_sink(NULL);
 		check_read(d, o, img, (size_t)n_ok * CS, 0);
 		tier_dobj_destroy(d, o);
 	}
