@@ -1,0 +1,249 @@
+#!/usr/bin/env bats
+# Faults under the disk and host tiers: the daemon runs with the test-only
+# injector tests/fault/tfsfault.c preloaded, which fails the spill files'
+# reads and writes, or the host tier's chunk allocations, on a schedule the
+# test writes into a control file.
+#
+# The contract: the operation hit gets an errno, or the buffer stays where
+# it was; no other file loses or changes a byte; the daemon stays up; the
+# log shows each fault; once the fault stops, spilling works again.
+
+load helpers
+
+FAULT_SO=${TFS_BUILD:-$BATS_TEST_DIRNAME/../../build}/tests/libtfsfault.so
+
+setup() {
+	tfs_setup
+	[ -f "$FAULT_SO" ] || skip "no fault injector at $FAULT_SO"
+	CTL=$TFS_TMP/fault.ctl
+	FLOG=$TFS_TMP/faults.log
+	: >"$CTL"
+	: >"$FLOG"
+}
+
+teardown() { tfs_teardown; }
+
+# fault_mount [-o opts]...: tfs_mount with the injector preloaded. ASan
+# wants to come first among the preloaded libraries; the injector only
+# wraps calls and passes them on, so the order does not matter here.
+fault_mount() {
+	LD_PRELOAD=$FAULT_SO TFS_FAULT_DIR=$SPILL TFS_FAULT_CTL=$CTL \
+		TFS_FAULT_LOG=$FLOG \
+		ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+		tfs_mount "$@"
+}
+
+# fault WORDS...: the new schedule, in place at once (a new file, so the
+# injector never reads half of it).
+fault() {
+	printf '%s\n' "$*" >"$CTL.new"
+	mv "$CTL.new" "$CTL"
+}
+
+faults() { wc -l <"$FLOG"; }
+
+src() { # src NAME MIB: random bytes to copy in and compare against
+	head -c "$(($2 * 1024 * 1024))" /dev/urandom >"$TFS_TMP/$1"
+}
+
+tier() { getfattr --only-values -n user.tierfs.tier "$1"; }
+
+alive() {
+	kill -0 "$TFS_PID" && mountpoint -q "$MNT" && stat "$MNT" >/dev/null
+}
+
+@test "a spill whose write fails returns EIO and leaves the file in host" {
+	fault_mount -o device_backend=none,host_limit=8M
+	src a 2
+	src b 1
+	cp "$TFS_TMP/a" "$MNT/a"
+	cp "$TFS_TMP/b" "$MNT/b"
+	fault ops=write err=EIO
+	run setfattr -n user.tierfs.tier -v disk "$MNT/a"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"Input/output error"* ]]
+	[ "$(tier "$MNT/a")" = host ]
+	[ "$(faults)" -ge 1 ]
+	grep -q "cannot write chunk .* of spill file '$SPILL/" "$LOG"
+	cmp "$TFS_TMP/a" "$MNT/a"
+	cmp "$TFS_TMP/b" "$MNT/b"
+	alive
+
+	fault off
+	setfattr -n user.tierfs.tier -v disk "$MNT/a"
+	[ "$(tier "$MNT/a")" = disk ]
+	cmp "$TFS_TMP/a" "$MNT/a"
+}
+
+@test "a disk that is full under the spill files gives ENOSPC to the move" {
+	fault_mount -o device_backend=none,host_limit=8M
+	src a 3
+	cp "$TFS_TMP/a" "$MNT/a"
+	# The third chunk fails: the first two were written already.
+	fault ops=write err=ENOSPC after=2
+	run setfattr -n user.tierfs.tier -v disk "$MNT/a"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"No space left on device"* ]]
+	[ "$(tier "$MNT/a")" = host ]
+	grep -q "cannot write chunk .*No space left on device" "$LOG"
+	cmp "$TFS_TMP/a" "$MNT/a"
+	# The failed spill left no file behind.
+	[ -z "$(find "$SPILL" -type f)" ]
+	fault off
+	setfattr -n user.tierfs.tier -v disk "$MNT/a"
+	cmp "$TFS_TMP/a" "$MNT/a"
+}
+
+@test "when no spill can write, writers get an error and written files stay" {
+	fault_mount -o device_backend=none,host_limit=4M
+	fault ops=write err=EIO
+	ok=() failed=0
+	for i in 1 2 3 4 5 6; do
+		src "f$i" 1
+		if cp "$TFS_TMP/f$i" "$MNT/f$i" 2>"$TFS_TMP/cp.err"; then
+			ok+=("f$i")
+		else
+			# ENOSPC from a full host, or EIO from the write
+			# on disk a full host sends the writer to.
+			grep -qE "No space left on device|Input/output error" \
+				"$TFS_TMP/cp.err"
+			failed=$((failed + 1))
+		fi
+	done
+	# 4M of host holds at most four of them; the spiller tried the rest.
+	[ "$failed" -ge 2 ]
+	[ "$(faults)" -ge 1 ]
+	alive
+	for f in "${ok[@]}"; do
+		cmp "$TFS_TMP/$f" "$MNT/$f"
+		[ "$(tier "$MNT/$f")" = host ]
+	done
+
+	# Once the disk works, the same writes go through by spilling.
+	fault off
+	for i in 1 2 3 4 5 6; do
+		cp "$TFS_TMP/f$i" "$MNT/f$i"
+	done
+	for i in 1 2 3 4 5 6; do
+		cmp "$TFS_TMP/f$i" "$MNT/f$i"
+	done
+	[ "$(tfs_stat disk.buffers)" -ge 2 ]
+}
+
+@test "a read that fails returns EIO, and the file reads again after" {
+	fault_mount -o device_backend=none,host_limit=8M,policy_unspill=none
+	src a 2
+	src b 1
+	cp "$TFS_TMP/a" "$MNT/a"
+	cp "$TFS_TMP/b" "$MNT/b"
+	setfattr -n user.tierfs.tier -v disk "$MNT/a"
+	fault ops=read err=EIO
+	run cat "$MNT/a"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"Input/output error"* ]]
+	grep -q "cannot read chunk .*Input/output error" "$LOG"
+	# An I/O error is not a checksum error: the chunk is fine.
+	! grep -q "checksum mismatch\|too short" "$LOG"
+	[ "$(tier "$MNT/a")" = disk ]
+	cmp "$TFS_TMP/b" "$MNT/b"
+	fault off
+	cmp "$TFS_TMP/a" "$MNT/a"
+}
+
+@test "an unspill whose read fails serves the read from disk" {
+	fault_mount -o device_backend=none,host_limit=8M
+	src a 1
+	cp "$TFS_TMP/a" "$MNT/a"
+	setfattr -n user.tierfs.tier -v disk "$MNT/a"
+	fault ops=read err=EIO count=1
+	# The first read brings the file up into host, which fails; the read
+	# itself is then served from the disk copy.
+	cmp "$TFS_TMP/a" "$MNT/a"
+	[ "$(faults)" -eq 1 ]
+	grep -q "unspill failed" "$LOG"
+	alive
+	cmp "$TFS_TMP/a" "$MNT/a"
+}
+
+@test "short reads and writes of the spill files change no byte" {
+	fault_mount -o device_backend=none,host_limit=8M
+	fault ops=write,read err=short
+	src a 3
+	src big 12
+	cp "$TFS_TMP/a" "$MNT/a"
+	setfattr -n user.tierfs.tier -v disk "$MNT/a"
+	setfattr -n user.tierfs.tier -v host "$MNT/a"
+	setfattr -n user.tierfs.tier -v disk "$MNT/a"
+	# Larger than host: written on disk in place, chunk by chunk.
+	cp "$TFS_TMP/big" "$MNT/big"
+	[ "$(faults)" -ge 10 ]
+	cmp "$TFS_TMP/a" "$MNT/a"
+	cmp "$TFS_TMP/big" "$MNT/big"
+	[ "$(tier "$MNT/big")" = disk ]
+	! grep -q "cannot" "$LOG"
+}
+
+@test "random disk faults under load lose no acknowledged byte" {
+	fault_mount -o device_backend=sim,device_limit=2M,host_limit=4M
+	for i in 1 2 3 4 5 6 7 8; do
+		src "f$i" $((1 + i % 3))
+	done
+	src big 10
+	fault ops=write,read,fallocate err=EIO prob=0.2 seed=${SEED:-17}
+	ok=()
+	for round in 1 2 3; do
+		for i in 1 2 3 4 5 6 7 8; do
+			if cp "$TFS_TMP/f$i" "$MNT/f$i" 2>/dev/null; then
+				ok[i]=1
+			else
+				ok[i]=0
+			fi
+			cat "$MNT/f$(((i + 3) % 8 + 1))" >/dev/null 2>&1 || true
+			setfattr -n user.tierfs.tier -v disk \
+				"$MNT/f$(((i + 5) % 8 + 1))" 2>/dev/null || true
+		done
+		if cp "$TFS_TMP/big" "$MNT/big" 2>/dev/null; then
+			big_ok=1
+		else
+			big_ok=0
+		fi
+	done
+	[ "$(faults)" -ge 5 ]
+	alive
+	fault off
+	for i in 1 2 3 4 5 6 7 8; do
+		[ "${ok[i]}" = 1 ] || continue
+		cmp "$TFS_TMP/f$i" "$MNT/f$i"
+	done
+	[ "$big_ok" = 0 ] || cmp "$TFS_TMP/big" "$MNT/big"
+	# Writing and spilling work again.
+	for i in 1 2 3 4 5 6 7 8; do
+		[ "${ok[i]}" = 1 ] || cp "$TFS_TMP/f$i" "$MNT/f$i"
+		setfattr -n user.tierfs.tier -v disk "$MNT/f$i"
+		cmp "$TFS_TMP/f$i" "$MNT/f$i"
+	done
+}
+
+@test "a host chunk that cannot be allocated fails that write only" {
+	fault_mount -o device_backend=none,host_limit=16M
+	src a 2
+	src b 2
+	cp "$TFS_TMP/a" "$MNT/a"
+	echo small >"$MNT/s"
+	fault ops=chunk err=ENOMEM
+	run cp "$TFS_TMP/b" "$MNT/b"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"Cannot allocate memory"* ||
+		"$output" == *"No space left on device"* ]]
+	[ "$(faults)" -ge 1 ]
+	alive
+	cmp "$TFS_TMP/a" "$MNT/a"
+	[ "$(cat "$MNT/s")" = small ]
+	# Small files do not take chunks and still work.
+	echo other >"$MNT/t"
+	[ "$(cat "$MNT/t")" = other ]
+	fault off
+	cp "$TFS_TMP/b" "$MNT/b"
+	cmp "$TFS_TMP/b" "$MNT/b"
+	[ "$(tfs_stat host.used)" -le $((5 * 1024 * 1024)) ]
+}
