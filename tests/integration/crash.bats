@@ -1,0 +1,121 @@
+#!/usr/bin/env bats
+# A daemon killed with SIGKILL in the middle of work: its clients get
+# ENOTCONN, fusermount3 -u clears the mount point, and a new daemon mounts
+# there at once and removes what the dead one left on disk and in /dev/shm.
+# The mount is not persistent, so nothing of the dead run is worth keeping.
+
+load helpers
+
+setup() {
+	tfs_setup
+	LOADERS=()
+	EC=$(dirname "$TIERFS_BIN")/../client/lib/export_client
+}
+
+teardown() {
+	local pid
+	for pid in "${LOADERS[@]}"; do
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	# A failed check may leave the dead daemon's mount, which answers
+	# ENOTCONN and so is no mountpoint to tfs_unmount.
+	if grep -q " $MNT fuse" /proc/self/mounts; then
+		fusermount3 -uz "$MNT"
+	fi
+	tfs_teardown
+}
+
+# load_loop NAME CMD...: run CMD over and over in the background until it
+# fails, its errors in $TFS_TMP/NAME.err.
+load_loop() {
+	local name=$1
+	shift
+	(while "$@"; do :; done) 2>"$TFS_TMP/$name.err" &
+	LOADERS+=($!)
+}
+
+wait_until() {
+	local i
+	for i in $(seq 1 200); do
+		"$@" && return 0
+		sleep 0.05
+	done
+	"$@"
+}
+
+spill_files() { find "$SPILL" -type f | sort; }
+has_spill_files() { [ -n "$(spill_files)" ]; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
+
+@test "kill -9 under load: ENOTCONN, umount, and a new mount cleans up" {
+	[ -x "$EC" ] || skip "no export_client at $EC"
+	local opts=device_backend=sim,device_limit=4M,host_limit=4M
+	tfs_mount -o "$opts"
+	head -c 3M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/seed"
+	for k in 1 2 3; do
+		load_loop "w$k" dd if="$TFS_TMP/src" of="$MNT/w$k" bs=256K \
+			status=none
+		load_loop "r$k" cmp -s "$TFS_TMP/src" "$MNT/seed"
+	done
+	# A GPU program's map: the sim backend keeps it in /dev/shm.
+	head -c 1M /dev/urandom >"$MNT/exp"
+	"$EC" hold "$MNT/exp" >"$TFS_TMP/hold.out" 2>&1 &
+	LOADERS+=($!)
+	wait_until grep -q '^ready' "$TFS_TMP/hold.out"
+	wait_until has_spill_files
+	local dead=$TFS_PID
+	local shm
+	shm=$(grep -v '(deleted)$' "/proc/$dead/maps" |
+		grep -o ' /dev/shm/[^ ]*' | sort -u)
+	[ -n "$shm" ]
+
+	kill -9 "$dead"
+	wait "$dead" 2>/dev/null || true
+	TFS_PID=
+	# What the dead run left, now that nothing changes it any more.
+	local old_files
+	old_files=$(spill_files)
+	[ -n "$old_files" ]
+
+	run stat "$MNT/seed"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"Transport endpoint is not connected"* ]]
+	# Every loop stops at its next call, with the same error.
+	for pid in "${LOADERS[@]:0:6}"; do
+		wait_until gone "$pid"
+	done
+	# A call in flight when the daemon died gets ECONNABORTED instead.
+	for k in 1 2 3; do
+		grep -qE "Transport endpoint is not connected|Software caused connection abort" \
+			"$TFS_TMP/w$k.err"
+	done
+	# The export holder keeps a descriptor on the mount until it goes.
+	kill "${LOADERS[6]}"
+	wait "${LOADERS[6]}" 2>/dev/null || true
+
+	fusermount3 -u "$MNT"
+	! mountpoint -q "$MNT"
+	# Until then the dead run's spill files are all still there. (Its shm
+	# objects may not be: any sim daemon that starts on this machine
+	# removes those of dead daemons.)
+	for f in $old_files; do
+		[ -e "$f" ]
+	done
+
+	tfs_mount -o "$opts"
+	for f in $old_files; do
+		[ ! -e "$f" ]
+	done
+	for o in $shm; do
+		[ ! -e "$o" ]
+	done
+	[ -z "$(spill_files)" ]
+	# The new mount works, and leaves nothing behind either.
+	cp "$TFS_TMP/src" "$MNT/again"
+	setfattr -n user.tierfs.tier -v disk "$MNT/again"
+	cmp "$TFS_TMP/src" "$MNT/again"
+	tfs_unmount
+	[ -z "$(spill_files)" ]
+}
