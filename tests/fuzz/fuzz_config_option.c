@@ -12,7 +12,10 @@
  *   - an accepted one leaves a config the daemon can trust;
  *   - the file form "[section] key = value" of the same setting accepts and
  *     refuses the same values, with the same result (tierfs.conf(5): every
- *     key is also the mount option section_key).
+ *     key is also the mount option section_key);
+ *   - cfg_suggest() offers a known name within its documented distance
+ *     (at most a third of the letters, never all), and offers none only
+ *     when no known name is that close, by an independent edit distance.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +28,8 @@
 static int memfd = -1;
 static char path[64];
 
+static void collect_options(void);
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	memfd = memfd_create("tierfs-fuzz.conf", MFD_CLOEXEC);
@@ -34,6 +39,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	}
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", memfd);
 	tfs_log_max = 0;
+	collect_options();
 	return 0;
 }
 
@@ -115,6 +121,119 @@ static void differential(const char *name, const char *value)
 	cfg_free(&b);
 }
 
+/* Names besides the config keys, as fs/main.c passes libfuse's. */
+static const char *const extra[] = { "allow_other", "default_permissions",
+				     "fsname", "max_read", "noatime",
+				     "ro" };
+#define NEXTRA (sizeof(extra) / sizeof(extra[0]))
+
+/* Optimal string alignment distance, case-insensitive: the reference
+ * cfg_suggest() is checked against, written without looking at its
+ * table layout. */
+static size_t osa(const char *a, size_t la, const char *b, size_t lb)
+{
+	size_t *d = calloc((la + 1) * (lb + 1), sizeof(*d)), r;
+
+#define D(i, j) d[(i) * (lb + 1) + (j)]
+	if (!d)
+		abort();
+	for (size_t i = 0; i <= la; i++)
+		D(i, 0) = i;
+	for (size_t j = 0; j <= lb; j++)
+		D(0, j) = j;
+	for (size_t i = 1; i <= la; i++) {
+		for (size_t j = 1; j <= lb; j++) {
+			bool same = tolower((unsigned char)a[i - 1]) ==
+				    tolower((unsigned char)b[j - 1]);
+			size_t v = D(i - 1, j - 1) + !same;
+
+			if (D(i - 1, j) + 1 < v)
+				v = D(i - 1, j) + 1;
+			if (D(i, j - 1) + 1 < v)
+				v = D(i, j - 1) + 1;
+			if (i > 1 && j > 1 &&
+			    tolower((unsigned char)a[i - 1]) ==
+				    tolower((unsigned char)b[j - 2]) &&
+			    tolower((unsigned char)a[i - 2]) ==
+				    tolower((unsigned char)b[j - 1]) &&
+			    D(i - 2, j - 2) + 1 < v)
+				v = D(i - 2, j - 2) + 1;
+			D(i, j) = v;
+		}
+	}
+	r = D(la, lb);
+#undef D
+	free(d);
+	return r;
+}
+
+/* Every config option, as cfg_print_help() lists them. */
+static char *options[64];
+static size_t noptions;
+
+static void collect_options(void)
+{
+	char *text = NULL, *line, *save;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		abort();
+	cfg_print_help(f, 0);
+	fclose(f);
+	for (line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		if (strncmp(line, "-o ", 3) || noptions == 64)
+			continue;
+		options[noptions] = strndup(line + 3, strcspn(line + 3, "="));
+		if (!options[noptions] || !cfg_is_option(options[noptions]))
+			abort();
+		noptions++;
+	}
+	free(text);
+	if (!noptions)
+		abort();
+}
+
+static void check_suggest(const char *word)
+{
+	size_t wl = strcspn(word, "="), limit = wl / 3 ? wl / 3 : 1;
+	size_t best = SIZE_MAX;
+	char buf[80];
+	const char *got;
+
+	got = cfg_suggest(word, extra, NEXTRA, buf, sizeof(buf));
+	FUZZ_CHECK(!got || got == buf, "cfg_suggest returned another pointer");
+	if (!wl || wl > 64) {
+		FUZZ_CHECK(!got, "'%s': suggestion for a word of %zu bytes",
+			   word, wl);
+		return;
+	}
+	for (size_t i = 0; i < NEXTRA + noptions; i++) {
+		const char *n = i < NEXTRA ? extra[i] : options[i - NEXTRA];
+		size_t d = osa(word, wl, n, strlen(n));
+
+		best = d < best ? d : best;
+	}
+	if (!got) {
+		FUZZ_CHECK(best > limit || best >= wl,
+			   "'%s': no suggestion, but one is %zu edits away",
+			   word, best);
+		return;
+	}
+	FUZZ_CHECK(strnlen(buf, sizeof(buf)) < sizeof(buf), "unterminated");
+	bool known = cfg_is_option(buf);
+
+	for (size_t i = 0; i < NEXTRA; i++)
+		known |= !strcmp(buf, extra[i]);
+	FUZZ_CHECK(known, "'%s': suggested unknown '%s'", word, buf);
+	size_t d = osa(word, wl, buf, strlen(buf));
+
+	FUZZ_CHECK(d == best && d <= limit && d < wl,
+		   "'%s': suggested '%s', %zu edits away (best %zu, limit %zu)",
+		   word, buf, d, best, limit);
+}
+
 static void one_item(struct tfs_config *cfg, char *item)
 {
 	struct tfs_config snap;
@@ -123,6 +242,7 @@ static void one_item(struct tfs_config *cfg, char *item)
 	int rc;
 
 	is = cfg_is_option(item);
+	check_suggest(item);
 	if (eq) {
 		*eq = '\0';
 		value = eq + 1;
