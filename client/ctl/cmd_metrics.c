@@ -188,21 +188,25 @@ int cmd_metrics(int argc, char **argv)
 		char *tmp = ctl_xasprintf("%s.%ld.tmp", out, (long)getpid());
 		FILE *f = fopen(tmp, "we");
 
+		/* Errors name the file the user gave, not the temporary. */
 		if (!f) {
-			ctl_error("'%s': %s", tmp, strerror(errno));
+			ctl_error("cannot write '%s': %s", out, strerror(errno));
 			rc = EXIT_FAIL;
 		} else {
 			metrics_write(f, mounts, st, n);
 			if (fflush(f) || ferror(f) || fsync(fileno(f))) {
-				ctl_error("'%s': %s", tmp, strerror(errno));
+				ctl_error("cannot write '%s': %s", out,
+					  strerror(errno));
 				rc = EXIT_FAIL;
 			}
 			if (fclose(f) && !rc) {
-				ctl_error("'%s': %s", tmp, strerror(errno));
+				ctl_error("cannot write '%s': %s", out,
+					  strerror(errno));
 				rc = EXIT_FAIL;
 			}
 			if (!rc && rename(tmp, out)) {
-				ctl_error("'%s': %s", out, strerror(errno));
+				ctl_error("cannot write '%s': %s", out,
+					  strerror(errno));
 				rc = EXIT_FAIL;
 			}
 			if (rc)

@@ -149,6 +149,7 @@ static void status_text(FILE *f, const char *mount,
 {
 	const char *backend = ctl_stats_get(s, "backend");
 	const char *model = ctl_stats_get(s, "device_model");
+	const char *reload;
 	int bar = term_columns() - 56;
 	char a[32], b[32], c[32];
 	uint64_t v;
@@ -233,6 +234,10 @@ static void status_text(FILE *f, const char *mount,
 		   " checksum errors\n",
 		stats_u64_or0(s, "evict_failures"),
 		stats_u64_or0(s, "checksum_errors"));
+	/* The daemon kept its configuration; the operator should know. */
+	reload = ctl_stats_get(s, "reload_error");
+	if (reload && *reload)
+		fprintf(f, "config   last reload failed: %s\n", reload);
 	if (prev)
 		fprintf(f, "rates    over the last %.1f s\n", s->at - prev->at);
 }

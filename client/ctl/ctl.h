@@ -122,8 +122,9 @@ int ctl_all_mounts(char ***out);
 /* Frees the @n strings of @v and @v. */
 void ctl_free_strv(char **v, int n);
 
-/* The root of the mount @arg is on, or with @arg NULL of the only tierfs
- * mount there is; malloc'd, or NULL with a message. */
+/* The root of the mount @arg is on, or with @arg NULL of the tierfs mount
+ * the current directory is on, else of the only tierfs mount there is;
+ * malloc'd, or NULL with a message. */
 char *ctl_pick_mount(const char *arg);
 
 /*

@@ -231,6 +231,9 @@ char *ctl_pick_mount(const char *arg)
 
 	if (arg)
 		return ctl_resolve_mount_msg(arg, &root) ? root : NULL;
+	/* Run inside a mount, that one, as git finds its repository. */
+	if (!resolve_mount(".", &root))
+		return root;
 	n = ctl_all_mounts(&v);
 	if (n < 0)
 		return NULL;
@@ -238,8 +241,8 @@ char *ctl_pick_mount(const char *arg)
 		ctl_error("no tierfs mount found; name one");
 	} else if (n > 1) {
 		fflush(stdout);
-		fprintf(stderr, "tierfsctl: %d tierfs mounts; name one of:\n",
-			n);
+		fprintf(stderr, "tierfsctl: %d tierfs mounts; name one, or "
+				"run this inside it:\n", n);
 		for (int i = 0; i < n; i++)
 			fprintf(stderr, "  %s\n", v[i]);
 	} else {

@@ -551,3 +551,48 @@ while not os.path.exists(sys.argv[2]):
 	[ -n "$readme" ]
 	[ "$readme" = "$man" ]
 }
+
+@test "tierfsctl status inside one of several mounts shows that one" {
+	tfs_mount
+	local other=$TFS_TMP/other pid2
+	mkdir -p "$other" "$TFS_TMP/spill2"
+	"$TIERFS_BIN" "$other" -f -o "disk_path=$TFS_TMP/spill2" \
+		2>"$TFS_TMP/other.log" &
+	pid2=$!
+	wait_for mountpoint -q "$other"
+	mkdir "$MNT/sub" "$other/sub"
+	run bash -c "cd '$other/sub' && '$TIERFSCTL_BIN' status --ascii"
+	fusermount3 -u "$other"
+	wait "$pid2" || true
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = "tierfs on $other" ]
+	run bash -c "cd '$MNT/sub' && '$TIERFSCTL_BIN' status --json"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"\"mount\": \"$MNT\""* ]]
+}
+
+@test "tierfsctl metrics -o names the file it was given when it cannot write" {
+	tfs_mount
+	run "$TIERFSCTL_BIN" metrics -o /nonexistent/dir/x.prom "$MNT"
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[ "$output" = "tierfsctl: cannot write '/nonexistent/dir/x.prom': No such file or directory" ]
+}
+
+@test "tierfsctl status shows a failed reload" {
+	local conf=$TFS_TMP/t.conf
+	printf '[host]\nlimit = 64M\n' >"$conf"
+	tfs_mount -o "config=$conf"
+	run "$TIERFSCTL_BIN" status --ascii "$MNT"
+	[[ "$output" != *"reload"* ]]
+	printf '[host]\nlimit = banana\n' >"$conf"
+	kill -HUP "$TFS_PID"
+	wait_for test "$(tfs_stat reloads)" -eq 1
+	run "$TIERFSCTL_BIN" status --ascii "$MNT"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "${lines[-1]}" = "config   last reload failed: $conf:2: limit: 'banana' is not a size: expected a number such as 4096, 64K or 1.5G" ]
+	run "$TIERFSCTL_BIN" status --json "$MNT"
+	[[ "$output" == *"\"reload_error\": \"$conf:2: limit: 'banana'"* ]]
+}

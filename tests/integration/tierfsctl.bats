@@ -145,7 +145,7 @@ for t in ("device", "host", "disk"):
 		[[ "$output" == *"tierfs on $MNT"* ]]
 	else
 		[ "$status" -eq 1 ]
-		[[ "${lines[0]}" == "tierfsctl: "*" tierfs mounts; name one of:" ]]
+		[[ "${lines[0]}" == "tierfsctl: "*" tierfs mounts; name one, or run this inside it:" ]]
 		echo "$output" | grep -Fx "  $MNT"
 	fi
 }
