@@ -37,7 +37,9 @@ struct tier_dev_ops {
 	/*
 	 * Open the backend for @cfg (device.gpu, host.pinned, ...). Returns 0,
 	 * or -ENODEV / -ENXIO / ... with one line in @err naming the cause
-	 * (for cuda: the CUDA error's name and number).
+	 * (for cuda: the CUDA error's name and number); -ENOENT when the
+	 * machine has no driver for the device at all, which backend=auto
+	 * takes as the ordinary case of a machine without a GPU.
 	 */
 	int (*init)(struct tier_dev **out, const struct tfs_config *cfg,
 		    char *err, size_t errlen);

@@ -17,6 +17,7 @@
  * slot, never across a copy. Direct copies take a slot too, for its stream
  * and events, which caps copies in flight at CUDA_SLOTS either way.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -417,6 +418,16 @@ static int slots_create(struct cuda_dev *d, char *err, size_t errlen)
 	return 0;
 }
 
+/* Whether NVIDIA's driver library is there for cudart to load. */
+static bool driver_installed(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+
+	if (h)
+		dlclose(h);
+	return h != NULL;
+}
+
 static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 		     char *err, size_t errlen)
 {
@@ -428,8 +439,15 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 
 	*out = NULL;
 	e = cudaGetDeviceCount(&count);
-	if (e != cudaSuccess)
-		return init_fail(e, "cudaGetDeviceCount", err, errlen);
+	if (e != cudaSuccess) {
+		rc = init_fail(e, "cudaGetDeviceCount", err, errlen);
+		/* cudart says "insufficient driver" both for a driver older
+		 * than itself and for none at all; only the first is news. */
+		if ((e == cudaErrorInsufficientDriver ||
+		     e == cudaErrorStubLibrary) && !driver_installed())
+			return -ENOENT;
+		return rc;
+	}
 	if (count == 0) {
 		snprintf(err, errlen, "cuda: no CUDA device found");
 		return -ENODEV;

@@ -76,9 +76,10 @@ static int open_device(struct tier_store *s, const struct tfs_config *cfg,
 	}
 	ops = tier_dev_lookup(!strcmp(want, "auto") ? "cuda" : want);
 	if (!ops) {
+		/* auto could never have used a GPU: nothing to report. */
 		if (!strcmp(want, "auto")) {
-			tfs_notice("device: no device tier: tierfs was built "
-				   "without cuda");
+			tfs_info("device: no device tier: tierfs was built "
+				 "without cuda");
 			snprintf(s->backend, sizeof(s->backend), "none");
 			return 0;
 		}
@@ -89,12 +90,28 @@ static int open_device(struct tier_store *s, const struct tfs_config *cfg,
 	rc = ops->init(&s->dev, cfg, why, sizeof(why));
 	if (rc) {
 		s->dev = NULL;
-		if (!strcmp(want, "auto")) {
-			tfs_notice("device: no device tier: %s", why);
+		/*
+		 * A machine without NVIDIA's driver is the ordinary case of
+		 * auto, said in the user's words; the CUDA error behind it is
+		 * for debugging. A GPU that is there but fails is worth more.
+		 */
+		if (!strcmp(want, "auto") && rc == -ENOENT) {
+			tfs_notice("no NVIDIA driver: running without a device "
+				   "tier");
+			tfs_debug("device: %s", why);
 			snprintf(s->backend, sizeof(s->backend), "none");
 			return 0;
 		}
-		snprintf(err, errlen, "%s", why);
+		if (!strcmp(want, "auto")) {
+			tfs_warn("device: no device tier: %s", why);
+			snprintf(s->backend, sizeof(s->backend), "none");
+			return 0;
+		}
+		if (rc == -ENOENT)
+			snprintf(err, errlen, "device_backend=%s: no NVIDIA "
+					      "driver (%s)", want, why);
+		else
+			snprintf(err, errlen, "%s", why);
 		return rc;
 	}
 	ops->info(s->dev, &s->dev_info);

@@ -596,3 +596,24 @@ while not os.path.exists(sys.argv[2]):
 	run "$TIERFSCTL_BIN" status --json "$MNT"
 	[[ "$output" == *"\"reload_error\": \"$conf:2: limit: 'banana'"* ]]
 }
+
+@test "without NVIDIA's driver, backend=auto says so in one line and none says nothing" {
+	grep -q TFS_HAVE_CUDA "$TFS_BUILD/build.ninja" ||
+		skip "built without the cuda backend"
+	! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' ||
+		skip "an NVIDIA driver is installed here"
+	tfs_mount
+	cat "$LOG"
+	[ "$(sed -n 1p "$LOG")" = "tierfs: no NVIDIA driver: running without a device tier" ]
+	! grep -qi cuda "$LOG"
+	[ "$(tfs_stat backend)" = none ]
+	tfs_unmount
+	tfs_mount -o device_backend=none
+	! grep -qi "nvidia\|cuda" "$LOG"
+	tfs_unmount
+	# Asked for by name, it is an error that says why.
+	run timeout 20 "$TIERFS_BIN" "$MNT" -f -o "disk_path=$SPILL,device_backend=cuda"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	[[ "$output" == "tierfs: cannot start the store: device_backend=cuda: no NVIDIA driver (cuda: cudaGetDeviceCount: "* ]]
+}
