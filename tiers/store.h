@@ -182,7 +182,7 @@ int tier_buf_commit(struct tier_buf *b, uint64_t owner);
  * when it is not empty. */
 int tier_buf_alloc_device(struct tier_buf *b, uint64_t size);
 
-/* Parse "device", "host", "disk"; -EINVAL otherwise. */
+/* Parse "device", "host", "disk" in any case ("DISK"); -EINVAL otherwise. */
 int tier_parse(const char *name, size_t len, enum tfs_tier *out);
 const char *tier_name(enum tfs_tier t);
 

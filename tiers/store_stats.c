@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "tiers/store_i.h"
 
@@ -25,7 +26,8 @@ int tier_parse(const char *name, size_t len, enum tfs_tier *out)
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
 		const char *n = tier_name((enum tfs_tier)t);
 
-		if (strlen(n) == len && !memcmp(n, name, len)) {
+		/* "DISK" as well: a name, not a code to get exactly right. */
+		if (strlen(n) == len && !strncasecmp(n, name, len)) {
 			*out = (enum tfs_tier)t;
 			return 0;
 		}

@@ -617,3 +617,16 @@ while not os.path.exists(sys.argv[2]):
 	[ "$status" -eq 1 ]
 	[[ "$output" == "tierfs: cannot start the store: device_backend=cuda: no NVIDIA driver (cuda: cudaGetDeviceCount: "* ]]
 }
+
+@test "tier names are taken in any case" {
+	tfs_mount
+	echo data >"$MNT/f"
+	setfattr -n user.tierfs.tier -v DISK "$MNT/f"
+	[ "$(tfs_tier "$MNT/f")" = disk ]
+	setfattr -n user.tierfs.tier -v Host "$MNT/f"
+	[ "$(tfs_tier "$MNT/f")" = host ]
+	[ "$(cat "$MNT/f")" = data ]
+	run setfattr -n user.tierfs.tier -v disks "$MNT/f"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"Invalid argument"* ]]
+}

@@ -603,6 +603,33 @@ static void test_bad_backend(void)
 	cfg_free(&cfg);
 }
 
+static void test_tier_names(void)
+{
+	static const struct {
+		const char *s;
+		int tier; /* -1: refused */
+	} cases[] = {
+		{ "device", TFS_TIER_DEVICE }, { "host", TFS_TIER_HOST },
+		{ "disk", TFS_TIER_DISK },     { "DISK", TFS_TIER_DISK },
+		{ "Host", TFS_TIER_HOST },     { "dEvIcE", TFS_TIER_DEVICE },
+		{ "disk\n", TFS_TIER_DISK },   { "disks", -1 },
+		{ "dis", -1 },		       { "", -1 },
+		{ " disk", -1 },	       { "gpu", -1 },
+	};
+	enum tfs_tier t;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = tier_parse(cases[i].s, strlen(cases[i].s), &t);
+
+		if (cases[i].tier < 0) {
+			CHECK_EQ(rc, -EINVAL);
+		} else {
+			CHECK_EQ(rc, 0);
+			CHECK_EQ(t, cases[i].tier);
+		}
+	}
+}
+
 int main(void)
 {
 	if (!mkdtemp(spill_dir)) {
@@ -623,6 +650,7 @@ int main(void)
 	TAP_RUN(test_reconfigure_shrinks);
 	TAP_RUN(test_stats_format);
 	TAP_RUN(test_bad_backend);
+	TAP_RUN(test_tier_names);
 	rmdir(spill_dir);
 	return tap_done();
 }
