@@ -545,6 +545,9 @@ static void fail(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* The terminal gets it either way; a log of its own keeps it too. */
+	if (tfs_log_dest() == TFS_LOG_FILE || tfs_log_dest() == TFS_LOG_SYSLOG)
+		tfs_err("%s", msg);
 	tfs_daemon_ready(1, msg);
 }
 

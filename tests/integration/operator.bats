@@ -616,6 +616,16 @@ while not os.path.exists(sys.argv[2]):
 	echo "$output"
 	[ "$status" -eq 1 ]
 	[[ "$output" == "tierfs: cannot start the store: device_backend=cuda: no NVIDIA driver (cuda: cudaGetDeviceCount: "* ]]
+	# A daemon that fails after forking says it on the terminal and in
+	# its log.
+	run env -u INVOCATION_ID -u JOURNAL_STREAM timeout 20 "$TIERFS_BIN" \
+		"$MNT" -o "disk_path=$SPILL,device_backend=cuda,log_file=$TFS_TMP/d.log"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	[[ "$output" == "tierfs: cannot start the store: device_backend=cuda: no NVIDIA driver"* ]]
+	grep -q "error: cannot start the store: device_backend=cuda: no NVIDIA driver" \
+		"$TFS_TMP/d.log"
+	! mountpoint -q "$MNT"
 }
 
 @test "tier names are taken in any case" {
