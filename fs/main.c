@@ -644,9 +644,9 @@ int main(int argc, char **argv)
 		 * helper is silent on success. */
 		tfs_log_use(dest);
 	}
-	/* CUDA must start in the process that serves the mount. The spill
-	 * directory is named after the mount point, so a new mount on the
-	 * same point removes what a crashed earlier run left behind. */
+	/* CUDA must start in the process that serves the mount. The tag
+	 * starts the spill directory's name, which a random part completes;
+	 * what a crashed run left behind is found by its lock, not its name. */
 	snprintf(tag, sizeof(tag), "%016llx",
 		 (unsigned long long)path_hash(mountpoint));
 	rc = tfs_ns_init();

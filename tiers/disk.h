@@ -33,9 +33,16 @@ struct tier_disk_stats {
 };
 
 /*
- * Create the private directory @path/tierfs.@tag (0700), removing stale
- * spill files a previous run left there. Returns 0 or -errno with a message
- * in @err.
+ * Create this daemon's spill directory: @path/tierfs.@tag.<random>, 0700,
+ * holding a lock file the daemon keeps locked (flock) while it lives. When
+ * other users may write to @path, it must be sticky (/var/tmp), and the
+ * spill directory goes into the private @path/tierfs-<euid> (see
+ * tier_private_dir_open()) instead; a @path owned by another user than
+ * root or this one is refused. Before that, spill directories of daemons
+ * that are gone are removed from where it goes: only private directories
+ * whose lock file nobody holds, and only the files in them, every name
+ * resolved from a directory descriptor without following symlinks.
+ * Returns 0 or -errno with a message in @err.
  */
 int tier_disk_init(struct tier_disk **out, const char *path, const char *tag,
 		   uint32_t chunk_size, enum cfg_compression compression,
@@ -43,6 +50,26 @@ int tier_disk_init(struct tier_disk **out, const char *path, const char *tag,
 
 /* Remove the directory and everything in it; free @d. */
 void tier_disk_destroy(struct tier_disk *d);
+
+/* The spill directory's path, for log lines and tests. */
+const char *tier_disk_path(const struct tier_disk *d);
+
+enum tier_pdir_mode {
+	TIER_PDIR_OPEN, /* only an existing directory */
+	TIER_PDIR_CREATE, /* an existing one, or create it */
+	TIER_PDIR_CREATE_EXCL, /* create it; -EEXIST when the name is taken */
+};
+
+/*
+ * Open the directory @name under the directory descriptor @parent, made
+ * (mode 0700) first as @mode says, and check that it is private: a real
+ * directory reached without following a symlink, owned by this process's
+ * effective uid, mode exactly 0700. Returns its descriptor (O_CLOEXEC),
+ * -ENOENT when missing (TIER_PDIR_OPEN), -EEXIST (TIER_PDIR_CREATE_EXCL),
+ * -EPERM when what is there is not private, or another -errno.
+ */
+int tier_private_dir_open(int parent, const char *name,
+			  enum tier_pdir_mode mode);
 
 /* The chunk size given to init. */
 uint32_t tier_disk_chunk_size(const struct tier_disk *d);

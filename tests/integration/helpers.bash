@@ -17,6 +17,8 @@ tfs_setup() {
 	SPILL=$TFS_TMP/spill
 	LOG=$TFS_TMP/tierfs.log
 	mkdir -p "$MNT" "$SPILL"
+	TFS_USERS=()
+	TFS_BG=()
 	export TFS_TMP MNT SPILL LOG
 }
 
@@ -69,8 +71,42 @@ tfs_unmount() {
 	fi
 }
 
+# tfs_user VAR: create an unprivileged user with a name unique to this
+# test run (tfs_teardown removes it) and set VAR to it. The test's
+# directory becomes searchable so that the user can reach the mount.
+tfs_user() {
+	local letters=abcdefgh name
+	name=tfs${letters:${#TFS_USERS[@]}:1}$$
+	useradd -M -N -s /usr/sbin/nologin "$name" || return 1
+	TFS_USERS+=("$name")
+	chmod 755 "$TFS_TMP"
+	printf -v "$1" %s "$name"
+}
+
+# tfs_as USER CMD...: run CMD as USER, with USER's groups only.
+tfs_as() {
+	local u=$1
+	shift
+	setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups -- "$@"
+}
+
+# tfs_bg_as USER CMD...: run CMD as USER in the background until the test
+# ends (tfs_teardown kills it); sets BG_PID to CMD's own pid.
+tfs_bg_as() {
+	local u=$1
+	shift
+	setpriv --reuid="$u" --regid="$(id -g "$u")" --init-groups -- "$@" &
+	BG_PID=$!
+	TFS_BG+=("$BG_PID")
+}
+
 tfs_teardown() {
-	local bad=0
+	local bad=0 pid u
+	for pid in "${TFS_BG[@]}"; do
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	TFS_BG=()
 	tfs_unmount
 	# Under ASan/UBSan a report in the daemon's log fails the test.
 	if [ -n "${LOG:-}" ] && [ -f "$LOG" ] &&
@@ -82,6 +118,10 @@ tfs_teardown() {
 	if [ -n "${TFS_TMP:-}" ]; then
 		rm -rf "$TFS_TMP"
 	fi
+	for u in "${TFS_USERS[@]}"; do
+		userdel "$u" || bad=1
+	done
+	TFS_USERS=()
 	return $bad
 }
 

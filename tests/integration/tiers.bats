@@ -83,8 +83,11 @@ make_src() {
 
 # The one spill file in the disk tier's private directory.
 only_spill_file() {
-	local files
-	files=("$SPILL"/tierfs.*/*)
+	local files f
+	files=()
+	for f in "$SPILL"/tierfs.*/*; do
+		[ "${f##*/}" = lock ] || files+=("$f")
+	done
 	[ "${#files[@]}" -eq 1 ] && [ -f "${files[0]}" ] ||
 		{ echo "expected one spill file: ${files[*]}" >&2; return 1; }
 	echo "${files[0]}"
@@ -379,8 +382,11 @@ small_tmpfs() { # DIR: an 8 MiB tmpfs at DIR, unmounted in teardown
 	fill_until_enospc "$disk" \
 		"device_backend=sim,device_limit=1M,host_limit=2M,disk_path=$disk,disk_limit=64M" 7 10
 	# nothing is held above the limits in the daemon's memory instead
+	# (a tmpfs is sticky and world-writable: the spill directory is in
+	# the private tierfs-<uid> there)
 	local f n=0
-	for f in "$disk"/tierfs.*/*; do
+	for f in "$disk"/tierfs-*/tierfs.*/*; do
+		[ "${f##*/}" = lock ] && continue
 		[ "$(stat -c %b "$f")" -gt 0 ] || n=$((n + 1))
 	done
 	[ "$n" -eq 0 ]

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -566,38 +567,105 @@ static void test_corruption(void)
 	free(got);
 }
 
-static void test_init_and_modes(void)
+/* Make @dir (mode @mode) holding a "lock" file and a spill file "42";
+ * with @lockfd, return a descriptor of the lock file holding its flock. */
+static void plant(const char *dir, mode_t mode, bool lock_file, int *lockfd)
 {
-	char dir[128], path[192];
-	struct tier_disk *d;
-	struct tier_dobj *o;
-	struct stat st;
+	char path[256];
 	int fd;
 
-	snprintf(dir, sizeof(dir), "%s/tierfs.test", tmpdir);
-	mkdir(dir, 0755);
+	CHECK_EQ(mkdir(dir, 0700), 0);
+	CHECK_EQ(chmod(dir, mode), 0);
 	snprintf(path, sizeof(path), "%s/42", dir);
-	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
 	CHECK(fd >= 0);
-	CHECK_EQ(write(fd, "stale", 5), 5);
 	close(fd);
-	snprintf(path, sizeof(path), "%s/sub", dir);
-	mkdir(path, 0755);
-	snprintf(path, sizeof(path), "%s/sub/x", dir);
-	close(open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+	if (!lock_file)
+		return;
+	snprintf(path, sizeof(path), "%s/lock", dir);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	CHECK(fd >= 0);
+	if (lockfd) {
+		CHECK_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+		*lockfd = fd;
+	} else {
+		close(fd);
+	}
+}
+
+static bool exists(const char *dir, const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s%s%s", dir, name ? "/" : "",
+		 name ? name : "");
+	return !access(path, F_OK);
+}
+
+static void rm_planted(const char *dir)
+{
+	char cmd[300];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK_EQ(system(cmd), 0);
+}
+
+static void test_init_and_modes(void)
+{
+	char dir[128], path[192], stale[128], live[128], open_[128];
+	char nolock[128], victim[128], link[128];
+	struct tier_disk *d, *d2;
+	struct tier_dobj *o;
+	struct stat st;
+	int fd, held = -1;
+
+	/* What earlier runs left: only a dead daemon's private directory
+	 * goes. */
+	snprintf(stale, sizeof(stale), "%s/tierfs.old.1", tmpdir);
+	plant(stale, 0700, true, NULL);
+	snprintf(live, sizeof(live), "%s/tierfs.live.1", tmpdir);
+	plant(live, 0700, true, &held);
+	snprintf(open_, sizeof(open_), "%s/tierfs.open.1", tmpdir);
+	plant(open_, 0755, true, NULL);
+	snprintf(nolock, sizeof(nolock), "%s/tierfs.nolock.1", tmpdir);
+	plant(nolock, 0700, false, NULL);
+	snprintf(victim, sizeof(victim), "%s/victim", tmpdir);
+	plant(victim, 0700, true, NULL);
+	snprintf(link, sizeof(link), "%s/tierfs.link", tmpdir);
+	CHECK_EQ(symlink("victim", link), 0);
 
 	umask(0);
 	d = disk_new(CS, CFG_COMPRESS_LZ4);
 	umask(022);
 	if (!d)
 		return;
-	snprintf(path, sizeof(path), "%s/42", dir);
-	CHECK(access(path, F_OK) && errno == ENOENT);
-	snprintf(path, sizeof(path), "%s/sub", dir);
-	CHECK(access(path, F_OK) && errno == ENOENT);
+	CHECK(!exists(stale, NULL));
+	CHECK(exists(live, "42") && exists(live, "lock"));
+	CHECK(exists(open_, "42") && exists(open_, "lock"));
+	CHECK(exists(nolock, "42"));
+	CHECK(exists(victim, "42") && exists(victim, "lock"));
+	CHECK_EQ(lstat(link, &st), 0);
+	CHECK(S_ISLNK(st.st_mode));
+
+	/* Its own directory: an unpredictable name, 0700, locked. */
+	snprintf(dir, sizeof(dir), "%s", tier_disk_path(d));
+	snprintf(path, sizeof(path), "%s/tierfs.test.", tmpdir);
+	CHECK(!strncmp(dir, path, strlen(path)));
+	CHECK_EQ(strlen(dir), strlen(path) + 16);
 	CHECK_EQ(stat(dir, &st), 0);
 	CHECK_EQ(st.st_mode & 07777, 0700);
 	CHECK(S_ISDIR(st.st_mode));
+	snprintf(path, sizeof(path), "%s/lock", dir);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK(flock(fd, LOCK_EX | LOCK_NB) && errno == EWOULDBLOCK);
+	close(fd);
+
+	/* A second daemon on the same disk path leaves the first alone. */
+	d2 = disk_new(CS, CFG_COMPRESS_LZ4);
+	CHECK(exists(dir, "lock"));
+	CHECK(strcmp(tier_disk_path(d2), dir) != 0);
+	tier_disk_destroy(d2);
 
 	CHECK_EQ(tier_dobj_create(d, 42, &o), 0);
 	snprintf(path, sizeof(path), "%s/42", dir);
@@ -611,20 +679,16 @@ static void test_init_and_modes(void)
 	tier_disk_destroy(d);
 	CHECK(access(dir, F_OK) && errno == ENOENT);
 
-	/* A symlink in the directory's place is removed, not followed. */
-	snprintf(path, sizeof(path), "%s/victim", tmpdir);
-	mkdir(path, 0755);
-	snprintf(path, sizeof(path), "%s/victim/keep", tmpdir);
-	close(open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
-	CHECK_EQ(symlink("victim", dir), 0);
+	/* Once its daemon is gone, the live one is stale too. */
+	close(held);
 	d = disk_new(CS, CFG_COMPRESS_LZ4);
-	CHECK_EQ(access(path, F_OK), 0);
-	CHECK_EQ(lstat(dir, &st), 0);
-	CHECK(S_ISDIR(st.st_mode));
+	CHECK(!exists(live, NULL));
 	tier_disk_destroy(d);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/victim", tmpdir);
-	rmdir(path);
+
+	unlink(link);
+	rm_planted(victim);
+	rm_planted(open_);
+	rm_planted(nolock);
 
 	{
 		char err[128] = "";
@@ -638,6 +702,84 @@ static void test_init_and_modes(void)
 					err, sizeof(err)),
 			 -EINVAL);
 	}
+}
+
+/* A disk path others can write to: refused unless sticky, and then only
+ * used through a private subdirectory that planting cannot subvert. */
+static void test_shared_disk_path(void)
+{
+	char shared[128], sub[192], path[256], err[256] = "";
+	struct tier_disk *d = NULL;
+	struct stat st;
+	unsigned int uid = (unsigned int)geteuid();
+
+	snprintf(shared, sizeof(shared), "%s/shared", tmpdir);
+	CHECK_EQ(mkdir(shared, 0700), 0);
+	CHECK_EQ(chmod(shared, 0777), 0);
+	CHECK_EQ(tier_disk_init(&d, shared, "t", CS, CFG_COMPRESS_LZ4, err,
+				sizeof(err)),
+		 -EPERM);
+	printf("# %s\n", err);
+	CHECK(strstr(err, "writable by other users and not sticky"));
+	CHECK_EQ(chmod(shared, 0775), 0);
+	CHECK_EQ(tier_disk_init(&d, shared, "t", CS, CFG_COMPRESS_LZ4, err,
+				sizeof(err)),
+		 -EPERM);
+
+	CHECK_EQ(chmod(shared, 01777), 0);
+	CHECK_EQ(tier_disk_init(&d, shared, "t", CS, CFG_COMPRESS_LZ4, err,
+				sizeof(err)),
+		 0);
+	snprintf(sub, sizeof(sub), "%s/tierfs-%u", shared, uid);
+	snprintf(path, sizeof(path), "%s/tierfs.t.", sub);
+	if (d)
+		CHECK(!strncmp(tier_disk_path(d), path, strlen(path)));
+	CHECK_EQ(lstat(sub, &st), 0);
+	CHECK(S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0700);
+	tier_disk_destroy(d);
+	CHECK(exists(sub, NULL));
+	rm_planted(sub);
+
+	if (uid != 0) {
+		rm_planted(shared);
+		return;
+	}
+	/* Another user took the name first: a directory of theirs, then a
+	 * symlink. Neither is touched, and tierfs still starts. */
+	plant(sub, 0700, true, NULL);
+	CHECK_EQ(chown(sub, 65534, 65534), 0);
+	CHECK_EQ(tier_disk_init(&d, shared, "t", CS, CFG_COMPRESS_LZ4, err,
+				sizeof(err)),
+		 0);
+	snprintf(path, sizeof(path), "%s.", sub);
+	if (d)
+		CHECK(!strncmp(tier_disk_path(d), path, strlen(path)));
+	CHECK(exists(sub, "42") && exists(sub, "lock"));
+	tier_disk_destroy(d);
+	rm_planted(sub);
+	snprintf(path, sizeof(path), "%s/victim", tmpdir);
+	plant(path, 0700, true, NULL);
+	CHECK_EQ(symlink(path, sub), 0);
+	CHECK_EQ(tier_disk_init(&d, shared, "t", CS, CFG_COMPRESS_LZ4, err,
+				sizeof(err)),
+		 0);
+	CHECK(exists(path, "42") && exists(path, "lock"));
+	CHECK_EQ(lstat(sub, &st), 0);
+	CHECK(S_ISLNK(st.st_mode));
+	tier_disk_destroy(d);
+	rm_planted(path);
+	rm_planted(shared);
+
+	/* A disk path that belongs to another user. */
+	snprintf(path, sizeof(path), "%s/theirs", tmpdir);
+	CHECK_EQ(mkdir(path, 0755), 0);
+	CHECK_EQ(chown(path, 65534, 65534), 0);
+	CHECK_EQ(tier_disk_init(&d, path, "t", CS, CFG_COMPRESS_LZ4, err,
+				sizeof(err)),
+		 -EPERM);
+	printf("# %s\n", err);
+	CHECK(strstr(err, "belongs to uid 65534"));
+	rmdir(path);
 }
 
 struct reader_arg {
@@ -1032,6 +1174,7 @@ int main(void)
 	TAP_RUN(test_truncate);
 	TAP_RUN(test_corruption);
 	TAP_RUN(test_init_and_modes);
+	TAP_RUN(test_shared_disk_path);
 	TAP_RUN(test_write_chunks_parallel);
 	TAP_RUN(test_many_objects);
 	{

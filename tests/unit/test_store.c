@@ -5,6 +5,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -333,10 +334,17 @@ static uint64_t spill_mtime(uint64_t id_hint)
 {
 	char path[512];
 	struct stat sb;
+	glob_t g;
+	int rc;
 
-	snprintf(path, sizeof(path), "%s/tierfs.unit/%llu", spill_dir,
+	/* The spill directory's name ends in a random part. */
+	snprintf(path, sizeof(path), "%s/tierfs.unit.*/%llu", spill_dir,
 		 (unsigned long long)id_hint);
-	if (stat(path, &sb))
+	if (glob(path, 0, NULL, &g))
+		return 0;
+	rc = g.gl_pathc == 1 ? stat(g.gl_pathv[0], &sb) : -1;
+	globfree(&g);
+	if (rc)
 		return 0;
 	return (uint64_t)sb.st_mtim.tv_sec * 1000000000ull +
 	       (uint64_t)sb.st_mtim.tv_nsec;
