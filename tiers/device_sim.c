@@ -11,16 +11,19 @@
  * Names carry the daemon's pid ("/tierfs.PID.RANDOM") so that a daemon that
  * starts removes the objects a killed one left in /dev/shm.
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config/config.h"
@@ -50,28 +53,61 @@ static size_t page_round(size_t len)
 	return len ? (len + pg - 1) / pg * pg : pg;
 }
 
-/* Unlink the shared-memory objects of sim daemons that are gone. */
+/* The name of an export object: "tierfs.<pid>.<32 hex digits>", as
+ * sim_export() makes them; its pid in @pid. */
+static bool export_name(const char *name, long *pid)
+{
+	const char *p;
+	char *end;
+
+	if (strncmp(name, "tierfs.", 7))
+		return false;
+	errno = 0;
+	*pid = strtol(name + 7, &end, 10);
+	if (errno || end == name + 7 || *pid <= 0 || *end != '.')
+		return false;
+	for (p = end + 1; *p; p++)
+		if (!isxdigit((unsigned char)*p) || isupper((unsigned char)*p))
+			return false;
+	return p - (end + 1) == 32;
+}
+
+/*
+ * Unlink the shared-memory objects of sim daemons that are gone. Only what
+ * is provably such an object: a name sim_export() would make, carrying the
+ * pid of no live process, for a regular file (never a symlink) owned by
+ * this daemon's user, checked and unlinked relative to one descriptor of
+ * /dev/shm. In that sticky directory nobody else can swap an entry of ours
+ * between the check and the unlink; objects other users made are theirs.
+ */
 static void remove_stale_exports(void)
 {
-	DIR *d = opendir("/dev/shm");
 	struct dirent *e;
+	struct stat st;
+	DIR *d;
+	int dfd;
 
-	if (!d)
+	dfd = open("/dev/shm", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
 		return;
+	d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return;
+	}
 	while ((e = readdir(d))) {
-		char name[300];
 		long pid;
-		int n = 0;
 
-		if (sscanf(e->d_name, "tierfs.%ld.%n", &pid, &n) != 1 || !n ||
-		    pid <= 0 || pid == (long)getpid())
+		if (!export_name(e->d_name, &pid) || pid == (long)getpid())
 			continue;
 		if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
 			continue;
-		snprintf(name, sizeof(name), "/%s", e->d_name);
-		if (!shm_unlink(name))
-			tfs_notice("sim: removed '%s' left by a dead daemon",
-				   name);
+		if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+			continue;
+		if (!unlinkat(dfd, e->d_name, 0))
+			tfs_notice("sim: removed '/%s' left by a dead daemon",
+				   e->d_name);
 	}
 	closedir(d);
 }
