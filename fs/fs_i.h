@@ -103,7 +103,8 @@ struct tfs_file {
 	struct tfs_file *prev, *next; /* tfs.files, ns_lock */
 	struct tfs_inode *inode;
 	uint64_t owner; /* lease owner id for tier_buf_export, unique */
-	bool writable;
+	bool readable; /* opened for reading: exports need it */
+	bool writable; /* opened for writing: write exports need it too */
 	bool exported; /* may hold an export lease */
 };
 
@@ -159,6 +160,15 @@ void tfs_stat_data(const struct tfs_inode *i, struct stat *st);
 void tfs_now(struct timespec *ts);
 void tfs_touch_locked(struct tfs_inode *i, bool mtime);
 void tfs_file_link_locked(struct tfs_file *f);
+/*
+ * Whether the caller of @req may write to @i by its mode bits, as the
+ * kernel's default_permissions would decide: root and the owner always may
+ * (the owner could chmod anyway), others by the group bits when @i's group
+ * is their primary or a supplementary group, else by the other bits.
+ * Returns 0 or -EACCES. For requests the kernel does not check itself
+ * (ioctls).
+ */
+int tfs_may_write(fuse_req_t req, struct tfs_inode *i);
 void tfs_file_unlink_locked(struct tfs_file *f);
 
 /* ops.c */

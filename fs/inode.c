@@ -138,6 +138,48 @@ void tfs_file_link_locked(struct tfs_file *f)
 	tfs.files.next = f;
 }
 
+/* Whether @gid is the caller's primary group or one of its supplementary
+ * groups. A caller whose groups cannot be read (it exited) gets only its
+ * primary group: that can refuse, never grant, more. */
+static bool in_group(fuse_req_t req, gid_t primary, gid_t gid)
+{
+	gid_t small[64], *list = small;
+	bool found = false;
+	int n;
+
+	if (gid == primary)
+		return true;
+	n = fuse_req_getgroups(req, 64, small);
+	if (n > 64) {
+		list = calloc((size_t)n, sizeof(*list));
+		if (!list)
+			return false;
+		n = fuse_req_getgroups(req, n, list);
+	}
+	for (int k = 0; k < n && !found; k++)
+		found = list[k] == gid;
+	if (list != small)
+		free(list);
+	return found;
+}
+
+int tfs_may_write(fuse_req_t req, struct tfs_inode *i)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	uint32_t mode, uid, gid;
+
+	tfs_ns_lock();
+	mode = i->mode;
+	uid = i->uid;
+	gid = i->gid;
+	tfs_ns_unlock();
+	if (ctx->uid == 0 || ctx->uid == uid)
+		return 0;
+	if (in_group(req, ctx->gid, gid))
+		return mode & S_IWGRP ? 0 : -EACCES;
+	return mode & S_IWOTH ? 0 : -EACCES;
+}
+
 void tfs_file_unlink_locked(struct tfs_file *f)
 {
 	f->prev->next = f->next;

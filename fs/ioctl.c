@@ -6,9 +6,15 @@
  *
  * Errors: an unknown command, a directory or a 32-bit compat caller get
  * ENOTTY (the ABI is only promised to 64-bit callers); a wrong version,
- * unknown flags, nonzero reserved words or a bad tier get EINVAL. An export
- * for writing through a file not opened for writing gets EBADF, as write(2)
- * would: the descriptor, not the caller's permissions, is what is wrong.
+ * unknown flags, nonzero reserved words or a bad tier get EINVAL.
+ *
+ * An export gives no more than its descriptor does: any export needs a
+ * file opened for reading (the mapping shows the bytes), one for writing a
+ * file opened for reading and writing; otherwise EBADF, as read(2) or
+ * write(2) would answer, since the descriptor, not the caller's
+ * permissions, is what is wrong. A move changes where the file lives for
+ * everyone, so it needs write permission on the file, as setting
+ * user.tierfs.tier does (the kernel checks that one): EACCES otherwise.
  */
 #include <errno.h>
 #include <string.h>
@@ -70,7 +76,7 @@ static int ioc_export(fuse_req_t req, struct tfs_file *f, const void *in,
 	if (a.reserved0 || !all_zero(a.reserved, sizeof(a.reserved)))
 		return -EINVAL;
 	writable = a.flags & TFS_EXPORT_WRITE;
-	if (writable && !f->writable)
+	if (!f->readable || (writable && !f->writable))
 		return -EBADF;
 	memset(out, 0, sizeof(*out));
 	out->version = TFS_ABI_VERSION;
@@ -139,7 +145,7 @@ static int ioc_alloc(struct tfs_file *f, const void *in)
 	return 0;
 }
 
-static int ioc_move(struct tfs_file *f, const void *in)
+static int ioc_move(fuse_req_t req, struct tfs_file *f, const void *in)
 {
 	struct tfs_ioc_move a;
 	int rc;
@@ -151,6 +157,9 @@ static int ioc_move(struct tfs_file *f, const void *in)
 	if (a.reserved0 || !all_zero(a.reserved, sizeof(a.reserved)) ||
 	    a.tier >= TFS_TIER_COUNT)
 		return -EINVAL;
+	rc = tfs_may_write(req, f->inode);
+	if (rc < 0)
+		return rc;
 	return tier_buf_move(f->inode->buf, (enum tfs_tier)a.tier, f->owner);
 }
 
@@ -234,7 +243,7 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		inval = true;
 		break;
 	case TFS_IOC_MOVE:
-		rc = ioc_move(f, in_buf);
+		rc = ioc_move(req, f, in_buf);
 		break;
 	default:
 		rc = ioc_stat(f, in_buf, &out.st);

@@ -690,7 +690,11 @@ static struct tfs_file *file_new(struct tfs_inode *i, int flags)
 		return NULL;
 	f->inode = i;
 	f->owner = atomic_fetch_add(&tfs.next_owner, 1) + 1;
-	f->writable = (flags & O_ACCMODE) != O_RDONLY;
+	/* O_ACCMODE itself (3) is Linux's ioctl-only open: neither. */
+	f->readable = (flags & O_ACCMODE) == O_RDONLY ||
+		      (flags & O_ACCMODE) == O_RDWR;
+	f->writable = (flags & O_ACCMODE) == O_WRONLY ||
+		      (flags & O_ACCMODE) == O_RDWR;
 	return f;
 }
 
@@ -771,7 +775,7 @@ static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	if ((fi->flags & O_TRUNC) && f->writable &&
+	if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY &&
 	    tier_buf_size(i->buf) > 0) {
 		rc = tier_buf_truncate(i->buf, 0);
 		if (rc < 0) {

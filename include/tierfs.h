@@ -47,7 +47,9 @@ enum tfs_handle_type {
 	TFS_HANDLE_SHM = 2, /* handle is a NUL-terminated shm_open() name */
 };
 
-#define TFS_EXPORT_WRITE 0x1u /* the caller will write (fd must be writable) */
+/* The caller will write; the fd must be open O_RDWR (EBADF otherwise). Any
+ * export needs an fd open for reading. */
+#define TFS_EXPORT_WRITE 0x1u
 
 /*
  * TFS_IOC_EXPORT: unspill the buffer to the device tier and take a lease on
@@ -95,7 +97,8 @@ struct tfs_ioc_alloc {
 };
 
 /* TFS_IOC_MOVE: move the buffer to `tier` (EBUSY while another file leases
- * it). */
+ * it). Needs write permission on the file, whatever the fd's mode (EACCES;
+ * the owner and root always may), as setting user.tierfs.tier does. */
 struct tfs_ioc_move {
 	uint32_t version;
 	uint32_t flags;

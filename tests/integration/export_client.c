@@ -14,8 +14,11 @@
  *   export_client shm PATH             export, print the shm object's mode
  *                                      and owner, release, say if it is gone
  *   export_client alloc PATH SIZE      tfs_alloc: SIZE zeroed device bytes
- *   export_client ioctl PATH CASE      one malformed or plain ioctl; prints
- *                                      "ok" or "errno=NAME"
+ *   export_client ioctl PATH CASE [r|w|rw]
+ *                                      one malformed or plain ioctl on PATH
+ *                                      opened read-only (default), write-
+ *                                      only or read-write; prints "ok" or
+ *                                      "errno=NAME"
  *
  * cat, fill and hold touch the mapped bytes from the CPU, which only a shm
  * (sim) mapping allows, or a CUDA one under tests/gpu/cuda_mock.c (set
@@ -245,7 +248,7 @@ static const char *errno_name(int e)
 #define BAD_IOC_CMD _IOWR(TFS_IOC_MAGIC, 99, struct tfs_ioc_stat)
 #define BAD_IOC_SIZE _IOWR(TFS_IOC_MAGIC, 1, struct tfs_ioc_stat)
 
-static int cmd_ioctl(const char *path, const char *c)
+static int cmd_ioctl(const char *path, const char *c, const char *mode)
 {
 	union {
 		struct tfs_ioc_export ex;
@@ -282,6 +285,12 @@ static int cmd_ioctl(const char *path, const char *c)
 	} else if (!strcmp(c, "move-disk")) {
 		cmd = TFS_IOC_MOVE;
 		u.mv.tier = TFS_TIER_DISK;
+	} else if (!strcmp(c, "move-host")) {
+		cmd = TFS_IOC_MOVE;
+		u.mv.tier = TFS_TIER_HOST;
+	} else if (!strcmp(c, "move-device")) {
+		cmd = TFS_IOC_MOVE;
+		u.mv.tier = TFS_TIER_DEVICE;
 	} else if (!strcmp(c, "move-reserved")) {
 		cmd = TFS_IOC_MOVE;
 		u.mv.tier = TFS_TIER_HOST;
@@ -298,7 +307,8 @@ static int cmd_ioctl(const char *path, const char *c)
 		return 1;
 	}
 
-	fd = open(path, O_RDONLY);
+	fd = open(path, !strcmp(mode, "rw") ? O_RDWR :
+			!strcmp(mode, "w") ? O_WRONLY : O_RDONLY);
 	if (fd < 0)
 		die(path, -errno);
 	rc = ioctl(fd, cmd, &u);
@@ -343,8 +353,8 @@ int main(int argc, char **argv)
 			die("tfs_alloc", rc);
 		return 0;
 	}
-	if (!strcmp(argv[1], "ioctl") && argc == 4)
-		return cmd_ioctl(argv[2], argv[3]);
+	if (!strcmp(argv[1], "ioctl") && (argc == 4 || argc == 5))
+		return cmd_ioctl(argv[2], argv[3], argc == 5 ? argv[4] : "r");
 	usage();
 	return 2;
 }

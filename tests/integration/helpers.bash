@@ -77,7 +77,7 @@ tfs_unmount() {
 tfs_user() {
 	local letters=abcdefgh name
 	name=tfs${letters:${#TFS_USERS[@]}:1}$$
-	useradd -M -N -s /usr/sbin/nologin "$name" || return 1
+	useradd -M -U -s /usr/sbin/nologin "$name" || return 1
 	TFS_USERS+=("$name")
 	chmod 755 "$TFS_TMP"
 	printf -v "$1" %s "$name"
