@@ -44,7 +44,7 @@ wait_until() {
 	"$@"
 }
 
-spill_files() { find "$SPILL" -type f | sort; }
+spill_files() { find "$SPILL" -type f ! -name lock | sort; }
 has_spill_files() { [ -n "$(spill_files)" ]; }
 gone() { ! kill -0 "$1" 2>/dev/null; }
 
