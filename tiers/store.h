@@ -66,8 +66,16 @@ struct tier_store_stats {
 	struct tier_usage tier[TFS_TIER_COUNT];
 	uint64_t files; /* buffers alive */
 	uint64_t logical_bytes; /* sum of sizes */
-	uint64_t evict_failures; /* spills that found nothing movable */
-	uint64_t checksum_errors;
+	/* Scans for room that ended short with every candidate in use
+	 * (leased, pinned, in I/O, being written): contention. */
+	uint64_t evict_nothing_movable;
+	/* Moves down that were tried and failed: trouble, each logged. */
+	uint64_t evict_move_errors;
+	uint64_t checksum_errors; /* spill chunks that failed their checks */
+	uint64_t spill_read_errors; /* reads of spill files that failed */
+	uint64_t spill_write_errors; /* writes of spill files that failed */
+	uint64_t spill_punch_errors; /* room a rewrite freed, not given back */
+	uint64_t host_alloc_failures; /* host chunks the system refused */
 };
 
 /*

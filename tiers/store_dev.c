@@ -68,7 +68,7 @@ int st_dev_fill(struct tier_buf *b)
 	rc = st_dev_alloc(b, b->size);
 	if (rc)
 		return rc;
-	if (!b->has_host && !(scratch = host_chunk_get(s->pool))) {
+	if (!b->has_host && !(scratch = st_chunk_get(s))) {
 		rc = -ENOMEM;
 		goto out_drop;
 	}

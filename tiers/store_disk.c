@@ -65,7 +65,7 @@ int st_disk_spill(struct tier_buf *b)
 					  b->size - off : s->chunk_size;
 			if (b->dmem) {
 				if (!scratch[k] &&
-				    !(scratch[k] = host_chunk_get(s->pool))) {
+				    !(scratch[k] = st_chunk_get(s))) {
 					rc = -ENOMEM;
 					goto out;
 				}

@@ -6,10 +6,13 @@
  * high watermark), and bringing a buffer up as unspill asks.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <string.h>
 #include <sys/statvfs.h>
 #include <time.h>
 
+#include "config/log.h"
 #include "tiers/store_i.h"
 
 static bool movable(const struct tier_buf *b)
@@ -112,7 +115,7 @@ int st_shrink(struct tier_store *s, int t, uint64_t goal,
 	/* First pass: leave buffers being written alone. Spilling one that
 	 * is half written costs its writer a fetch back or a write on disk,
 	 * while a placed buffer's lower copy is often clean already. */
-	bool take_staging = false;
+	bool take_staging = false, move_failed = false;
 
 	while (s->use[t].used > goal) {
 		struct pol_item *it = pol_victim(&s->pol, t, prev);
@@ -123,7 +126,10 @@ int st_shrink(struct tier_store *s, int t, uint64_t goal,
 			continue;
 		}
 		if (!it) {
-			s->evict_failures++;
+			/* A failed move is counted where it failed; this
+			 * counts scans that only met buffers in use. */
+			if (!move_failed)
+				s->evict_nothing_movable++;
 			return -ENOSPC;
 		}
 		struct tier_buf *v = (struct tier_buf *)it;
@@ -140,9 +146,18 @@ int st_shrink(struct tier_store *s, int t, uint64_t goal,
 
 		pthread_mutex_unlock(&s->lock);
 		int rc = evict_copy(v, t);
+
+		if (rc < 0)
+			tfs_warn("cannot move buffer %" PRIu64 " out of %s: %s",
+				 v->id, tier_name((enum tfs_tier)t),
+				 strerror(-rc));
 		pthread_mutex_lock(&s->lock);
-		if (!rc && s->use[t].used >= before)
-			rc = -EAGAIN;
+		if (rc < 0) {
+			s->evict_move_errors++;
+			move_failed = true;
+		} else if (s->use[t].used >= before) {
+			rc = -EAGAIN; /* moved, but another took the room */
+		}
 		/* Unlocking under s->lock keeps @v alive: destroy marks it
 		 * dead under s->lock before it waits for v->lock. */
 		pthread_rwlock_unlock(&v->lock);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/log.h"
 #include "tiers/store_i.h"
 
 uint64_t st_nchunks_for(struct tier_store *s, uint64_t size)
@@ -59,6 +60,19 @@ static int grow_table(struct tier_buf *b, uint64_t n)
 	return 0;
 }
 
+void *st_chunk_get(struct tier_store *s)
+{
+	void *c = host_chunk_get(s->pool);
+
+	if (!c) {
+		__atomic_add_fetch(&s->host_alloc_failures, 1,
+				   __ATOMIC_RELAXED);
+		tfs_err("cannot allocate a host chunk of %u bytes: out of memory",
+			s->chunk_size);
+	}
+	return c;
+}
+
 /* Turn a small chunk 0 into a full pool chunk. */
 int st_unsmall(struct tier_buf *b)
 {
@@ -67,7 +81,7 @@ int st_unsmall(struct tier_buf *b)
 
 	if (rc)
 		return rc;
-	void *c = host_chunk_get(s->pool);
+	void *c = st_chunk_get(s);
 
 	if (!c) {
 		st_unreserve(b, TFS_TIER_HOST, s->chunk_size - b->cap0);
@@ -137,7 +151,7 @@ static int host_chunk_prepare(struct tier_buf *b, uint64_t idx, size_t lo,
 	rc = st_reserve(b, TFS_TIER_HOST, s->chunk_size);
 	if (rc)
 		return rc;
-	void *c = host_chunk_get(s->pool);
+	void *c = st_chunk_get(s);
 
 	if (!c) {
 		st_unreserve(b, TFS_TIER_HOST, s->chunk_size);
@@ -214,7 +228,7 @@ int st_host_fetch(struct tier_buf *b)
 		for (k = 0; k < SPILL_BATCH && i + k < n; k++) {
 			uint64_t off = (i + k) * s->chunk_size;
 			void *c = b->cap0 ? calloc(1, b->cap0) :
-					    host_chunk_get(s->pool);
+					    st_chunk_get(s);
 
 			if (!c) {
 				rc = -ENOMEM;

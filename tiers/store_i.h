@@ -64,7 +64,14 @@ struct tier_store {
 	struct pol pol; /* [S] */
 	struct tier_usage use[TFS_TIER_COUNT]; /* [S] */
 	uint64_t files, logical; /* [S] */
-	uint64_t evict_failures, checksum_errors; /* [S] */
+	/* Scans that ended short of room with no move failed: everything in
+	 * the tier was leased, pinned, in I/O, being written or the caller
+	 * itself. Contention, not trouble. [S] */
+	uint64_t evict_nothing_movable;
+	/* Victims whose move down was tried and failed (the tier below could
+	 * not take the copy), each also logged. [S] */
+	uint64_t evict_move_errors;
+	uint64_t host_alloc_failures; /* atomic, each also logged */
 	uint64_t next_id; /* [S] */
 	double high_wm, target; /* [S] */
 	enum cfg_unspill unspill; /* [S] */
@@ -177,6 +184,9 @@ uint64_t st_nchunks_for(struct tier_store *s, uint64_t size);
 uint64_t st_host_bytes_for(struct tier_store *s, uint64_t size);
 /* Free the host copy and give back its charge; waits for I/O references. */
 void st_host_drop(struct tier_buf *b);
+/* A host chunk from the pool, or NULL after counting and logging that the
+ * system has no memory for one. Any lock may be held. */
+void *st_chunk_get(struct tier_store *s);
 /* Turn a small chunk 0 into a full pool chunk. 0, -ENOSPC or -ENOMEM. */
 int st_unsmall(struct tier_buf *b);
 /* b->lock held for reading. Copy [off, off+len) of the host copy to @dst;

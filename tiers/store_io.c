@@ -115,11 +115,6 @@ ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off)
 	if (len > b->size - (uint64_t)off)
 		len = b->size - (uint64_t)off;
 	rc = serve_read(b, dst, len, (uint64_t)off);
-	if (rc == -EIO) {
-		pthread_mutex_lock(&b->s->lock);
-		b->s->checksum_errors++;
-		pthread_mutex_unlock(&b->s->lock);
-	}
 	pthread_rwlock_unlock(&b->lock);
 	st_touch(b);
 	return rc ? rc : (ssize_t)len;
@@ -357,7 +352,7 @@ ssize_t tier_buf_copy(struct tier_buf *dst, uint64_t dst_off,
 		      struct tier_buf *src, uint64_t src_off, size_t len)
 {
 	size_t chunk = dst->s->chunk_size, done = 0;
-	void *tmp = host_chunk_get(dst->s->pool);
+	void *tmp = st_chunk_get(dst->s);
 
 	if (!tmp)
 		return -ENOMEM;

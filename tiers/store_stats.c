@@ -46,9 +46,20 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 	memcpy(out->tier, s->use, sizeof(out->tier));
 	out->files = s->files;
 	out->logical_bytes = s->logical;
-	out->evict_failures = s->evict_failures;
-	out->checksum_errors = s->checksum_errors;
+	out->evict_nothing_movable = s->evict_nothing_movable;
+	out->evict_move_errors = s->evict_move_errors;
 	pthread_mutex_unlock(&s->lock);
+	out->host_alloc_failures =
+		__atomic_load_n(&s->host_alloc_failures, __ATOMIC_RELAXED);
+	if (s->disk) {
+		struct tier_disk_stats ds;
+
+		tier_disk_stats(s->disk, &ds);
+		out->checksum_errors = ds.corrupt_chunks;
+		out->spill_read_errors = ds.read_errors;
+		out->spill_write_errors = ds.write_errors;
+		out->spill_punch_errors = ds.punch_errors;
+	}
 }
 
 size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
@@ -68,8 +79,13 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 	EMIT("device_model=%s\n", st.device_model);
 	EMIT("files=%" PRIu64 "\n", st.files);
 	EMIT("logical_bytes=%" PRIu64 "\n", st.logical_bytes);
-	EMIT("evict_failures=%" PRIu64 "\n", st.evict_failures);
+	EMIT("evict_nothing_movable=%" PRIu64 "\n", st.evict_nothing_movable);
+	EMIT("evict_move_errors=%" PRIu64 "\n", st.evict_move_errors);
 	EMIT("checksum_errors=%" PRIu64 "\n", st.checksum_errors);
+	EMIT("spill_read_errors=%" PRIu64 "\n", st.spill_read_errors);
+	EMIT("spill_write_errors=%" PRIu64 "\n", st.spill_write_errors);
+	EMIT("spill_punch_errors=%" PRIu64 "\n", st.spill_punch_errors);
+	EMIT("host_alloc_failures=%" PRIu64 "\n", st.host_alloc_failures);
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
 		const struct tier_usage *u = &st.tier[t];
 		const char *nm = tier_name((enum tfs_tier)t);

@@ -230,10 +230,16 @@ static void status_text(FILE *f, const char *mount,
 		}
 		fputc('\n', f);
 	}
-	fprintf(f, "\nerrors   %" PRIu64 " evict failures, %" PRIu64
-		   " checksum errors\n",
-		stats_u64_or0(s, "evict_failures"),
-		stats_u64_or0(s, "checksum_errors"));
+	fprintf(f, "\nevict    %" PRIu64 " scans found nothing movable, %" PRIu64
+		   " moves failed\n",
+		stats_u64_or0(s, "evict_nothing_movable"),
+		stats_u64_or0(s, "evict_move_errors"));
+	fprintf(f, "errors   %" PRIu64 " checksum, %" PRIu64 " spill read, %" PRIu64
+		   " spill write, %" PRIu64 " host memory\n",
+		stats_u64_or0(s, "checksum_errors"),
+		stats_u64_or0(s, "spill_read_errors"),
+		stats_u64_or0(s, "spill_write_errors"),
+		stats_u64_or0(s, "host_alloc_failures"));
 	/* The daemon kept its configuration; the operator should know. */
 	reload = ctl_stats_get(s, "reload_error");
 	if (reload && *reload)

@@ -104,7 +104,9 @@ kv = dict(l.split("=", 1) for l in open(sys.argv[1]).read().splitlines() if "=" 
 assert j["mount"] == sys.argv[2], j["mount"]
 assert j["backend"] == kv["backend"] == "sim"
 assert j["version"] == 1
-for k in ("files", "logical_bytes", "evict_failures", "checksum_errors"):
+for k in ("files", "logical_bytes", "evict_nothing_movable",
+          "evict_move_errors", "checksum_errors", "spill_read_errors",
+          "spill_write_errors", "spill_punch_errors", "host_alloc_failures"):
     assert j[k] == int(kv[k]), k
 for t in ("device", "host", "disk"):
     for f in ("used", "limit", "buffers", "spill_bytes", "unspill_bytes",
@@ -363,7 +365,10 @@ want = ["tierfs_tier_used_bytes", "tierfs_tier_limit_bytes",
         "tierfs_tier_buffers", "tierfs_files", "tierfs_logical_bytes",
         "tierfs_tier_spill_bytes_total", "tierfs_tier_unspill_bytes_total",
         "tierfs_tier_spills_total", "tierfs_tier_unspills_total",
-        "tierfs_evict_failures_total", "tierfs_checksum_errors_total"]
+        "tierfs_evict_nothing_movable_total",
+        "tierfs_evict_move_errors_total", "tierfs_checksum_errors_total",
+        "tierfs_spill_read_errors_total", "tierfs_spill_write_errors_total",
+        "tierfs_host_alloc_failures_total"]
 for n in want:
     assert n in seen, "missing " + n
 lbl = lambda t: '{tier="%s",mount="%s"}' % (t, mount)

@@ -137,7 +137,8 @@ write_64() {
 	[ "$(xa last_access "$MNT/f00")" -gt 1500000000000000000 ]
 	[ "$(xa stored_size "$MNT/f63")" -eq 1048576 ]
 	[ "$(xa pins "$MNT/f00")" -eq 0 ]
-	[ "$(tstat evict_failures)" -eq 0 ]
+	[ "$(tstat evict_nothing_movable)" -eq 0 ]
+	[ "$(tstat evict_move_errors)" -eq 0 ]
 	[ "$(tstat checksum_errors)" -eq 0 ]
 }
 
