@@ -42,6 +42,11 @@ fault() {
 
 faults() { wc -l <"$FLOG"; }
 
+# The daemon's log lines of the disk tier's failed calls.
+fault_lines() {
+	grep -cE "cannot (read|write) chunk [0-9]+ of spill file '$SPILL/.*': (Input/output error|No space left on device)|cannot free room in spill file" "$LOG"
+}
+
 src() { # src NAME MIB: random bytes to copy in and compare against
 	head -c "$(($2 * 1024 * 1024))" /dev/urandom >"$TFS_TMP/$1"
 }
@@ -64,7 +69,9 @@ alive() {
 	[[ "$output" == *"Input/output error"* ]]
 	[ "$(tier "$MNT/a")" = host ]
 	[ "$(faults)" -ge 1 ]
-	grep -q "cannot write chunk .* of spill file '$SPILL/" "$LOG"
+	# Each failed write counted and logged once.
+	[ "$(tfs_stat spill_write_errors)" -eq "$(faults)" ]
+	[ "$(fault_lines)" -eq "$(faults)" ]
 	cmp "$TFS_TMP/a" "$MNT/a"
 	cmp "$TFS_TMP/b" "$MNT/b"
 	alive
@@ -113,6 +120,11 @@ alive() {
 	# 4M of host holds at most four of them; the spiller tried the rest.
 	[ "$failed" -ge 2 ]
 	[ "$(faults)" -ge 1 ]
+	[ "$(tfs_stat spill_write_errors)" -eq "$(faults)" ]
+	# The writers' scans for room tried to move the others and failed:
+	# trouble, and counted as such.
+	[ "$(tfs_stat evict_move_errors)" -ge 1 ]
+	grep -q "cannot move buffer [0-9]* out of host: Input/output error" "$LOG"
 	alive
 	for f in "${ok[@]}"; do
 		cmp "$TFS_TMP/$f" "$MNT/$f"
@@ -144,6 +156,8 @@ alive() {
 	grep -q "cannot read chunk .*Input/output error" "$LOG"
 	# An I/O error is not a checksum error: the chunk is fine.
 	! grep -q "checksum mismatch\|too short" "$LOG"
+	[ "$(tfs_stat spill_read_errors)" -eq "$(faults)" ]
+	[ "$(tfs_stat checksum_errors)" -eq 0 ]
 	[ "$(tier "$MNT/a")" = disk ]
 	cmp "$TFS_TMP/b" "$MNT/b"
 	fault off
@@ -160,6 +174,7 @@ alive() {
 	# itself is then served from the disk copy.
 	cmp "$TFS_TMP/a" "$MNT/a"
 	[ "$(faults)" -eq 1 ]
+	[ "$(tfs_stat spill_read_errors)" -eq 1 ]
 	grep -q "unspill failed" "$LOG"
 	alive
 	cmp "$TFS_TMP/a" "$MNT/a"
@@ -181,6 +196,9 @@ alive() {
 	cmp "$TFS_TMP/big" "$MNT/big"
 	[ "$(tier "$MNT/big")" = disk ]
 	! grep -q "cannot" "$LOG"
+	[ "$(tfs_stat spill_read_errors)" -eq 0 ]
+	[ "$(tfs_stat spill_write_errors)" -eq 0 ]
+	[ "$(tfs_stat checksum_errors)" -eq 0 ]
 }
 
 @test "random disk faults under load lose no acknowledged byte" {
@@ -211,6 +229,12 @@ alive() {
 	[ "$(faults)" -ge 5 ]
 	alive
 	fault off
+	# Every fault counted once and logged once, whatever it hit.
+	local counted=$(($(tfs_stat spill_read_errors) +
+		$(tfs_stat spill_write_errors) + $(tfs_stat spill_punch_errors)))
+	[ "$counted" -eq "$(faults)" ]
+	[ "$(fault_lines)" -eq "$(faults)" ]
+	[ "$(tfs_stat checksum_errors)" -eq 0 ]
 	for i in 1 2 3 4 5 6 7 8; do
 		[ "${ok[i]}" = 1 ] || continue
 		cmp "$TFS_TMP/f$i" "$MNT/f$i"
@@ -236,6 +260,8 @@ alive() {
 	[[ "$output" == *"Cannot allocate memory"* ||
 		"$output" == *"No space left on device"* ]]
 	[ "$(faults)" -ge 1 ]
+	[ "$(tfs_stat host_alloc_failures)" -eq "$(faults)" ]
+	[ "$(grep -c "cannot allocate a host chunk" "$LOG")" -eq "$(faults)" ]
 	alive
 	cmp "$TFS_TMP/a" "$MNT/a"
 	[ "$(cat "$MNT/s")" = small ]
@@ -246,4 +272,25 @@ alive() {
 	cp "$TFS_TMP/b" "$MNT/b"
 	cmp "$TFS_TMP/b" "$MNT/b"
 	[ "$(tfs_stat host.used)" -le $((5 * 1024 * 1024)) ]
+}
+
+@test "a tier full of pinned files counts contention, not trouble" {
+	fault_mount -o device_backend=none,host_limit=4M
+	for i in 1 2 3 4; do
+		src "p$i" 1
+		cp "$TFS_TMP/p$i" "$MNT/p$i"
+		setfattr -n user.tierfs.pin -v 1 "$MNT/p$i"
+	done
+	# Nothing in host can move, so the new file is written on disk.
+	src n 2
+	cp "$TFS_TMP/n" "$MNT/n"
+	[ "$(tier "$MNT/n")" = disk ]
+	[ "$(tfs_stat evict_nothing_movable)" -ge 1 ]
+	[ "$(tfs_stat evict_move_errors)" -eq 0 ]
+	! grep -q "cannot move buffer" "$LOG"
+	for i in 1 2 3 4; do
+		cmp "$TFS_TMP/p$i" "$MNT/p$i"
+	done
+	cmp "$TFS_TMP/n" "$MNT/n"
+	[ "$(faults)" -eq 0 ]
 }
