@@ -261,7 +261,8 @@ class Worker:
                 b = self.path(self.rng.choice(free))
                 self.put(b, content(self.rng, self.size()))
                 self.note("create", b, len(self.model[b]))
-        for p in self.rng.sample(sorted(self.model), 2):
+        for p in self.rng.sample(sorted(self.model),
+                                 min(2, len(self.model))):
             self.check(p)
 
     def exporter_run(self, *argv):
@@ -336,7 +337,7 @@ class Worker:
             if self.role == "mover":
                 for p in self.model:
                     os.setxattr(p, "user.tierfs.pin", b"0")
-        except (Failure, OSError, subprocess.SubprocessError) as e:
+        except Exception as e:  # the soak's own bugs fail it too
             res["ok"] = False
             res["error"] = f"{type(e).__name__}: {e}"
             res["history"] = self.history
@@ -516,7 +517,9 @@ def main():
     print(f"# {hups} reloads; stats at the end:")
     for k in ("files", "host.used", "device.used", "disk.used",
               "host.spills", "host.unspills", "device.spills",
-              "evict_failures", "checksum_errors"):
+              "evict_nothing_movable", "evict_move_errors",
+              "checksum_errors", "spill_read_errors", "spill_write_errors",
+              "host_alloc_failures"):
         if "stats" in summary and k in summary["stats"]:
             print(f"#   {k}={summary['stats'][k]}")
     sys.exit(1 if failed else 0)
