@@ -15,8 +15,9 @@
  *   ops=write,read,fsync,fallocate,chunk   which calls (default write)
  *       write: pwrite, pwritev, pwritev2   read: pread, preadv, preadv2
  *       fsync: fsync, fdatasync            fallocate: fallocate
- *       chunk: an anonymous MAP_POPULATE mmap of at least 64 KiB, which
- *              is how tiers/host.c maps a host chunk
+ *       chunk: an anonymous MAP_POPULATE mmap of a power of two from
+ *              64 KiB up, which is how tiers/host.c maps a host chunk
+ *              (fs/ops.c's reply buffers are 1 MiB + 64 KiB)
  *   err=EIO|ENOSPC|ENOMEM|short  the errno, or a short count (half the
  *       bytes, at least one) from a read or write that then goes ahead
  *   every=N     hit every Nth matching call (default 1: every one)
@@ -405,7 +406,7 @@ static void *chunk_mmap(void *addr, size_t len, int prot, int flags, int fd,
 			off64_t off)
 {
 	if (fd == -1 && (flags & MAP_ANONYMOUS) && (flags & MAP_POPULATE) &&
-	    len >= CHUNK_MIN && getenv("TFS_FAULT_CTL")) {
+	    len >= CHUNK_MIN && !(len & (len - 1)) && getenv("TFS_FAULT_CTL")) {
 		int e = decide(OP_CHUNK, "(host chunk)");
 
 		if (e > 0) {
