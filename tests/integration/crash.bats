@@ -78,6 +78,7 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 	local old_files
 	old_files=$(spill_files)
 	[ -n "$old_files" ]
+	touch "$TFS_TMP/killed"
 
 	run stat "$MNT/seed"
 	[ "$status" -ne 0 ]
@@ -111,7 +112,16 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 	for o in $shm; do
 		[ ! -e "$o" ]
 	done
-	[ -z "$(spill_files)" ]
+	# Nothing from before the kill is left in the spill directory: no
+	# file, and no directory but the one the new daemon works in (it
+	# holds it open), whatever either is named.
+	[ -z "$(find "$SPILL" -type f ! -newer "$TFS_TMP/killed")" ]
+	local open_dirs all_dirs
+	open_dirs=$(for l in /proc/"$TFS_PID"/fd/*; do readlink "$l"; done |
+		grep -E "^$SPILL/[^/]+\$" | sort -u)
+	all_dirs=$(find "$SPILL" -mindepth 1 -maxdepth 1 | sort)
+	[ -n "$open_dirs" ]
+	[ "$all_dirs" = "$open_dirs" ]
 	# The new mount works, and leaves nothing behind either.
 	cp "$TFS_TMP/src" "$MNT/again"
 	setfattr -n user.tierfs.tier -v disk "$MNT/again"
