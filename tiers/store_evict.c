@@ -103,6 +103,31 @@ void st_count_written(struct tier_store *s, int t, uint64_t bytes)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* Log a failed move of @v out of @t, at most once a second. */
+static void log_move_error(struct tier_store *s, struct tier_buf *v, int t,
+			   int rc)
+{
+	uint64_t now = st_now_ns();
+	uint64_t last = __atomic_load_n(&s->move_log_ns, __ATOMIC_RELAXED);
+	uint64_t quiet;
+
+	if ((last && now - last < 1000000000ull) ||
+	    !__atomic_compare_exchange_n(&s->move_log_ns, &last, now, false,
+					 __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+		__atomic_add_fetch(&s->move_log_quiet, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	quiet = __atomic_exchange_n(&s->move_log_quiet, 0, __ATOMIC_RELAXED);
+	if (quiet)
+		tfs_warn("cannot move buffer %" PRIu64 " out of %s: %s (%" PRIu64
+			 " more failed since the last such line)",
+			 v->id, tier_name((enum tfs_tier)t), strerror(-rc),
+			 quiet);
+	else
+		tfs_warn("cannot move buffer %" PRIu64 " out of %s: %s", v->id,
+			 tier_name((enum tfs_tier)t), strerror(-rc));
+}
+
 /*
  * Evict until tier @t uses at most @goal bytes. Called and returns with
  * s->lock held; drops it while a victim moves. Returns 0, or -ENOSPC when
@@ -148,9 +173,7 @@ int st_shrink(struct tier_store *s, int t, uint64_t goal,
 		int rc = evict_copy(v, t);
 
 		if (rc < 0)
-			tfs_warn("cannot move buffer %" PRIu64 " out of %s: %s",
-				 v->id, tier_name((enum tfs_tier)t),
-				 strerror(-rc));
+			log_move_error(s, v, t, rc);
 		pthread_mutex_lock(&s->lock);
 		if (rc < 0) {
 			s->evict_move_errors++;

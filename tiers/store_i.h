@@ -71,6 +71,9 @@ struct tier_store {
 	/* Victims whose move down was tried and failed (the tier below could
 	 * not take the copy), each also logged. [S] */
 	uint64_t evict_move_errors;
+	/* A full disk tier fails a move per victim per scan: such lines are
+	 * logged at most once a second, with how many were not. atomic */
+	uint64_t move_log_ns, move_log_quiet;
 	uint64_t host_alloc_failures; /* atomic, each also logged */
 	uint64_t next_id; /* [S] */
 	double high_wm, target; /* [S] */

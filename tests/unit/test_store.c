@@ -436,6 +436,62 @@ static void test_enospc_keeps_data(void)
 	tier_store_destroy(s);
 }
 
+/*
+ * A scan that meets only pinned buffers is contention; a move the tier
+ * below refuses is trouble. Neither loses a byte.
+ */
+static void test_evict_counters(void)
+{
+	struct tier_store *s = mk_store("none", 0, 4 * MiB, 0);
+	struct tier_store_stats st;
+	struct tier_buf *p[4], *n, *b[4];
+	uint8_t *rnd = malloc(MiB);
+	FILE *f = fopen("/dev/urandom", "r");
+	int i, rc = 0;
+
+	for (i = 0; i < 4; i++) {
+		p[i] = mk_file(s, i, MiB);
+		tier_buf_pin(p[i]);
+	}
+	/* Host is full of pinned buffers: the write goes on disk. */
+	n = mk_file(s, 9, 2 * MiB);
+	CHECK_EQ(tier_of(n), TFS_TIER_DISK);
+	CHECK(verify(n, 9, 2 * MiB));
+	tier_store_stats(s, &st);
+	CHECK(st.evict_nothing_movable >= 1);
+	CHECK_EQ(st.evict_move_errors, 0);
+	for (i = 0; i < 4; i++) {
+		CHECK(verify(p[i], i, MiB));
+		tier_buf_destroy(p[i]);
+	}
+	tier_buf_destroy(n);
+	tier_store_destroy(s);
+
+	/* A disk tier that holds one random chunk: spilling the second
+	 * buffer out of a full host is refused. */
+	s = mk_store("none", 0, 2 * MiB, MiB + 4096);
+	for (i = 0; i < 4; i++) {
+		CHECK(fread(rnd, 1, MiB, f) == MiB);
+		CHECK_EQ(tier_buf_new(s, &b[i]), 0);
+		rc = (int)tier_buf_write(b[i], rnd, MiB, 0);
+		tier_buf_register(b[i]);
+		if (rc != (int)MiB)
+			break;
+	}
+	CHECK(i < 4);
+	tier_store_stats(s, &st);
+	printf("# %d buffers written, then %d; %llu move errors\n", i, rc,
+	       (unsigned long long)st.evict_move_errors);
+	CHECK(st.evict_move_errors >= 1);
+	/* The tier refused it; the file system failed nothing. */
+	CHECK_EQ(st.spill_write_errors, 0);
+	for (int k = 0; k <= i && k < 4; k++)
+		tier_buf_destroy(b[k]);
+	fclose(f);
+	free(rnd);
+	tier_store_destroy(s);
+}
+
 static void test_larger_than_host(void)
 {
 	struct tier_store *s = mk_store("none", 0, 4 * MiB, 0);
@@ -652,6 +708,7 @@ int main(void)
 	TAP_RUN(test_clean_respill_and_move);
 	TAP_RUN(test_pinned_survives_pressure);
 	TAP_RUN(test_enospc_keeps_data);
+	TAP_RUN(test_evict_counters);
 	TAP_RUN(test_larger_than_host);
 	TAP_RUN(test_concurrent_under_spilling);
 	TAP_RUN(test_export_sim);
