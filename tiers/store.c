@@ -267,7 +267,7 @@ int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg)
 	apply_limits(s, cfg);
 	host_pool_set_keep(s->pool, s->use[TFS_TIER_HOST].limit);
 	for (int t = TFS_TIER_DEVICE; t < TFS_TIER_DISK; t++) {
-		int e = st_shrink(s, t, s->use[t].limit, NULL);
+		int e = st_shrink(s, t, s->use[t].limit, NULL, true);
 
 		if (e && !rc)
 			rc = e;

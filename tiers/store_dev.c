@@ -38,7 +38,7 @@ int st_dev_alloc(struct tier_buf *b, size_t len)
 		int e = st_shrink(s, TFS_TIER_DEVICE,
 				  used > s->chunk_size ?
 					  used - s->chunk_size : 0,
-				  b);
+				  b, true);
 		pthread_mutex_unlock(&s->lock);
 		if (e)
 			break;

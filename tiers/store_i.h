@@ -155,10 +155,11 @@ void st_count_move(struct tier_store *s, int from, int to, uint64_t bytes);
 /* Takes s->lock. Count @bytes copied into tier @t. */
 void st_count_written(struct tier_store *s, int t, uint64_t bytes);
 /* s->lock held; dropped while a victim moves. Evict until tier @t uses at
- * most @goal bytes, never moving @self. 0, or -ENOSPC when nothing more can
- * move. */
+ * most @goal bytes, never moving @self. Buffers being written move only on
+ * @demand (someone needs the room now), after all others. 0, or -ENOSPC
+ * when nothing more can move. */
 int st_shrink(struct tier_store *s, int t, uint64_t goal,
-	      struct tier_buf *self);
+	      struct tier_buf *self, bool demand);
 /* b->lock held for writing; takes s->lock. Charge @bytes to @b in tier @t,
  * evicting others first if needed. 0 or -ENOSPC. */
 int st_reserve(struct tier_buf *b, int t, uint64_t bytes);

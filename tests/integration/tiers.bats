@@ -337,11 +337,9 @@ fill_until_enospc() {
 		cmp "$TFS_TMP/src/$i" "$MNT/$i"
 	done
 	# once room is freed, writes work again
-	# (Freeing only two files' worth failed about once in 20 runs: see
-	# the note on issue 3; every tier gets room here.)
 	local before gone=0 f
 	before=$(tfs_stat files)
-	for f in "$failed" next "${ok[@]:0:${#ok[@]}-2}"; do
+	for f in "$failed" next "${ok[0]}" "${ok[1]}"; do
 		[ -e "$MNT/$f" ] && gone=$((gone + 1))
 		rm -f "$MNT/$f"
 	done
@@ -354,7 +352,7 @@ fill_until_enospc() {
 	[ "$(tfs_stat files)" -le $((before - gone)) ]
 	cp "$TFS_TMP/src/f23" "$MNT/again"
 	cmp "$TFS_TMP/src/f23" "$MNT/again"
-	for i in "${ok[@]: -2}"; do
+	for i in "${ok[@]:2}"; do
 		cmp "$TFS_TMP/src/$i" "$MNT/$i"
 	done
 	within_limits
