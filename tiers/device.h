@@ -9,6 +9,7 @@
 #ifndef TFS_TIERS_DEVICE_H
 #define TFS_TIERS_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -20,6 +21,22 @@ struct tfs_config;
 /* One device allocation. Backends embed it first in their own struct. */
 struct tier_dmem {
 	size_t len; /* bytes usable */
+	/*
+	 * Bytes the allocation takes on the device, at least len: what the
+	 * store charges to the device tier. cuda rounds every allocation to
+	 * 2 MiB (a 2 MiB + 4 KiB buffer takes 4 MiB), sim to a page.
+	 */
+	size_t granted;
+};
+
+/*
+ * One piece of a batched copy: @len bytes between host memory @host and
+ * device offset @off. In a writev, a NULL @host zeroes the range.
+ */
+struct tier_dev_seg {
+	void *host;
+	size_t len;
+	uint64_t off;
 };
 
 struct tier_dev_info {
@@ -44,8 +61,17 @@ struct tier_dev_ops {
 	int (*init)(struct tier_dev **out, const struct tfs_config *cfg,
 		    char *err, size_t errlen);
 	void (*destroy)(struct tier_dev *dev);
-	/* Allocate @len bytes. -ENOMEM when the device is out of memory. */
+	/*
+	 * Allocate @len bytes; (*out)->granted says what the device took.
+	 * -ENOMEM when the device is out of memory, -ENODEV once it failed.
+	 */
 	int (*alloc)(struct tier_dev *dev, size_t len, struct tier_dmem **out);
+	/*
+	 * Give @m back. May return before the device memory is released:
+	 * cuda hands it to a thread of its own, because cudaFree waits for
+	 * the whole device and the caller may hold a buffer lock. @m must not
+	 * be used after; no copy of it may be in flight.
+	 */
 	void (*free)(struct tier_dev *dev, struct tier_dmem *m);
 	/* Copy device -> host. @off + @len <= m->len. Returns 0 or -errno. */
 	int (*read)(struct tier_dev *dev, struct tier_dmem *m, void *dst,
@@ -65,23 +91,81 @@ struct tier_dev_ops {
 		      gid_t gid, struct tfs_ioc_export *out);
 	void (*unexport)(struct tier_dev *dev, struct tier_dmem *m);
 	void (*info)(struct tier_dev *dev, struct tier_dev_info *out);
-	/*
-	 * Optional. Page-lock host memory the store will copy to and from
-	 * (host.pinned), so that copies of it need no staging. Called once
-	 * per pool chunk when the chunk is first mapped; unregister before it
-	 * is unmapped. A failed register is not an error: the chunk stays
-	 * pageable and copies of it are staged.
-	 */
 	/* Optional: where the daemon can address @m's bytes directly (sim),
 	 * so reads are replied without a copy; NULL when it cannot (cuda). */
 	void *(*host_ptr)(struct tier_dev *dev, struct tier_dmem *m);
+	/*
+	 * Optional. Page-lock host memory the store will copy to and from
+	 * (host.pinned), so that copies of it need no staging: any range
+	 * inside a registered one is copied directly. Called when the memory
+	 * is mapped; unregister with the same @ptr before it is unmapped. A
+	 * failed register is not an error: the memory stays pageable and
+	 * copies of it are staged.
+	 */
 	int (*host_register)(struct tier_dev *dev, void *ptr, size_t len);
 	void (*host_unregister)(struct tier_dev *dev, void *ptr, size_t len);
+	/*
+	 * Optional: copy @n segments device -> host (readv) or host -> device
+	 * (writev) as one batch that waits once, instead of a copy and a wait
+	 * per read/write call. Each segment follows the rules of read/write
+	 * (zero for a NULL host in writev). 0, or the first error, after
+	 * which some segments may have been copied. Call them through
+	 * tier_dev_readv() and tier_dev_writev().
+	 */
+	int (*readv)(struct tier_dev *dev, struct tier_dmem *m,
+		     const struct tier_dev_seg *seg, unsigned int n);
+	int (*writev)(struct tier_dev *dev, struct tier_dmem *m,
+		      const struct tier_dev_seg *seg, unsigned int n);
+	/*
+	 * Optional: true once the device failed for good (cuda: a sticky
+	 * error such as an illegal address or an uncorrectable ECC error
+	 * poisoned the context, which only a new process recovers from).
+	 * From then on every slot fails fast without touching the device:
+	 * alloc and export -ENODEV, copies -EIO, free only forgets. The store
+	 * places nothing there and serves what it can from host and disk.
+	 */
+	bool (*failed)(struct tier_dev *dev);
 };
 
 struct tier_dev {
 	const struct tier_dev_ops *ops;
 };
+
+/* Batched copies, one read/write/zero per segment where the backend has
+ * no batch of its own. */
+static inline int tier_dev_readv(struct tier_dev *dev, struct tier_dmem *m,
+				 const struct tier_dev_seg *seg, unsigned int n)
+{
+	int rc = 0;
+
+	if (dev->ops->readv)
+		return dev->ops->readv(dev, m, seg, n);
+	for (unsigned int i = 0; !rc && i < n; i++)
+		rc = dev->ops->read(dev, m, seg[i].host, seg[i].len,
+				    seg[i].off);
+	return rc;
+}
+
+static inline int tier_dev_writev(struct tier_dev *dev, struct tier_dmem *m,
+				  const struct tier_dev_seg *seg,
+				  unsigned int n)
+{
+	int rc = 0;
+
+	if (dev->ops->writev)
+		return dev->ops->writev(dev, m, seg, n);
+	for (unsigned int i = 0; !rc && i < n; i++)
+		rc = seg[i].host ? dev->ops->write(dev, m, seg[i].host,
+						   seg[i].len, seg[i].off) :
+				   dev->ops->zero(dev, m, seg[i].len,
+						  seg[i].off);
+	return rc;
+}
+
+static inline bool tier_dev_failed(struct tier_dev *dev)
+{
+	return dev && dev->ops->failed && dev->ops->failed(dev);
+}
 
 /* The backend called @name ("cuda", "sim"), or NULL if not built in. */
 const struct tier_dev_ops *tier_dev_lookup(const char *name);

@@ -161,6 +161,7 @@ static int sim_alloc(struct tier_dev *dev, size_t len, struct tier_dmem **out)
 	if (m->ptr == MAP_FAILED)
 		goto out_free;
 	m->base.len = len;
+	m->base.granted = maplen;
 	m->maplen = maplen;
 	*out = &m->base;
 	return 0;
