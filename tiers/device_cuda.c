@@ -1,21 +1,35 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * The cuda device backend: buffers are cudaMalloc'd, copies go through a
- * small pool of pinned staging buffers on non-blocking streams, and exports
- * are CUDA IPC handles. Host memory the store has page-locked through
- * host_register (its pool chunks, host.pinned) is copied directly, without
- * staging.
+ * The cuda device backend: buffers are cudaMalloc'd in whole 2 MiB blocks,
+ * copies are batched on a small pool of non-blocking streams (staged through
+ * pinned buffers where the host side is pageable), and exports are CUDA IPC
+ * handles. Host memory the store has page-locked through host_register (its
+ * pool, host.pinned) is copied directly, without staging.
  *
  * The daemon links the static cudart, so on a machine without a driver every
  * call answers cudaErrorInsufficientDriver and init fails with -ENODEV and
  * that error's name, instead of the daemon failing to start.
  *
- * Concurrency: the store calls every slot from several threads at once. Each
- * copy takes one staging slot (two pinned buffers, one stream, two events)
- * from the pool for its whole duration, so no two calls ever share a stream
- * or a staging buffer; the pool's mutex is held only to take or return a
- * slot, never across a copy. Direct copies take a slot too, for its stream
- * and events, which caps copies in flight at CUDA_SLOTS either way.
+ * What the real runtime does that shapes this file:
+ *   - cudaMalloc packs allocations under 2 MiB into shared 2 MiB blocks, and
+ *     legacy IPC maps the whole block: an importer of a small buffer could
+ *     read and write its neighbours. Every allocation is therefore rounded
+ *     up to 2 MiB, the Programming Guide's advice for IPC, and the store
+ *     charges the rounded size (tier_dmem.granted).
+ *   - Errors such as an illegal address, a launch failure or an
+ *     uncorrectable ECC error are sticky: they poison the context, every
+ *     later call fails the same way, and only a new process recovers. The
+ *     first one marks the device failed and is logged once; from then on
+ *     every slot fails fast without calling CUDA (see device.h).
+ *   - cudaFree synchronises the whole device, so it runs on a thread of our
+ *     own rather than under the caller's buffer lock.
+ *   - A context in exclusive-process compute mode keeps every other process
+ *     off the GPU, so no client could map an export: init refuses it.
+ *
+ * Concurrency: the store calls every slot from several threads at once. A
+ * batch of copies takes one slot (two pinned staging buffers, one stream,
+ * three events) for its whole duration, so no two calls share a stream or a
+ * staging buffer; the pool's mutex is held only to take or return a slot.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -27,6 +41,7 @@
 #include <string.h>
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -43,6 +58,10 @@
 #define CUDA_SLOTS 4
 #define CUDA_CHUNK (2u << 20)
 
+/* What every allocation is rounded to: the driver's block, which legacy
+ * IPC shares whole. */
+#define CUDA_GRANULE ((size_t)2 << 20)
+
 /*
  * How long a copy's waiter polls before it sleeps. Not measured: there was
  * no GPU to measure on when this was written, so the reasoning is below and
@@ -53,27 +72,23 @@
  * request, the spiller and lz4 workers on machines with a few cores; four
  * slots spinning would take those cores from the threads that feed or drain
  * the copies. cudaDeviceScheduleBlockingSync fixes that but pays a wakeup (an
- * interrupt, then a futex) on every wait, which the direct path does once per
- * 1 MiB chunk: some 20-40 us of DMA at 25-50 GB/s, so a wakeup of 5-20 us
- * would cost a good part of the 0.8x of raw cudaMemcpy that issue 7 asks.
+ * interrupt, then a futex) on every wait; batches wait once, but a staged
+ * copy still waits once per 2 MiB chunk, some 40-80 us of DMA, and a wakeup
+ * of 5-20 us would cost a good part of the 0.8x of raw cudaMemcpy.
  *
  * So neither, per wait: poll cudaEventQuery, yielding the CPU between polls,
  * for about the length of one staging chunk's DMA, then block in
  * cudaEventSynchronize, which sleeps because the slot's events are created
  * with cudaEventBlockingSync. The device flag stays as it is: it is process
- * wide, so every other wait (cudaStreamSynchronize on error paths, init)
- * would sleep too, and the event flag gives the sleep only where we want it.
+ * wide, so every other wait would sleep too.
  */
 #define CUDA_SPIN_NS (100 * 1000)
-
-/* Open-addressed table of page-locked host ranges, keyed by start address;
- * at most half full. */
-#define CUDA_REG_MIN 64
 
 struct cuda_slot {
 	void *stage[2]; /* pinned, CUDA_CHUNK bytes each */
 	/* recorded after the copy that uses stage[i]; blocking-sync events */
 	cudaEvent_t done[2];
+	cudaEvent_t fin; /* recorded at the end of a batch */
 	cudaStream_t stream; /* non-blocking: never syncs with stream 0 */
 };
 
@@ -82,14 +97,24 @@ struct cuda_reg {
 	size_t len;
 };
 
+/* An allocation waiting for the freer thread. */
+struct cuda_gone {
+	struct cuda_gone *next;
+	void *ptr;
+	size_t granted;
+};
+
 struct cuda_dev {
 	struct tier_dev base;
 	int gpu;
 	struct tier_dev_info info;
+	/* Set once by the first sticky error, never cleared; atomic. */
+	bool failed;
 
 	/*
-	 * Lock order: pool_lock is a leaf; nothing else is taken while it is
-	 * held and it is never held across a CUDA call.
+	 * Lock order: pool_lock, reg_lock and free_lock are leaves; none is
+	 * held with another or across a CUDA call (the freer drops free_lock
+	 * around cudaFree).
 	 */
 	pthread_mutex_t pool_lock;
 	pthread_cond_t pool_cond;
@@ -97,22 +122,32 @@ struct cuda_dev {
 	struct cuda_slot slots[CUDA_SLOTS]; /* set up at init, then fixed */
 
 	/*
-	 * Host ranges page-locked by host_register. A leaf like pool_lock and
-	 * never held with it: read/write look up under the read side, then
-	 * drop it before taking a slot. Entries are added after
-	 * cudaHostRegister succeeds and removed before cudaHostUnregister, so
-	 * a range in the table is always page-locked.
+	 * Host ranges page-locked by host_register, sorted by base and never
+	 * overlapping (cudaHostRegister refuses overlaps). Entries are added
+	 * after cudaHostRegister succeeds and removed before
+	 * cudaHostUnregister, so a range in the table is always page-locked.
 	 */
 	pthread_rwlock_t reg_lock;
-	struct cuda_reg *reg; /* reg_cap entries, base 0 = empty; reg_lock */
+	struct cuda_reg *reg; /* reg_lock */
 	size_t nreg, reg_cap; /* reg_lock */
 	unsigned long reg_failed; /* registers refused; atomic */
 	bool unreg_warned; /* atomic */
+
+	/* The freer thread and its queue. */
+	pthread_t freer;
+	bool freer_started;
+	pthread_mutex_t free_lock;
+	pthread_cond_t free_wake; /* work queued, or stop */
+	pthread_cond_t free_idle; /* the queue ran empty */
+	struct cuda_gone *gone_head, **gone_tail; /* free_lock */
+	bool freeing; /* free_lock: a cudaFree is running */
+	bool free_stop; /* free_lock */
 };
 
 struct cuda_dmem {
 	struct tier_dmem base;
-	void *ptr; /* cudaMalloc'd; offset 0 of the IPC handle */
+	void *ptr; /* cudaMalloc'd, granted bytes; offset 0 of the handle */
+	bool tail_zeroed; /* [len, granted) cleared for importers */
 };
 
 static struct cuda_dev *to_cdev(struct tier_dev *dev)
@@ -170,9 +205,74 @@ static int cuda_errno(cudaError_t e)
 }
 
 /*
+ * The errors driver_types.h documents as leaving "the process in an
+ * inconsistent state": every later call returns them, and only a new
+ * process gets a working context.
+ */
+static bool cuda_sticky_code(cudaError_t e)
+{
+	switch (e) {
+	case cudaErrorECCUncorrectable:
+	case cudaErrorNvlinkUncorrectable:
+	case cudaErrorContained:
+	case cudaErrorIllegalAddress:
+	case cudaErrorLaunchTimeout:
+	case cudaErrorAssert:
+	case cudaErrorHardwareStackError:
+	case cudaErrorIllegalInstruction:
+	case cudaErrorMisalignedAddress:
+	case cudaErrorInvalidAddressSpace:
+	case cudaErrorInvalidPc:
+	case cudaErrorLaunchFailure:
+	case cudaErrorTensorMemoryLeak:
+	case cudaErrorMpsClientTerminated:
+	case cudaErrorExternalDevice:
+	case cudaErrorContextIsDestroyed:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static bool dev_failed(struct cuda_dev *d)
+{
+	return __atomic_load_n(&d->failed, __ATOMIC_ACQUIRE);
+}
+
+/* Mark the device failed; the first caller logs why. Returns -EIO. */
+static int dev_fail(struct cuda_dev *d, cudaError_t e, const char *call)
+{
+	char why[256];
+
+	if (!__atomic_exchange_n(&d->failed, true, __ATOMIC_ACQ_REL))
+		tfs_err("cuda: gpu %d failed: %s: %s; the device tier is off until tierfs is restarted: files with a host or disk copy stay readable, files only on the gpu read as EIO",
+			d->gpu, call, cuda_describe(e, why, sizeof(why)));
+	return -EIO;
+}
+
+/*
+ * Does @e mean the context is gone? The documented codes do; for an error
+ * this file does not expect, a cheap call that needs the context tells:
+ * on a poisoned context it fails too.
+ */
+static bool cuda_sticky(struct cuda_dev *d, cudaError_t e)
+{
+	cudaError_t probe;
+
+	if (cuda_sticky_code(e))
+		return true;
+	if (cuda_errno(e) != -EIO || !d->slots[0].stream)
+		return false;
+	(void)cudaGetLastError();
+	probe = cudaStreamQuery(d->slots[0].stream);
+	(void)cudaGetLastError();
+	return probe != cudaSuccess && probe != cudaErrorNotReady;
+}
+
+/*
  * Fail init: one line "cuda: CALL: what (name, number)" in @err, and the
- * matching errno. The runtime's sticky last error is cleared so a later
- * backend (auto falls back to none) starts clean.
+ * matching errno. The runtime's last error is cleared so a later backend
+ * (auto falls back to none) starts clean.
  */
 static int init_fail(cudaError_t e, const char *call, char *err, size_t errlen)
 {
@@ -184,23 +284,23 @@ static int init_fail(cudaError_t e, const char *call, char *err, size_t errlen)
 	return cuda_errno(e);
 }
 
-/* Log a failed copy and turn it into -EIO (or -ENODEV when the device went
- * away under us). */
-static int copy_fail(cudaError_t e, const char *what, size_t len, uint64_t off)
+/*
+ * A call of a copy failed: a sticky error fails the device (logged once),
+ * anything else is logged and becomes -EIO (or -ENODEV when the device went
+ * away under us).
+ */
+static int copy_fail(struct cuda_dev *d, cudaError_t e, const char *what,
+		     size_t len, uint64_t off)
 {
 	char why[256];
 	int rc = cuda_errno(e);
 
 	(void)cudaGetLastError();
+	if (cuda_sticky(d, e))
+		return dev_fail(d, e, what);
 	tfs_err("cuda: %s of %zu bytes at %llu: %s", what, len,
 		(unsigned long long)off, cuda_describe(e, why, sizeof(why)));
 	return rc == -ENODEV ? rc : -EIO;
-}
-
-/* Bytes of the chunk at @at of a @len-byte copy. */
-static size_t chunk_len(size_t len, size_t at)
-{
-	return len - at < CUDA_CHUNK ? len - at : CUDA_CHUNK;
 }
 
 static bool in_range(const struct cuda_dmem *m, size_t len, uint64_t off)
@@ -277,94 +377,161 @@ static cudaError_t event_wait(cudaEvent_t ev)
 	return cudaEventSynchronize(ev);
 }
 
-/* Pool chunks come from mmap, so their low 12 bits carry nothing. */
-static size_t reg_hash(uintptr_t base, size_t cap)
+/* --- page-locked host ranges ---------------------------------------------- */
+
+/* Index of the first entry whose base is above @p. reg_lock. */
+static size_t reg_upper(const struct cuda_dev *d, uintptr_t p)
 {
-	return (size_t)(((uint64_t)base >> 12) * 0x9e3779b97f4a7c15ull >>
-			32) & (cap - 1);
-}
+	size_t lo = 0, hi = d->nreg;
 
-/* The slot holding @base, or an empty one where it would go. reg_lock. */
-static struct cuda_reg *reg_slot(struct cuda_reg *tab, size_t cap,
-				 uintptr_t base)
-{
-	size_t i = reg_hash(base, cap);
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
 
-	while (tab[i].base && tab[i].base != base)
-		i = (i + 1) & (cap - 1);
-	return &tab[i];
-}
-
-/* Grow to twice the size when half full. Write side of reg_lock. */
-static int reg_reserve(struct cuda_dev *d)
-{
-	size_t cap, i;
-	struct cuda_reg *tab;
-
-	if (d->reg_cap && (d->nreg + 1) * 2 <= d->reg_cap)
-		return 0;
-	cap = d->reg_cap ? d->reg_cap * 2 : CUDA_REG_MIN;
-	tab = calloc(cap, sizeof(*tab));
-	if (!tab)
-		return -ENOMEM;
-	for (i = 0; i < d->reg_cap; i++)
-		if (d->reg[i].base)
-			*reg_slot(tab, cap, d->reg[i].base) = d->reg[i];
-	free(d->reg);
-	d->reg = tab;
-	d->reg_cap = cap;
-	return 0;
-}
-
-/*
- * Forget @base; its length, or 0 if it was not there. Linear probing: the
- * entries after the hole that hash at or before it move back into it, so
- * that lookups never stop early. Write side of reg_lock.
- */
-static size_t reg_remove(struct cuda_dev *d, uintptr_t base)
-{
-	size_t mask = d->reg_cap - 1, i, j, len;
-
-	if (!d->reg_cap)
-		return 0;
-	i = (size_t)(reg_slot(d->reg, d->reg_cap, base) - d->reg);
-	if (!d->reg[i].base)
-		return 0;
-	len = d->reg[i].len;
-	for (j = (i + 1) & mask; d->reg[j].base; j = (j + 1) & mask) {
-		size_t h = reg_hash(d->reg[j].base, d->reg_cap);
-
-		/* Stays if its home lies cyclically in (i, j]. */
-		if (i <= j ? (i < h && h <= j) : (i < h || h <= j))
-			continue;
-		d->reg[i] = d->reg[j];
-		i = j;
+		if (d->reg[mid].base <= p)
+			lo = mid + 1;
+		else
+			hi = mid;
 	}
-	d->reg[i].base = 0;
-	d->nreg--;
-	return len;
+	return lo;
 }
 
-/*
- * Is [p, p + len) page-locked by host_register? Only a range that starts at
- * a registered start is found: the store copies whole pool chunks from their
- * first byte, and anything else (a FUSE buffer, a small file's malloc'd
- * chunk, the middle of a chunk) is staged, which is always correct.
- */
+/* Is all of [p, p + len) inside one range page-locked by host_register?
+ * Anything else (a FUSE buffer, a small file's malloc'd chunk) is staged,
+ * which is always correct. */
 static bool host_registered(struct cuda_dev *d, const void *p, size_t len)
 {
-	uintptr_t base = (uintptr_t)p;
+	uintptr_t a = (uintptr_t)p;
 	bool ok = false;
 
 	pthread_rwlock_rdlock(&d->reg_lock);
-	if (d->nreg && base) {
-		struct cuda_reg *r = reg_slot(d->reg, d->reg_cap, base);
+	if (d->nreg && a) {
+		size_t i = reg_upper(d, a);
 
-		ok = r->base == base && len <= r->len;
+		if (i) {
+			const struct cuda_reg *r = &d->reg[i - 1];
+
+			ok = a - r->base <= r->len && len <= r->len - (a - r->base);
+		}
 	}
 	pthread_rwlock_unlock(&d->reg_lock);
 	return ok;
 }
+
+/* Add [base, base + len). Write side of reg_lock. */
+static int reg_insert(struct cuda_dev *d, uintptr_t base, size_t len)
+{
+	size_t i;
+
+	if (d->nreg == d->reg_cap) {
+		size_t cap = d->reg_cap ? d->reg_cap * 2 : 64;
+		struct cuda_reg *r = realloc(d->reg, cap * sizeof(*r));
+
+		if (!r)
+			return -ENOMEM;
+		d->reg = r;
+		d->reg_cap = cap;
+	}
+	i = reg_upper(d, base);
+	memmove(&d->reg[i + 1], &d->reg[i], (d->nreg - i) * sizeof(*d->reg));
+	d->reg[i] = (struct cuda_reg){ base, len };
+	d->nreg++;
+	return 0;
+}
+
+/* Forget the range starting at @base; its length, or 0 if there was none.
+ * Write side of reg_lock. */
+static size_t reg_remove(struct cuda_dev *d, uintptr_t base)
+{
+	size_t i = reg_upper(d, base), len;
+
+	if (!i || d->reg[i - 1].base != base)
+		return 0;
+	len = d->reg[i - 1].len;
+	memmove(&d->reg[i - 1], &d->reg[i], (d->nreg - i) * sizeof(*d->reg));
+	d->nreg--;
+	return len;
+}
+
+/* --- the freer thread ----------------------------------------------------- */
+
+/*
+ * cudaFree waits for everything queued on the device, so a thread holding
+ * a buffer lock must not call it: the store frees a device copy under the
+ * buffer's lock, and every other buffer's copies would stall it. The freer
+ * takes the memory off the store's hands and frees it here.
+ */
+static void *freer_main(void *arg)
+{
+	struct cuda_dev *d = arg;
+	struct cuda_gone *g;
+	bool entered = false;
+	cudaError_t e;
+	char why[256];
+
+	pthread_mutex_lock(&d->free_lock);
+	for (;;) {
+		while (!d->gone_head && !d->free_stop)
+			pthread_cond_wait(&d->free_wake, &d->free_lock);
+		g = d->gone_head;
+		if (!g)
+			break;
+		d->gone_head = g->next;
+		if (!d->gone_head)
+			d->gone_tail = &d->gone_head;
+		d->freeing = true;
+		pthread_mutex_unlock(&d->free_lock);
+
+		/* A failed context took its memory with it. */
+		e = cudaSuccess;
+		if (!dev_failed(d)) {
+			if (!entered) {
+				e = cuda_enter(d);
+				entered = e == cudaSuccess;
+			}
+			if (e == cudaSuccess)
+				e = cudaFree(g->ptr);
+		}
+		if (e != cudaSuccess) {
+			(void)cudaGetLastError();
+			if (cuda_sticky(d, e))
+				dev_fail(d, e, "cudaFree");
+			else
+				tfs_err("cuda: cudaFree of %zu bytes: %s",
+					g->granted,
+					cuda_describe(e, why, sizeof(why)));
+		}
+		free(g);
+
+		pthread_mutex_lock(&d->free_lock);
+		d->freeing = false;
+		if (!d->gone_head)
+			pthread_cond_broadcast(&d->free_idle);
+	}
+	pthread_mutex_unlock(&d->free_lock);
+	return NULL;
+}
+
+/* Are frees queued or running? */
+static bool frees_pending(struct cuda_dev *d)
+{
+	bool busy;
+
+	pthread_mutex_lock(&d->free_lock);
+	busy = d->gone_head || d->freeing;
+	pthread_mutex_unlock(&d->free_lock);
+	return busy;
+}
+
+/* Wait until every free queued so far has run. */
+static void frees_wait(struct cuda_dev *d)
+{
+	pthread_mutex_lock(&d->free_lock);
+	while (d->gone_head || d->freeing)
+		pthread_cond_wait(&d->free_idle, &d->free_lock);
+	pthread_mutex_unlock(&d->free_lock);
+}
+
+/* --- init and destroy ----------------------------------------------------- */
 
 static void slots_destroy(struct cuda_dev *d)
 {
@@ -373,7 +540,7 @@ static void slots_destroy(struct cuda_dev *d)
 	for (i = 0; i < CUDA_SLOTS; i++) {
 		struct cuda_slot *s = &d->slots[i];
 
-		if (s->stream)
+		if (s->stream && !dev_failed(d))
 			cudaStreamSynchronize(s->stream);
 		for (j = 0; j < 2; j++) {
 			if (s->done[j])
@@ -381,6 +548,8 @@ static void slots_destroy(struct cuda_dev *d)
 			if (s->stage[j])
 				cudaFreeHost(s->stage[j]);
 		}
+		if (s->fin)
+			cudaEventDestroy(s->fin);
 		if (s->stream)
 			cudaStreamDestroy(s->stream);
 	}
@@ -389,6 +558,8 @@ static void slots_destroy(struct cuda_dev *d)
 
 static int slots_create(struct cuda_dev *d, char *err, size_t errlen)
 {
+	const unsigned int evflags =
+		cudaEventDisableTiming | cudaEventBlockingSync;
 	cudaError_t e;
 	int i, j;
 
@@ -400,21 +571,68 @@ static int slots_create(struct cuda_dev *d, char *err, size_t errlen)
 		if (e != cudaSuccess)
 			return init_fail(e, "cudaStreamCreateWithFlags", err,
 					 errlen);
+		e = cudaEventCreateWithFlags(&s->fin, evflags);
+		if (e != cudaSuccess)
+			return init_fail(e, "cudaEventCreateWithFlags", err,
+					 errlen);
 		for (j = 0; j < 2; j++) {
 			e = cudaHostAlloc(&s->stage[j], CUDA_CHUNK,
 					  cudaHostAllocDefault);
 			if (e != cudaSuccess)
 				return init_fail(e, "cudaHostAlloc", err,
 						 errlen);
-			e = cudaEventCreateWithFlags(
-				&s->done[j],
-				cudaEventDisableTiming | cudaEventBlockingSync);
+			e = cudaEventCreateWithFlags(&s->done[j], evflags);
 			if (e != cudaSuccess)
 				return init_fail(e, "cudaEventCreateWithFlags",
 						 err, errlen);
 		}
 	}
 	d->pool_free = (1u << CUDA_SLOTS) - 1;
+	return 0;
+}
+
+/* Is an MPS control daemon running? Under MPS, exclusive-process mode is
+ * the usual setting and clients share the GPU through the MPS server. */
+static bool mps_running(void)
+{
+	const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/control",
+		 dir && *dir ? dir : "/tmp/nvidia-mps");
+	return access(path, F_OK) == 0;
+}
+
+/*
+ * Asked before the context exists: in exclusive-process mode the daemon's
+ * context would be the only one allowed on the GPU, so no GPU program could
+ * run there, let alone map a file; in prohibited mode nobody may.
+ */
+static int check_compute_mode(int gpu, char *err, size_t errlen)
+{
+	cudaError_t e;
+	int mode = 0;
+
+	e = cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, gpu);
+	if (e != cudaSuccess)
+		return init_fail(e, "cudaDeviceGetAttribute", err, errlen);
+	if (mode == cudaComputeModeProhibited) {
+		snprintf(err, errlen,
+			 "cuda: gpu %d is in prohibited compute mode: no process may use it (nvidia-smi -i %d -c DEFAULT)",
+			 gpu, gpu);
+		return -EACCES;
+	}
+	if (mode == cudaComputeModeExclusiveProcess) {
+		if (mps_running()) {
+			tfs_notice("cuda: gpu %d is in exclusive-process compute mode under MPS: GPU programs must be MPS clients too to map files",
+				   gpu);
+			return 0;
+		}
+		snprintf(err, errlen,
+			 "cuda: gpu %d is in exclusive-process compute mode: tierfs would hold its only context, and no GPU program could run there or map a file (nvidia-smi -i %d -c DEFAULT, or start MPS)",
+			 gpu, gpu);
+		return -EBUSY;
+	}
 	return 0;
 }
 
@@ -458,6 +676,9 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 			 cfg->device.gpu, count);
 		return -ENXIO;
 	}
+	rc = check_compute_mode(cfg->device.gpu, err, errlen);
+	if (rc)
+		return rc;
 
 	d = calloc(1, sizeof(*d));
 	if (!d) {
@@ -469,6 +690,10 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 	pthread_mutex_init(&d->pool_lock, NULL);
 	pthread_cond_init(&d->pool_cond, NULL);
 	pthread_rwlock_init(&d->reg_lock, NULL);
+	pthread_mutex_init(&d->free_lock, NULL);
+	pthread_cond_init(&d->free_wake, NULL);
+	pthread_cond_init(&d->free_idle, NULL);
+	d->gone_tail = &d->gone_head;
 
 	e = cudaSetDevice(d->gpu);
 	if (e != cudaSuccess) {
@@ -489,6 +714,13 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 	rc = slots_create(d, err, errlen);
 	if (rc)
 		goto out_slots;
+	rc = -pthread_create(&d->freer, NULL, freer_main, d);
+	if (rc) {
+		snprintf(err, errlen, "cuda: cannot start the freer thread: %s",
+			 strerror(-rc));
+		goto out_slots;
+	}
+	d->freer_started = true;
 
 	d->info.name = "cuda";
 	/* Model names are short; cut a long one rather than fail. */
@@ -502,12 +734,19 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 
 	tfs_info("cuda: gpu %d \"%s\": %zu MiB total, %zu MiB free", d->gpu,
 		 d->info.model, total_b >> 20, free_b >> 20);
+	/* A MIG instance's name says so ("... MIG 1g.10gb"). */
+	if (strstr(d->info.model, "MIG "))
+		tfs_notice("cuda: gpu %d is a MIG instance: only GPU programs on this same instance can map files",
+			   d->gpu);
 	*out = &d->base;
 	return 0;
 
 out_slots:
 	slots_destroy(d);
 out_free:
+	pthread_cond_destroy(&d->free_idle);
+	pthread_cond_destroy(&d->free_wake);
+	pthread_mutex_destroy(&d->free_lock);
 	pthread_rwlock_destroy(&d->reg_lock);
 	pthread_cond_destroy(&d->pool_cond);
 	pthread_mutex_destroy(&d->pool_lock);
@@ -523,35 +762,51 @@ static void cuda_destroy(struct tier_dev *dev)
 
 	if (!d)
 		return;
+	/* Runs what is queued, then stops. */
+	if (d->freer_started) {
+		pthread_mutex_lock(&d->free_lock);
+		d->free_stop = true;
+		pthread_cond_signal(&d->free_wake);
+		pthread_mutex_unlock(&d->free_lock);
+		pthread_join(d->freer, NULL);
+	}
 	cuda_enter(d);
 	slots_destroy(d);
 	/*
-	 * The store unregisters every chunk before it destroys the device;
-	 * anything left is its leak, but the page locks are ours to drop.
+	 * The store unregisters all it registered before it destroys the
+	 * device; anything left is its leak, but the page locks are ours to
+	 * drop.
 	 */
 	if (d->nreg)
 		tfs_warn("cuda: %zu host ranges still registered at exit",
 			 d->nreg);
-	for (i = 0; i < d->reg_cap; i++)
-		if (d->reg[i].base)
-			cudaHostUnregister((void *)d->reg[i].base);
+	for (i = 0; i < d->nreg; i++)
+		cudaHostUnregister((void *)d->reg[i].base);
 	(void)cudaGetLastError();
 	failed = __atomic_load_n(&d->reg_failed, __ATOMIC_RELAXED);
 	if (failed > 1)
-		tfs_info("cuda: %lu host chunks could not be page-locked and were staged",
+		tfs_info("cuda: %lu host ranges could not be page-locked and were staged",
 			 failed);
 	free(d->reg);
+	pthread_cond_destroy(&d->free_idle);
+	pthread_cond_destroy(&d->free_wake);
+	pthread_mutex_destroy(&d->free_lock);
 	pthread_rwlock_destroy(&d->reg_lock);
 	pthread_cond_destroy(&d->pool_cond);
 	pthread_mutex_destroy(&d->pool_lock);
 	free(d);
 }
 
+static bool cuda_failed(struct tier_dev *dev)
+{
+	return dev_failed(to_cdev(dev));
+}
+
 /*
- * Page-lock a pool chunk. Every chunk would fail for the same reason (the
+ * Page-lock host memory. Every range would fail for the same reason (the
  * system refusing to lock more memory, a driver without support), so only
  * the first failure is logged; destroy counts the rest. The store carries
- * on with the chunk pageable, and copies of it are staged.
+ * on with the memory pageable, and copies of it are staged.
  */
 static int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
 {
@@ -562,11 +817,15 @@ static int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
 
 	if (!ptr || !len)
 		return -EINVAL;
+	if (dev_failed(d))
+		return -ENODEV;
 	e = cuda_enter(d);
 	if (e == cudaSuccess)
 		e = cudaHostRegister(ptr, len, cudaHostRegisterDefault);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
+		if (cuda_sticky(d, e))
+			return dev_fail(d, e, "cudaHostRegister");
 		rc = cuda_errno(e);
 		if (__atomic_fetch_add(&d->reg_failed, 1, __ATOMIC_RELAXED) == 0)
 			tfs_warn("cuda: cudaHostRegister of %zu bytes: %s; host copies stay pageable and are staged",
@@ -574,16 +833,7 @@ static int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
 		return rc ? rc : -EIO;
 	}
 	pthread_rwlock_wrlock(&d->reg_lock);
-	rc = reg_reserve(d);
-	if (!rc) {
-		struct cuda_reg *r = reg_slot(d->reg, d->reg_cap,
-					      (uintptr_t)ptr);
-
-		/* cudaHostRegister refuses a range twice, so @ptr is new. */
-		r->base = (uintptr_t)ptr;
-		r->len = len;
-		d->nreg++;
-	}
+	rc = reg_insert(d, (uintptr_t)ptr, len);
 	pthread_rwlock_unlock(&d->reg_lock);
 	if (rc) {
 		cudaHostUnregister(ptr);
@@ -593,10 +843,10 @@ static int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
 }
 
 /*
- * The store calls this for every chunk it unmaps, registered or not (a
- * failed register leaves it pageable); only ours go to the runtime, so a
- * never-registered chunk leaves no error behind. The caller guarantees no
- * copy of the chunk is in flight: it is unmapped next.
+ * The store calls this for everything it unmaps, registered or not (a
+ * failed register leaves memory pageable); only ours go to the runtime, so
+ * never-registered memory leaves no error behind. The caller guarantees no
+ * copy of it is in flight: it is unmapped next.
  */
 static void cuda_host_unregister(struct tier_dev *dev, void *ptr, size_t len)
 {
@@ -608,37 +858,52 @@ static void cuda_host_unregister(struct tier_dev *dev, void *ptr, size_t len)
 	pthread_rwlock_wrlock(&d->reg_lock);
 	had = reg_remove(d, (uintptr_t)ptr);
 	pthread_rwlock_unlock(&d->reg_lock);
-	if (!had)
+	if (!had || dev_failed(d))
 		return;
 	e = cuda_enter(d);
 	if (e == cudaSuccess)
 		e = cudaHostUnregister(ptr);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
-		if (!__atomic_exchange_n(&d->unreg_warned, true, __ATOMIC_RELAXED))
+		if (cuda_sticky(d, e))
+			dev_fail(d, e, "cudaHostUnregister");
+		else if (!__atomic_exchange_n(&d->unreg_warned, true,
+					      __ATOMIC_RELAXED))
 			tfs_warn("cuda: cudaHostUnregister of %zu bytes: %s",
 				 had, cuda_describe(e, why, sizeof(why)));
 	}
 }
 
+/* --- allocations ---------------------------------------------------------- */
+
 static int cuda_alloc(struct tier_dev *dev, size_t len, struct tier_dmem **out)
 {
 	struct cuda_dev *d = to_cdev(dev);
+	/* An empty buffer still gets a block: cudaMalloc(0) gives NULL,
+	 * which cannot be exported. */
+	size_t granted = len ? (len + CUDA_GRANULE - 1) & ~(CUDA_GRANULE - 1) :
+			       CUDA_GRANULE;
 	struct cuda_dmem *m;
 	cudaError_t e;
-	char why[256];
+	int rc;
 
 	*out = NULL;
+	if (granted < len)
+		return -ENOMEM;
+	if (dev_failed(d))
+		return -ENODEV;
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
 	e = cuda_enter(d);
-	/*
-	 * cudaMalloc(0) gives NULL, which cannot be exported; an empty
-	 * buffer still gets a real (smallest) allocation.
-	 */
 	if (e == cudaSuccess)
-		e = cudaMalloc(&m->ptr, len ? len : 1);
+		e = cudaMalloc(&m->ptr, granted);
+	/* Memory the freer has not given back yet is ours to wait for. */
+	if (e == cudaErrorMemoryAllocation && frees_pending(d)) {
+		(void)cudaGetLastError();
+		frees_wait(d);
+		e = cudaMalloc(&m->ptr, granted);
+	}
 	if (e != cudaSuccess) {
 		free(m);
 		/*
@@ -646,239 +911,286 @@ static int cuda_alloc(struct tier_dev *dev, size_t len, struct tier_dmem **out)
 		 * clear it, or the next unrelated cudaGetLastError() would
 		 * report it. The store evicts and retries on -ENOMEM.
 		 */
-		(void)cudaGetLastError();
-		if (e == cudaErrorMemoryAllocation)
+		if (e == cudaErrorMemoryAllocation) {
+			(void)cudaGetLastError();
 			return -ENOMEM;
-		tfs_err("cuda: cudaMalloc of %zu bytes: %s", len,
-			cuda_describe(e, why, sizeof(why)));
-		return cuda_errno(e) == -ENODEV ? -ENODEV : -EIO;
+		}
+		rc = copy_fail(d, e, "cudaMalloc", granted, 0);
+		return dev_failed(d) ? -ENODEV : rc;
 	}
 	m->base.len = len;
+	m->base.granted = granted;
 	*out = &m->base;
 	return 0;
 }
 
 static void cuda_free(struct tier_dev *dev, struct tier_dmem *dm)
 {
+	struct cuda_dev *d = to_cdev(dev);
 	struct cuda_dmem *m = to_cmem(dm);
-	cudaError_t e;
-	char why[256];
+	struct cuda_gone *g;
 
 	if (!m)
 		return;
-	cuda_enter(to_cdev(dev));
-	e = cudaFree(m->ptr);
-	if (e != cudaSuccess) {
-		(void)cudaGetLastError();
-		tfs_err("cuda: cudaFree of %zu bytes: %s", m->base.len,
-			cuda_describe(e, why, sizeof(why)));
+	if (dev_failed(d)) {
+		free(m);
+		return;
 	}
+	g = malloc(sizeof(*g));
+	if (!g) {
+		/* No room to queue it: free it here after all. */
+		cuda_enter(d);
+		if (cudaFree(m->ptr) != cudaSuccess)
+			(void)cudaGetLastError();
+		free(m);
+		return;
+	}
+	g->next = NULL;
+	g->ptr = m->ptr;
+	g->granted = m->base.granted;
 	free(m);
+	pthread_mutex_lock(&d->free_lock);
+	*d->gone_tail = g;
+	d->gone_tail = &g->next;
+	pthread_cond_signal(&d->free_wake);
+	pthread_mutex_unlock(&d->free_lock);
 }
 
-/*
- * One copy between device memory and page-locked host memory, as a single
- * cudaMemcpyAsync: with no staging there is no host work to overlap, and one
- * DMA of the whole range is what raw cudaMemcpy does. A slot only for its
- * stream and event.
- */
-static int copy_direct(struct cuda_dev *d, void *dst, const void *src,
-		       size_t len, uint64_t off, enum cudaMemcpyKind kind)
-{
-	const char *what = kind == cudaMemcpyDeviceToHost ? "d2h" : "h2d";
-	struct cuda_slot *s;
-	cudaError_t e;
-	char call[48];
-	int rc = 0;
-
-	s = slot_get(d);
-	e = cudaMemcpyAsync(dst, src, len, kind, s->stream);
-	if (e == cudaSuccess)
-		e = cudaEventRecord(s->done[0], s->stream);
-	if (e != cudaSuccess) {
-		snprintf(call, sizeof(call), "cudaMemcpyAsync %s", what);
-		rc = copy_fail(e, call, len, off);
-		/* The copy may be queued even though the record failed. */
-		cudaStreamSynchronize(s->stream);
-		(void)cudaGetLastError();
-	} else {
-		e = event_wait(s->done[0]);
-		if (e != cudaSuccess) {
-			snprintf(call, sizeof(call), "%s copy", what);
-			rc = copy_fail(e, call, len, off);
-		}
-	}
-	slot_put(d, s);
-	return rc;
-}
+/* --- batched copies ------------------------------------------------------- */
 
 /*
- * Device -> host, double-buffered: the DMA of chunk i+1 into one staging
- * buffer runs while the CPU copies chunk i out of the other into @dst,
- * which is pageable and so cannot be a DMA target itself.
+ * One batch of copies on one slot's stream. Direct pieces (host memory
+ * page-locked by host_register) are queued as they come; staged pieces go
+ * through the slot's two pinned buffers in turns, waiting only when a
+ * buffer comes round again. The batch ends with one event and one wait.
  */
-static int cuda_read(struct tier_dev *dev, struct tier_dmem *dm, void *dst,
-		     size_t len, uint64_t off)
-{
-	struct cuda_dev *d = to_cdev(dev);
-	struct cuda_dmem *m = to_cmem(dm);
-	const char *src = (const char *)m->ptr + off;
-	char *out = dst;
-	size_t nchunks, i;
+struct xfer {
+	struct cuda_dev *d;
 	struct cuda_slot *s;
-	cudaError_t e;
-	int rc = 0;
+	char *dev; /* the allocation's first byte */
+	bool busy[2]; /* stage[i] has a queued copy not yet waited for */
+	char *out[2]; /* d2h: where stage[i]'s bytes go once it is done */
+	size_t out_len[2];
+	int next; /* the staging buffer to use next */
+	int rc;
+};
 
-	if (!in_range(m, len, off))
-		return -EINVAL;
-	if (!len)
+/* Wait for staging buffer @b and, for a read, copy its bytes out. */
+static int stage_drain(struct xfer *x, int b, uint64_t off)
+{
+	cudaError_t e;
+
+	if (!x->busy[b])
 		return 0;
-	e = cuda_enter(d);
+	e = event_wait(x->s->done[b]);
 	if (e != cudaSuccess)
-		return copy_fail(e, "cudaSetDevice", len, off);
-	if (host_registered(d, dst, len))
-		return copy_direct(d, dst, src, len, off,
-				   cudaMemcpyDeviceToHost);
-
-	nchunks = (len + CUDA_CHUNK - 1) / CUDA_CHUNK;
-	s = slot_get(d);
-	for (i = 0; i < nchunks + 1; i++) {
-		/* Queue chunk i, then drain chunk i - 1. */
-		if (i < nchunks) {
-			size_t at = i * CUDA_CHUNK;
-			size_t n = chunk_len(len, at);
-			int b = i & 1;
-
-			e = cudaMemcpyAsync(s->stage[b], src + at, n,
-					    cudaMemcpyDeviceToHost, s->stream);
-			if (e == cudaSuccess)
-				e = cudaEventRecord(s->done[b], s->stream);
-			if (e != cudaSuccess) {
-				rc = copy_fail(e, "cudaMemcpyAsync d2h", n,
-					       off + at);
-				break;
-			}
-		}
-		if (i > 0) {
-			size_t at = (i - 1) * CUDA_CHUNK;
-			size_t n = chunk_len(len, at);
-			int b = (i - 1) & 1;
-
-			e = event_wait(s->done[b]);
-			if (e != cudaSuccess) {
-				rc = copy_fail(e, "d2h copy", n, off + at);
-				break;
-			}
-			memcpy(out + at, s->stage[b], n);
-		}
-	}
-	/* On error a DMA may still target staging: drain before reuse. */
-	if (rc) {
-		cudaStreamSynchronize(s->stream);
-		(void)cudaGetLastError();
-	}
-	slot_put(d, s);
-	return rc;
+		return copy_fail(x->d, e, "staged copy", CUDA_CHUNK, off);
+	if (x->out[b])
+		memcpy(x->out[b], x->s->stage[b], x->out_len[b]);
+	x->busy[b] = false;
+	x->out[b] = NULL;
+	return 0;
 }
 
-/*
- * Host -> device, double-buffered the other way round: the CPU fills one
- * staging buffer with chunk i+1 while the DMA of chunk i reads the other.
- */
-static int cuda_write(struct tier_dev *dev, struct tier_dmem *dm,
-		      const void *src, size_t len, uint64_t off)
+/* Queue one piece of at most CUDA_CHUNK through staging. */
+static int stage_one(struct xfer *x, void *host, size_t n, uint64_t off,
+		     bool d2h)
 {
-	struct cuda_dev *d = to_cdev(dev);
-	struct cuda_dmem *m = to_cmem(dm);
-	char *dstp = (char *)m->ptr + off;
-	const char *in = src;
-	struct cuda_slot *s;
+	struct cuda_slot *s = x->s;
+	int b = x->next, rc;
+	cudaError_t e;
+
+	x->next ^= 1;
+	rc = stage_drain(x, b, off);
+	if (rc)
+		return rc;
+	if (d2h) {
+		e = cudaMemcpyAsync(s->stage[b], x->dev + off, n,
+				    cudaMemcpyDeviceToHost, s->stream);
+		x->out[b] = host;
+		x->out_len[b] = n;
+	} else {
+		memcpy(s->stage[b], host, n);
+		e = cudaMemcpyAsync(x->dev + off, s->stage[b], n,
+				    cudaMemcpyHostToDevice, s->stream);
+	}
+	if (e == cudaSuccess)
+		e = cudaEventRecord(s->done[b], s->stream);
+	if (e != cudaSuccess) {
+		x->out[b] = NULL;
+		return copy_fail(x->d, e, d2h ? "cudaMemcpyAsync d2h" :
+						"cudaMemcpyAsync h2d",
+				 n, off);
+	}
+	x->busy[b] = true;
+	return 0;
+}
+
+/* Queue one segment. */
+static int xfer_seg(struct xfer *x, const struct tier_dev_seg *g, bool d2h)
+{
+	struct cuda_slot *s = x->s;
 	cudaError_t e;
 	size_t at;
-	int rc = 0;
-	int i;
+	int rc;
 
-	if (!in_range(m, len, off))
-		return -EINVAL;
-	if (!len)
+	if (!g->len)
 		return 0;
-	e = cuda_enter(d);
-	if (e != cudaSuccess)
-		return copy_fail(e, "cudaSetDevice", len, off);
-	if (host_registered(d, src, len))
-		return copy_direct(d, dstp, src, len, off,
-				   cudaMemcpyHostToDevice);
-
-	s = slot_get(d);
-	for (at = 0, i = 0; at < len; at += CUDA_CHUNK, i ^= 1) {
-		size_t n = chunk_len(len, at);
-
-		/* Wait for the DMA that last read this staging buffer:
-		 * chunk k - 2's. */
-		if (at >= 2 * (size_t)CUDA_CHUNK) {
-			e = event_wait(s->done[i]);
-			if (e != cudaSuccess) {
-				rc = copy_fail(e, "h2d copy", CUDA_CHUNK,
-					       off + at - 2 * CUDA_CHUNK);
-				break;
-			}
-		}
-		memcpy(s->stage[i], in + at, n);
-		e = cudaMemcpyAsync(dstp + at, s->stage[i], n,
-				    cudaMemcpyHostToDevice, s->stream);
-		if (e == cudaSuccess)
-			e = cudaEventRecord(s->done[i], s->stream);
-		if (e != cudaSuccess) {
-			rc = copy_fail(e, "cudaMemcpyAsync h2d", n, off + at);
-			break;
-		}
+	if (!d2h && !g->host) {
+		/* A slot's stream, not the legacy default stream, which
+		 * would serialise with every other copy on the device. */
+		e = cudaMemsetAsync(x->dev + g->off, 0, g->len, s->stream);
+		return e == cudaSuccess ? 0 :
+					  copy_fail(x->d, e, "cudaMemsetAsync",
+						    g->len, g->off);
 	}
-	/* The last chunk's event is the stream's last op: waiting for it is
-	 * a stream sync that can sleep. */
-	if (!rc) {
-		e = event_wait(s->done[i ^ 1]);
-		if (e != cudaSuccess)
-			rc = copy_fail(e, "h2d copy", len, off);
-	} else {
-		cudaStreamSynchronize(s->stream);
-		(void)cudaGetLastError();
+	if (host_registered(x->d, g->host, g->len)) {
+		/* One DMA of the whole range, as raw cudaMemcpy does. */
+		e = d2h ? cudaMemcpyAsync(g->host, x->dev + g->off, g->len,
+					  cudaMemcpyDeviceToHost, s->stream) :
+			  cudaMemcpyAsync(x->dev + g->off, g->host, g->len,
+					  cudaMemcpyHostToDevice, s->stream);
+		return e == cudaSuccess ? 0 :
+					  copy_fail(x->d, e,
+						    d2h ? "cudaMemcpyAsync d2h" :
+							  "cudaMemcpyAsync h2d",
+						    g->len, g->off);
 	}
-	slot_put(d, s);
-	return rc;
+	for (at = 0; at < g->len; at += CUDA_CHUNK) {
+		size_t n = g->len - at < CUDA_CHUNK ? g->len - at : CUDA_CHUNK;
+
+		rc = stage_one(x, (char *)g->host + at, n, g->off + at, d2h);
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
-static int cuda_zero(struct tier_dev *dev, struct tier_dmem *dm, size_t len,
-		     uint64_t off)
+static int cuda_xfer(struct tier_dev *dev, struct tier_dmem *dm,
+		     const struct tier_dev_seg *seg, unsigned int n, bool d2h)
 {
 	struct cuda_dev *d = to_cdev(dev);
 	struct cuda_dmem *m = to_cmem(dm);
+	struct xfer x = { .d = d, .dev = m->ptr };
+	uint64_t first = n ? seg[0].off : 0;
+	size_t total = 0;
+	cudaError_t e;
+	unsigned int i;
+	int rc = 0;
+
+	for (i = 0; i < n; i++) {
+		if (!in_range(m, seg[i].len, seg[i].off))
+			return -EINVAL;
+		total += seg[i].len;
+	}
+	if (dev_failed(d))
+		return -EIO;
+	e = cuda_enter(d);
+	if (e != cudaSuccess)
+		return copy_fail(d, e, "cudaSetDevice", 0, 0);
+	x.s = slot_get(d);
+	for (i = 0; i < n && !rc; i++)
+		rc = xfer_seg(&x, &seg[i], d2h);
+	if (!rc) {
+		/* The stream runs in order: its last event covers it all. */
+		e = cudaEventRecord(x.s->fin, x.s->stream);
+		if (e == cudaSuccess)
+			e = event_wait(x.s->fin);
+		if (e != cudaSuccess)
+			rc = copy_fail(d, e, d2h ? "d2h copy" : "h2d copy",
+				       total, first);
+	}
+	if (!rc) {
+		for (i = 0; i < 2; i++)
+			if (x.out[i])
+				memcpy(x.out[i], x.s->stage[i], x.out_len[i]);
+	} else if (!dev_failed(d)) {
+		/* A DMA may still target staging: drain before reuse. */
+		cudaStreamSynchronize(x.s->stream);
+		(void)cudaGetLastError();
+	}
+	slot_put(d, x.s);
+	return rc;
+}
+
+static int cuda_readv(struct tier_dev *dev, struct tier_dmem *m,
+		      const struct tier_dev_seg *seg, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++)
+		if (seg[i].len && !seg[i].host)
+			return -EINVAL;
+	return cuda_xfer(dev, m, seg, n, true);
+}
+
+static int cuda_writev(struct tier_dev *dev, struct tier_dmem *m,
+		       const struct tier_dev_seg *seg, unsigned int n)
+{
+	return cuda_xfer(dev, m, seg, n, false);
+}
+
+static int cuda_read(struct tier_dev *dev, struct tier_dmem *m, void *dst,
+		     size_t len, uint64_t off)
+{
+	struct tier_dev_seg g = { .host = dst, .len = len, .off = off };
+
+	return len ? cuda_readv(dev, m, &g, 1) :
+		     (in_range(to_cmem(m), 0, off) ? 0 : -EINVAL);
+}
+
+static int cuda_write(struct tier_dev *dev, struct tier_dmem *m,
+		      const void *src, size_t len, uint64_t off)
+{
+	struct tier_dev_seg g = { .host = (void *)src, .len = len, .off = off };
+
+	if (!len)
+		return in_range(to_cmem(m), 0, off) ? 0 : -EINVAL;
+	if (!src)
+		return -EINVAL;
+	return cuda_writev(dev, m, &g, 1);
+}
+
+static int cuda_zero(struct tier_dev *dev, struct tier_dmem *m, size_t len,
+		     uint64_t off)
+{
+	struct tier_dev_seg g = { .host = NULL, .len = len, .off = off };
+
+	return len ? cuda_writev(dev, m, &g, 1) :
+		     (in_range(to_cmem(m), 0, off) ? 0 : -EINVAL);
+}
+
+/* --- export --------------------------------------------------------------- */
+
+/*
+ * An importer maps the whole allocation, and cudaMalloc'd memory holds
+ * whatever was there before: the bytes past len could be another file's,
+ * freed earlier. Cleared once, at the first export; the store never writes
+ * past len.
+ */
+static int zero_tail(struct cuda_dev *d, struct cuda_dmem *m)
+{
+	size_t n = m->base.granted - m->base.len;
 	struct cuda_slot *s;
 	cudaError_t e;
 	int rc = 0;
 
-	if (!in_range(m, len, off))
-		return -EINVAL;
-	if (!len)
+	if (m->tail_zeroed || !n)
 		return 0;
-	e = cuda_enter(d);
-	if (e != cudaSuccess)
-		return copy_fail(e, "cudaSetDevice", len, off);
-	/* A slot only for its stream: the legacy default stream would
-	 * serialise with every other copy on the device. */
 	s = slot_get(d);
-	e = cudaMemsetAsync((char *)m->ptr + off, 0, len, s->stream);
+	e = cudaMemsetAsync((char *)m->ptr + m->base.len, 0, n, s->stream);
 	if (e == cudaSuccess)
-		e = cudaEventRecord(s->done[0], s->stream);
+		e = cudaEventRecord(s->fin, s->stream);
+	if (e == cudaSuccess)
+		e = event_wait(s->fin);
 	if (e != cudaSuccess) {
-		rc = copy_fail(e, "cudaMemsetAsync", len, off);
-		cudaStreamSynchronize(s->stream);
-		(void)cudaGetLastError();
-	} else {
-		e = event_wait(s->done[0]);
-		if (e != cudaSuccess)
-			rc = copy_fail(e, "cudaMemsetAsync", len, off);
+		rc = copy_fail(d, e, "cudaMemsetAsync", n, m->base.len);
+		if (!dev_failed(d)) {
+			cudaStreamSynchronize(s->stream);
+			(void)cudaGetLastError();
+		}
 	}
 	slot_put(d, s);
+	if (!rc)
+		m->tail_zeroed = true;
 	return rc;
 }
 
@@ -892,23 +1204,37 @@ static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm, uid_t uid,
 	char why[256];
 
 	_Static_assert(sizeof(h) == sizeof(out->handle), "IPC handle size");
+	if (dev_failed(d))
+		return -ENODEV;
 	/*
-	 * @uid is not checked here: CUDA IPC has no owner. The handle is only
-	 * given to whoever passed the file's permission checks, and a handle
-	 * is useless without the exporting process alive and the lease held.
+	 * @uid is not checked here: CUDA IPC has no owner. The handle goes
+	 * only to whoever passed the file's permission checks. It names the
+	 * allocation, not the lease: any process that holds it can open it
+	 * for as long as the allocation lives, and an importer's mapping
+	 * lasts until it closes it or exits, lease or no lease.
 	 */
 	e = cuda_enter(d);
-	if (e == cudaSuccess)
+	if (e == cudaSuccess) {
+		int rc = zero_tail(d, m);
+
+		if (rc)
+			return dev_failed(d) ? -ENODEV : rc;
 		e = cudaIpcGetMemHandle(&h, m->ptr);
+	}
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
+		if (cuda_sticky(d, e)) {
+			dev_fail(d, e, "cudaIpcGetMemHandle");
+			return -ENODEV;
+		}
 		tfs_err("cuda: cudaIpcGetMemHandle of %zu bytes: %s",
 			m->base.len, cuda_describe(e, why, sizeof(why)));
 		return cuda_errno(e) == -EOPNOTSUPP ? -EOPNOTSUPP : -EIO;
 	}
 	out->handle_type = TFS_HANDLE_CUDA_IPC;
 	memcpy(out->handle, &h, sizeof(out->handle));
-	/* Every buffer is its own cudaMalloc, whose handle maps its start. */
+	/* Every buffer is its own 2 MiB-rounded cudaMalloc, whose handle
+	 * maps its start and nothing of another buffer. */
 	out->offset = 0;
 	memcpy(out->uuid, d->info.uuid, sizeof(out->uuid));
 	return 0;
@@ -916,9 +1242,9 @@ static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm, uid_t uid,
 
 /*
  * Nothing to undo: an IPC handle is a name for the allocation, not a
- * reference to it. Importers' mappings end with their cudaIpcCloseMemHandle
- * (libtierfs does it before releasing the lease); the memory itself lives
- * until the store frees it, which it does only after the last lease.
+ * reference to it, and cannot be revoked. Importers' mappings end with
+ * their cudaIpcCloseMemHandle (libtierfs does it before it releases the
+ * lease) or their exit.
  */
 static void cuda_unexport(struct tier_dev *dev, struct tier_dmem *m)
 {
@@ -946,4 +1272,7 @@ const struct tier_dev_ops tier_dev_cuda_ops = {
 	.info = cuda_info,
 	.host_register = cuda_host_register,
 	.host_unregister = cuda_host_unregister,
+	.readv = cuda_readv,
+	.writev = cuda_writev,
+	.failed = cuda_failed,
 };

@@ -1,26 +1,34 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
  * Exercise the cuda device backend directly, with no mount: init, then
- * alloc / write / read / zero / export on sizes around the staging chunk,
- * from several threads at once.
+ * alloc / write / read / zero / batched copies / export on sizes around the
+ * staging chunk, from several threads at once.
  *
  * Without a usable GPU, init must fail cleanly with a negative errno and one
  * line naming the CUDA error; the check prints it and exits 77 (skip).
  * Output is TAP: "1..0 # SKIP no usable GPU: ...", or one ok / not ok line.
  *
  * Host memory comes two ways, as from the store: pageable (malloc, staged)
- * and page-locked through host_register (mmap'd like pool chunks, copied
+ * and page-locked through host_register (mmap'd like the pool, copied
  * directly); every thread does its round trips both ways.
  *
- * Linked with tests/gpu/cuda_mock.c, it also makes copies fail, staged and
- * direct, when queued and when run: each must give -EIO and give its slot
- * back. The mock counts direct copies, so the check sees which path each
- * copy took.
+ * Linked with tests/gpu/cuda_mock.c (a fake runtime as strict as a GPU,
+ * see there), it also checks what only the fake can show:
+ *   - every allocation is its own 2 MiB block, granted at the rounded size;
+ *   - a batch of direct copies waits once;
+ *   - free returns while the device is busy (cudaFree synchronises it);
+ *   - copies failing when queued give -EIO and leave the device usable;
+ *   - a copy failing when it runs poisons the context: the device is
+ *     marked failed, logged once, and every slot fails fast from then on
+ *     without calling CUDA;
+ *   - the path each copy takes (the fake counts direct copies).
  *
  *   cc -std=gnu11 -D_GNU_SOURCE -DTFS_HAVE_CUDA=1 -I include -I . \
  *      -isystem /usr/local/cuda/include tests/gpu/backend_check.c \
  *      tiers/device_cuda.c config/log.c \
  *      /usr/local/cuda/lib64/libcudart_static.a -ldl -lpthread -lrt
+ *
+ * TFS_GPU=N picks the device (device.gpu).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -28,21 +36,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "config/config.h"
+#include "config/log.h"
 #include "tiers/device.h"
 
 /* Defined only by tests/gpu/cuda_mock.c. */
 void tfs_mock_fail_next_copy(void) __attribute__((weak));
 void tfs_mock_fail_next_copy_async(void) __attribute__((weak));
 void tfs_mock_fail_next_register(void) __attribute__((weak));
+void tfs_mock_hold_streams(int held) __attribute__((weak));
 unsigned long tfs_mock_registered_copies(void) __attribute__((weak));
+unsigned long tfs_mock_waits(void) __attribute__((weak));
+unsigned long tfs_mock_calls(void) __attribute__((weak));
+void *tfs_mock_block_of(const void *p) __attribute__((weak));
+int tfs_mock_ptr_device(const void *p) __attribute__((weak));
 
 /* The largest round trip, plus room for its offset. */
 #define BIG ((37u << 20) + 64)
+#define MiB (1u << 20)
 
 static struct tier_dev *dev;
 static int failures;
+static int error_lines; /* atomic: tfs_err lines logged */
 
 #define CHECK(cond, ...)                                          \
 	do {                                                      \
@@ -55,6 +73,22 @@ static int failures;
 					   __ATOMIC_RELAXED);     \
 		}                                                 \
 	} while (0)
+
+static void count_sink(enum tfs_log_level level, const char *fmt, va_list ap)
+{
+	if (level <= TFS_LOG_ERR)
+		__atomic_add_fetch(&error_lines, 1, __ATOMIC_RELAXED);
+	fputs("tierfs: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+/* The backend's pointer: struct cuda_dmem puts it right after the
+ * struct tier_dmem it starts with. For the fake's hooks only. */
+static void *dptr(struct tier_dmem *m)
+{
+	return *(void **)(m + 1);
+}
 
 /* No period: a chunk landing in another chunk's place must show. */
 static void fill(unsigned char *p, size_t len, unsigned int seed)
@@ -75,7 +109,7 @@ static unsigned long direct_copies(void)
 	return tfs_mock_registered_copies ? tfs_mock_registered_copies() : 0;
 }
 
-/* Page-aligned memory of its own mapping, like a pool chunk. */
+/* Page-aligned memory of its own mapping, like the pool's. */
 static void *chunk_map(size_t len)
 {
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
@@ -182,9 +216,216 @@ static int copy_pair(struct tier_dmem *m, void *a, void *b, size_t len,
 }
 
 /*
- * Many ranges, registered and unregistered in an interleaved order, so that
- * the backend's table grows and removes entries between colliding ones:
- * each page must stay found exactly while it is registered.
+ * Defect 1: the driver packs allocations under 2 MiB into shared blocks and
+ * IPC exports the whole block, so every allocation must be a block of its
+ * own, and say so in granted: what the store charges.
+ */
+static void check_granted(void)
+{
+	static const struct {
+		size_t len, granted;
+	} cases[] = {
+		{ 0, 2 * MiB },	      { 1, 2 * MiB },
+		{ 4096, 2 * MiB },    { 2 * MiB - 1, 2 * MiB },
+		{ 2 * MiB, 2 * MiB }, { 2 * MiB + 4096, 4 * MiB },
+		{ 9 * MiB, 10 * MiB },
+	};
+	struct tier_dmem *m[2] = { NULL, NULL };
+	size_t i;
+	int rc;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tier_dmem *g;
+
+		rc = dev->ops->alloc(dev, cases[i].len, &g);
+		CHECK(rc == 0, "alloc %zu: %d", cases[i].len, rc);
+		if (rc)
+			continue;
+		CHECK(g->len == cases[i].len && g->granted == cases[i].granted,
+		      "alloc %zu: len %zu granted %zu, want granted %zu",
+		      cases[i].len, g->len, g->granted, cases[i].granted);
+		dev->ops->free(dev, g);
+	}
+	if (!tfs_mock_block_of)
+		return;
+	for (i = 0; i < 2; i++) {
+		rc = dev->ops->alloc(dev, 4096, &m[i]);
+		CHECK(rc == 0, "alloc 4096: %d", rc);
+	}
+	if (m[0] && m[1])
+		CHECK(tfs_mock_block_of(dptr(m[0])) !=
+			      tfs_mock_block_of(dptr(m[1])),
+		      "two 4 KiB buffers share the 2 MiB block %p",
+		      tfs_mock_block_of(dptr(m[0])));
+	if (m[0] && tfs_mock_ptr_device)
+		CHECK(tfs_mock_ptr_device(dptr(m[0])) == atoi(getenv("TFS_GPU") ?
+							      getenv("TFS_GPU") :
+							      "0"),
+		      "allocated on device %d", tfs_mock_ptr_device(dptr(m[0])));
+	for (i = 0; i < 2; i++)
+		if (m[i])
+			dev->ops->free(dev, m[i]);
+}
+
+/*
+ * Defect 6: chunks copied one call at a time cost a slot, a copy and a wait
+ * each. A batch of page-locked chunks, with holes, is one wait each way,
+ * and the bytes are right; pageable segments in a batch are staged.
+ */
+static void check_batches(void)
+{
+	enum { N = 8 };
+	const size_t chunk = MiB;
+	struct tier_dev_seg seg[N];
+	struct tier_dmem *m = NULL;
+	unsigned char *a, *b, *pg;
+	unsigned long w;
+	int rc, i;
+
+	a = chunk_map(N * chunk);
+	b = chunk_map(N * chunk);
+	pg = malloc(N * chunk);
+	rc = dev->ops->alloc(dev, N * chunk - 100, &m);
+	CHECK(rc == 0, "alloc: %d", rc);
+	if (!a || !b || !pg || rc || chunk_register(a, N * chunk) ||
+	    chunk_register(b, N * chunk))
+		goto out;
+	fill(a, N * chunk, 77);
+	for (i = 0; i < N; i++) {
+		seg[i].host = i % 3 == 1 ? NULL : a + i * chunk;
+		seg[i].len = i == N - 1 ? chunk - 100 : chunk;
+		seg[i].off = (uint64_t)i * chunk;
+		if (!seg[i].host)
+			memset(a + i * chunk, 0, chunk);
+	}
+	w = tfs_mock_waits ? tfs_mock_waits() : 0;
+	rc = tier_dev_writev(dev, m, seg, N);
+	CHECK(rc == 0, "writev: %d", rc);
+	CHECK(!tfs_mock_waits || tfs_mock_waits() - w == 1,
+	      "writev of %d page-locked chunks waited %lu times, want 1", N,
+	      tfs_mock_waits() - w);
+	for (i = 0; i < N; i++)
+		seg[i].host = b + i * chunk;
+	memset(b, 0xee, N * chunk);
+	w = tfs_mock_waits ? tfs_mock_waits() : 0;
+	rc = tier_dev_readv(dev, m, seg, N);
+	CHECK(rc == 0, "readv: %d", rc);
+	CHECK(!tfs_mock_waits || tfs_mock_waits() - w == 1,
+	      "readv of %d page-locked chunks waited %lu times, want 1", N,
+	      tfs_mock_waits() - w);
+	CHECK(!memcmp(a, b, N * chunk - 100), "batched round trip differs");
+
+	/* Pageable: staged through the slot's buffers, bytes intact. */
+	for (i = 0; i < N; i++)
+		seg[i].host = pg + i * chunk;
+	memset(pg, 0xee, N * chunk);
+	rc = tier_dev_readv(dev, m, seg, N);
+	CHECK(rc == 0 && !memcmp(a, pg, N * chunk - 100),
+	      "staged readv: %d", rc);
+	fill(pg, N * chunk, 78);
+	rc = tier_dev_writev(dev, m, seg, N);
+	CHECK(rc == 0, "staged writev: %d", rc);
+	rc = dev->ops->read(dev, m, b, N * chunk - 100, 0);
+	CHECK(rc == 0 && !memcmp(pg, b, N * chunk - 100),
+	      "staged writev differs: %d", rc);
+	seg[0].off = N * chunk;
+	rc = tier_dev_readv(dev, m, seg, 1);
+	CHECK(rc == -EINVAL, "readv past the end: %d", rc);
+	dev->ops->host_unregister(dev, a, N * chunk);
+	dev->ops->host_unregister(dev, b, N * chunk);
+out:
+	if (m)
+		dev->ops->free(dev, m);
+	if (a)
+		munmap(a, N * chunk);
+	if (b)
+		munmap(b, N * chunk);
+	free(pg);
+}
+
+struct freeing {
+	struct tier_dmem *m;
+	int done; /* atomic */
+};
+
+static void *do_free(void *arg)
+{
+	struct freeing *f = arg;
+
+	dev->ops->free(dev, f->m);
+	__atomic_store_n(&f->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+struct writing {
+	struct tier_dmem *m;
+	void *src;
+	int rc;
+};
+
+static void *do_write(void *arg)
+{
+	struct writing *w = arg;
+
+	w->rc = dev->ops->write(dev, w->m, w->src, MiB, 0);
+	return NULL;
+}
+
+/*
+ * Defect 6: cudaFree waits for the whole device, and the store frees under
+ * a buffer lock. With every stream held by the fake, a copy of another
+ * buffer stays in flight: free must still return at once.
+ */
+static void check_free_async(void)
+{
+	struct tier_dmem *busy = NULL, *idle = NULL;
+	struct writing w = { 0 };
+	struct freeing f = { 0 };
+	pthread_t tw, tf;
+	unsigned long before;
+	int rc, i;
+
+	if (!tfs_mock_hold_streams)
+		return;
+	w.src = chunk_map(MiB);
+	rc = dev->ops->alloc(dev, MiB, &busy);
+	CHECK(rc == 0, "alloc: %d", rc);
+	rc |= dev->ops->alloc(dev, MiB, &idle);
+	if (rc || !w.src || chunk_register(w.src, MiB))
+		goto out;
+	w.m = busy;
+	f.m = idle;
+	tfs_mock_hold_streams(1);
+	before = direct_copies();
+	pthread_create(&tw, NULL, do_write, &w);
+	/* Until the copy is queued (bounded: the fake counts it then). */
+	for (i = 0; i < 10000 && direct_copies() == before; i++)
+		usleep(1000);
+	pthread_create(&tf, NULL, do_free, &f);
+	for (i = 0; i < 10000 && !__atomic_load_n(&f.done, __ATOMIC_ACQUIRE);
+	     i++)
+		usleep(1000);
+	CHECK(__atomic_load_n(&f.done, __ATOMIC_ACQUIRE),
+	      "free waited for another buffer's copy in flight");
+	tfs_mock_hold_streams(0);
+	pthread_join(tf, NULL);
+	pthread_join(tw, NULL);
+	CHECK(w.rc == 0, "write while held: %d", w.rc);
+	dev->ops->host_unregister(dev, w.src, MiB);
+	idle = NULL;
+out:
+	if (busy)
+		dev->ops->free(dev, busy);
+	if (idle)
+		dev->ops->free(dev, idle);
+	if (w.src)
+		munmap(w.src, MiB);
+}
+
+/*
+ * Many ranges, registered and unregistered in an interleaved order: each
+ * page must stay found exactly while it is registered, from its start and
+ * from inside it.
  */
 static void check_table(void)
 {
@@ -208,14 +449,21 @@ static void check_table(void)
 		if (!(i & 1) && chunk_register(p + (size_t)i * PG, PG))
 			goto out;
 	for (i = 0; i < N; i++) {
+		size_t in = (size_t)(i % 7) * 64;
+
 		before = direct_copies();
-		rc = dev->ops->write(dev, m, p + (size_t)i * PG, 64, 0);
+		rc = dev->ops->write(dev, m, p + (size_t)i * PG + in, 64, 0);
 		want = (i & 1) || i % 3 == 0;
 		if (rc || (tfs_mock_registered_copies &&
 			   (int)(direct_copies() - before) != want))
 			bad++;
 	}
 	CHECK(!bad, "%d of %d pages took the wrong path", bad, N);
+	/* Across two registered neighbours: not inside one range. */
+	before = direct_copies();
+	rc = dev->ops->write(dev, m, p + PG - 32, 64, 0);
+	CHECK(rc == 0 && direct_copies() == before,
+	      "a copy across two ranges went direct");
 	for (i = 0; i < N; i++)
 		dev->ops->host_unregister(dev, p + (size_t)i * PG, PG);
 	before = direct_copies();
@@ -229,9 +477,9 @@ out:
 }
 
 /*
- * Which path a copy takes, with pool-sized chunks: registered chunks
- * directly, everything else (pageable, the middle of a chunk, past its
- * end, after unregister) staged; failures on the direct path.
+ * Which path a copy takes: inside a registered range directly (from its
+ * start or not: a slab holds many chunks), everything else (pageable,
+ * past its end, after unregister) staged; failures on the direct path.
  */
 static void check_paths(void)
 {
@@ -257,15 +505,15 @@ static void check_paths(void)
 	CHECK(rc == 0, "direct round trip: %d", rc);
 	rc = copy_pair(m, a, b, chunk - 4097, 2);
 	CHECK(rc == 0, "direct round trip, part of a chunk: %d", rc);
-	CHECK(!tfs_mock_registered_copies || direct_copies() - before == 4,
-	      "registered chunks: %lu direct copies, want 4",
+	rc = copy_pair(m, a + 4096, b + 8192, chunk - 8192, 3);
+	CHECK(rc == 0, "middle of a registered range: %d", rc);
+	CHECK(!tfs_mock_registered_copies || direct_copies() - before == 6,
+	      "registered ranges: %lu direct copies, want 6",
 	      direct_copies() - before);
 
 	before = direct_copies();
 	rc = copy_pair(m, pg, pg + chunk, chunk, 3);
 	CHECK(rc == 0, "pageable round trip: %d", rc);
-	rc = copy_pair(m, a + 4096, pg, chunk - 4096, 4);
-	CHECK(rc == 0, "middle of a chunk: %d", rc);
 	rc = copy_pair(m, a, pg, 2 * chunk, 5);
 	CHECK(rc == 0, "past the registered chunk: %d", rc);
 	CHECK(direct_copies() == before,
@@ -306,19 +554,17 @@ static void check_paths(void)
 		}
 	}
 
-	/* Failures on the direct path, more than there are slots: a slot
-	 * leaked hangs the next copy. */
+	/* Copies refused when queued, more than there are slots: each is
+	 * -EIO, and a slot leaked would hang the next copy. */
 	for (i = 0; tfs_mock_fail_next_copy && i < 12; i++) {
-		if (i % 4 < 2)
-			tfs_mock_fail_next_copy();
-		else
-			tfs_mock_fail_next_copy_async();
-		rc = i & 1 ? dev->ops->read(dev, m, b, chunk, 0) :
-			     dev->ops->write(dev, m, a, chunk, 0);
-		CHECK(rc == -EIO, "direct %s failing %s: %d",
-		      i & 1 ? "read" : "write", i % 4 < 2 ? "queued" : "run",
+		tfs_mock_fail_next_copy();
+		rc = i & 1 ? dev->ops->read(dev, m, i & 2 ? b : pg, chunk, 0) :
+			     dev->ops->write(dev, m, i & 2 ? a : pg, chunk, 0);
+		CHECK(rc == -EIO, "%s %s failing when queued: %d",
+		      i & 2 ? "direct" : "staged", i & 1 ? "read" : "write",
 		      rc);
 	}
+	CHECK(!tier_dev_failed(dev), "a refused copy failed the device");
 	rc = copy_pair(m, a, b, chunk, 8);
 	CHECK(rc == 0, "direct round trip after failures: %d", rc);
 
@@ -334,6 +580,60 @@ out:
 	free(pg);
 }
 
+/*
+ * Defect 3, last because it poisons the context for good: a copy that
+ * fails when it runs marks the device failed, logs one error line, and
+ * every slot after fails fast without a single CUDA call.
+ */
+static void check_sticky(void)
+{
+	struct tier_dmem *m = NULL, *m2 = NULL;
+	struct tfs_ioc_export ex;
+	unsigned char *buf = malloc(3 * MiB);
+	unsigned long calls;
+	int rc, errs;
+
+	if (!tfs_mock_fail_next_copy_async || !buf)
+		goto out;
+	rc = dev->ops->alloc(dev, 3 * MiB, &m);
+	CHECK(rc == 0, "alloc: %d", rc);
+	if (rc)
+		goto out;
+	CHECK(!tier_dev_failed(dev), "failed before any error");
+	errs = __atomic_load_n(&error_lines, __ATOMIC_RELAXED);
+	tfs_mock_fail_next_copy_async();
+	rc = dev->ops->write(dev, m, buf, 3 * MiB, 0);
+	CHECK(rc == -EIO, "write failing when run: %d", rc);
+	CHECK(tier_dev_failed(dev), "a sticky error did not fail the device");
+
+	calls = tfs_mock_calls();
+	rc = dev->ops->read(dev, m, buf, MiB, 0);
+	CHECK(rc == -EIO, "read after: %d", rc);
+	rc = dev->ops->write(dev, m, buf, MiB, 0);
+	CHECK(rc == -EIO, "write after: %d", rc);
+	rc = dev->ops->zero(dev, m, MiB, 0);
+	CHECK(rc == -EIO, "zero after: %d", rc);
+	rc = dev->ops->alloc(dev, MiB, &m2);
+	CHECK(rc == -ENODEV && !m2, "alloc after: %d", rc);
+	memset(&ex, 0, sizeof(ex));
+	rc = dev->ops->export(dev, m, 0, 0, &ex);
+	CHECK(rc == -ENODEV, "export after: %d", rc);
+	rc = dev->ops->host_register(dev, buf, MiB);
+	CHECK(rc == -ENODEV, "host_register after: %d", rc);
+	dev->ops->free(dev, m);
+	m = NULL;
+	CHECK(tfs_mock_calls() == calls,
+	      "%lu CUDA calls after the device failed",
+	      tfs_mock_calls() - calls);
+	CHECK(__atomic_load_n(&error_lines, __ATOMIC_RELAXED) - errs == 1,
+	      "%d error lines for one failed device, want 1",
+	      __atomic_load_n(&error_lines, __ATOMIC_RELAXED) - errs);
+out:
+	if (m)
+		dev->ops->free(dev, m);
+	free(buf);
+}
+
 int main(void)
 {
 	struct tier_dev_info info;
@@ -345,6 +645,7 @@ int main(void)
 	size_t got;
 	int rc, i;
 
+	tfs_log_set_sink(count_sink);
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.device.gpu = getenv("TFS_GPU") ? atoi(getenv("TFS_GPU")) : 0;
 
@@ -364,30 +665,9 @@ int main(void)
 	       (unsigned long long)(info.capacity >> 20),
 	       (unsigned long long)(info.free >> 20));
 
-	if (tfs_mock_fail_next_copy) {
-		unsigned char *buf = calloc(1, 9u << 20);
-
-		rc = dev->ops->alloc(dev, 9u << 20, &m);
-		CHECK(rc == 0, "alloc: %d", rc);
-		/* More failures than slots: a leaked slot hangs the next. */
-		for (i = 0; !rc && i < 10; i++) {
-			if (i % 4 < 2)
-				tfs_mock_fail_next_copy();
-			else
-				tfs_mock_fail_next_copy_async();
-			rc = i & 1 ? dev->ops->read(dev, m, buf, 9u << 20, 0) :
-				     dev->ops->write(dev, m, buf, 9u << 20, 0);
-			CHECK(rc == -EIO, "copy %d with a failure: %d", i, rc);
-			rc = 0;
-		}
-		if (!rc) {
-			rc = dev->ops->write(dev, m, buf, 9u << 20, 0);
-			CHECK(rc == 0, "write after the failures: %d", rc);
-			dev->ops->free(dev, m);
-		}
-		free(buf);
-	}
-
+	check_granted();
+	check_batches();
+	check_free_async();
 	check_paths();
 	check_table();
 
@@ -429,6 +709,9 @@ int main(void)
 		dev->ops->free(dev, m);
 	}
 	CHECK(got == 4096, "len %zu", got);
+	CHECK(!tier_dev_failed(dev), "the device failed");
+
+	check_sticky();
 
 	dev->ops->destroy(dev);
 	printf("1..1\n");

@@ -1,39 +1,71 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * A host-memory stand-in for the CUDA runtime calls tiers/device_cuda.c
- * makes, so that the backend's logic (chunking, double buffering, slot
- * pool, error paths) runs under ASan/UBSan on machines without a GPU.
- * Linked in place of cudart by tests/gpu/mock_check.sh; never shipped.
+ * A host-memory stand-in for the CUDA runtime calls that tiers/device_cuda.c
+ * and client/libtierfs.c make, so that their logic (batching, double
+ * buffering, the slot pool, error paths, IPC) runs under ASan/UBSan on
+ * machines without a GPU. Linked in place of cudart by
+ * tests/gpu/mock_check.sh, or preloaded into clients; never shipped.
  *
- * Device memory is a POSIX shared-memory object per cudaMalloc, so CUDA
- * IPC works across processes: a daemon linked with the mock exports, and a
- * client with the mock preloaded opens the handle and gets host-visible
- * "device" memory.
- *
- * What it checks that a real GPU would only show as corruption:
+ * It is meant to be as strict as a GPU, so that what hardware would only
+ * show as corruption, a hang or a dead context fails a test here:
+ *   - device memory is POSIX shared memory, so CUDA IPC works across
+ *     processes: a daemon linked with the mock exports, and a client with
+ *     the mock preloaded opens the handle and gets host-visible memory;
+ *   - the driver's granularity is 2 MiB: an allocation of 2 MiB or more
+ *     takes whole 2 MiB blocks, and smaller ones are packed into shared
+ *     2 MiB blocks. IPC maps the whole block, at a 2 MiB-aligned address,
+ *     so an importer of a small allocation sees its neighbours (the CUDA
+ *     Programming Guide's IPC section warns of exactly this);
+ *   - opening a handle in the process that exported it fails with
+ *     cudaErrorDeviceUninitialized ("invalid device context"); a second
+ *     open in one process returns the same pointer and counts a reference;
+ *   - cudaFree of memory that a live process still has open through IPC
+ *     aborts: on a GPU it is undefined behaviour. A process that exited or
+ *     unmapped the block does not count;
+ *   - errors of work that ran on a stream are sticky and context-wide, as
+ *     cudaErrorIllegalAddress and friends are: every later call of every
+ *     thread on that device's context returns the error, and
+ *     cudaGetLastError() does not clear it;
+ *   - a process that forked after it created a context cannot use CUDA in
+ *     the child (cudaErrorInitializationError);
+ *   - several devices (TFS_MOCK_DEVICES), each with its own primary
+ *     context, created by cudaSetDevice or by the first call that needs one
+ *     on the thread's device (device 0 by default), as since CUDA 12;
+ *   - cudaFree synchronises the device: it waits for every stream of it;
  *   - streams are asynchronous: each has a worker thread that runs queued
  *     copies after a random delay, so staging reused before its copy
  *     finished gives wrong bytes;
- *   - device ranges must lie inside one cudaMalloc allocation, and the host
- *     side of an async copy inside one cudaHostAlloc buffer or one range
- *     page-locked by cudaHostRegister; a copy whose host side is no longer
- *     page-locked when it runs (unregistered or freed while in flight)
- *     aborts the process;
+ *   - device ranges of a copy must lie inside one allocation, and the host
+ *     side inside one cudaHostAlloc buffer or one range page-locked by
+ *     cudaHostRegister; a copy whose host side is no longer page-locked
+ *     when it runs aborts the process;
  *   - cudaHostRegister refuses a range overlapping one already page-locked,
- *     cudaHostUnregister anything but a registered start, like the runtime;
- *   - failing calls set the per-thread last error, like the runtime.
+ *     cudaHostUnregister anything but a registered start.
  *
- * Environment: TFS_MOCK_NODEV=1 makes cudaGetDeviceCount answer
- * cudaErrorInsufficientDriver; TFS_MOCK_CAPACITY (bytes, default 256 MiB);
- * TFS_MOCK_STATS=FILE appends one line at exit: "registers N unregisters N
- * registered-left N direct-copies N staged-copies N", for a daemon whose
- * output a test cannot see.
- * A test calls tfs_mock_fail_next_copy() to make the next cudaMemcpyAsync
- * fail, tfs_mock_fail_next_copy_async() to make it fail only when it runs
- * (the next wait on its stream reports it), tfs_mock_fail_next_register()
- * for cudaHostRegister, and reads tfs_mock_registered_copies() to see which
- * path a copy took.
+ * Environment:
+ *   TFS_MOCK_NODEV=1          cudaGetDeviceCount answers
+ *                             cudaErrorInsufficientDriver
+ *   TFS_MOCK_DEVICES=N        N devices (default 1, at most 8)
+ *   TFS_MOCK_CAPACITY=BYTES   per device (default 256 MiB)
+ *   TFS_MOCK_COMPUTE_MODE=M   cudaDevAttrComputeMode of every device
+ *   TFS_MOCK_MIG=1            device names say they are MIG instances
+ *   TFS_MOCK_UUID_SALT=N      changes every device's UUID (a client that
+ *                             sees other GPUs than the daemon)
+ *   TFS_MOCK_BREAK_FILE=PATH  while PATH exists, the next call that needs a
+ *                             context breaks it (an ECC error or Xid)
+ *   TFS_MOCK_STATS=FILE       one line appended at exit: "registers N
+ *                             unregisters N registered-left N direct-copies
+ *                             N staged-copies N waits N calls N dev-left N
+ *                             contexts D:N,D:N"
+ *
+ * A test linked with it calls tfs_mock_fail_next_copy() to make the next
+ * cudaMemcpyAsync fail when queued (not sticky),
+ * tfs_mock_fail_next_copy_async() to make it fail when it runs (sticky),
+ * tfs_mock_fail_next_register(), tfs_mock_hold_streams() to stall every
+ * stream, and reads tfs_mock_registered_copies(), tfs_mock_waits(),
+ * tfs_mock_calls(), tfs_mock_block_of() and tfs_mock_ptr_device().
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -47,28 +79,116 @@
 
 #include <cuda_runtime_api.h>
 
-#define MAX_ALLOCS 4096
+#define MOCK_BLOCK ((size_t)2 << 20)
+#define MOCK_SUB_ALIGN 512
+#define MOCK_META 4096 /* after each block's bytes: who imported it */
+#define MOCK_IMPORTERS 64
+#define MOCK_MAGIC 0x4d534654u
+#define MAX_DEVS 8
+#define MAX_RANGES 8192
+#define MAX_BLOCKS 4096
+#define MAX_IMPORTS 256
+#define MAX_STREAMS 64
 
-enum kind { DEV, PINNED, IMPORTED, REGISTERED };
+/* The page after a block's bytes, shared by every process that maps it. */
+struct meta {
+	uint32_t magic;
+	int32_t pid[MOCK_IMPORTERS]; /* importers; 0 = free */
+};
+
+struct block {
+	char *p; /* 2 MiB aligned; n + MOCK_META bytes mapped */
+	size_t n; /* a multiple of MOCK_BLOCK */
+	int dev;
+	bool small; /* holds packed sub-allocations */
+	size_t bump; /* small: next free offset */
+	unsigned int live; /* small: sub-allocations not freed */
+	char name[40];
+};
+
+enum kind { DEV, PINNED, REGISTERED };
 
 struct range {
 	char *p;
 	size_t n;
 	enum kind kind;
-	char name[48]; /* DEV: the shm object */
+	struct block *blk; /* DEV */
+};
+
+/* An IPC handle: which block, and where in it the allocation starts. */
+struct mock_handle {
+	uint32_t magic;
+	int32_t pid; /* exporter */
+	int32_t dev;
+	uint32_t off;
+	char name[48];
+};
+_Static_assert(sizeof(struct mock_handle) == sizeof(cudaIpcMemHandle_t),
+	       "handle size");
+
+struct import {
+	char name[48];
+	char *base;
+	size_t n, maplen;
+	unsigned int refs;
+	int slot; /* in the block's meta */
+};
+
+struct mock_ctx {
+	int dev;
+	bool created;
+	cudaError_t sticky; /* atomic */
+};
+
+struct mock_dev {
+	struct mock_ctx ctx;
+	size_t used;
+	struct block *small_cur;
+	struct CUstream_st *streams[MAX_STREAMS];
 };
 
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct range allocs[MAX_ALLOCS]; /* mock_lock */
-static size_t dev_used; /* mock_lock */
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static struct range ranges[MAX_RANGES]; /* mock_lock */
+static struct block blocks[MAX_BLOCKS]; /* mock_lock */
+static struct import imports[MAX_IMPORTS]; /* mock_lock */
+static struct mock_dev devs[MAX_DEVS]; /* mock_lock */
+static int ndevs = 1, compute_mode, uuid_salt;
+static bool mig, nodev;
+static size_t dev_capacity = (size_t)256 << 20;
+static const char *break_file;
+static pid_t ctx_pid; /* the process that created contexts; mock_lock */
 static bool fail_next_copy; /* mock_lock */
 static bool fail_next_copy_async; /* mock_lock */
 static bool fail_next_register; /* mock_lock */
-static unsigned long registered_copies; /* mock_lock */
-static unsigned long staged_copies; /* mock_lock */
+static bool streams_held; /* mock_lock */
+static unsigned long registered_copies, staged_copies; /* mock_lock */
 static unsigned long registers, unregisters; /* mock_lock */
 static unsigned long shm_seq; /* mock_lock */
+static unsigned long waits, calls; /* atomic */
 static __thread cudaError_t last_error;
+static __thread struct mock_ctx *cur_ctx;
+static __thread int rt_dev;
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+
+static void setup(void)
+{
+	const char *v;
+
+	nodev = getenv("TFS_MOCK_NODEV") != NULL;
+	if ((v = getenv("TFS_MOCK_DEVICES")))
+		ndevs = atoi(v) < 1 ? 1 : atoi(v) > MAX_DEVS ? MAX_DEVS : atoi(v);
+	if ((v = getenv("TFS_MOCK_CAPACITY")))
+		dev_capacity = strtoull(v, NULL, 0);
+	if ((v = getenv("TFS_MOCK_COMPUTE_MODE")))
+		compute_mode = atoi(v);
+	if ((v = getenv("TFS_MOCK_UUID_SALT")))
+		uuid_salt = atoi(v);
+	mig = getenv("TFS_MOCK_MIG") != NULL;
+	break_file = getenv("TFS_MOCK_BREAK_FILE");
+	for (int i = 0; i < MAX_DEVS; i++)
+		devs[i].ctx.dev = i;
+}
 
 static cudaError_t fail(cudaError_t e)
 {
@@ -76,21 +196,91 @@ static cudaError_t fail(cudaError_t e)
 	return e;
 }
 
-static size_t capacity(void)
+/* Every entry point counts, so a test can see that nothing was called. */
+static void count(void)
 {
-	const char *c = getenv("TFS_MOCK_CAPACITY");
-
-	return c ? strtoull(c, NULL, 0) : 256u << 20;
+	pthread_once(&setup_once, setup);
+	__atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
 }
 
-/* The allocation of @kind that holds all of [p, p+n), or NULL. mock_lock. */
+static cudaError_t sticky_of(struct mock_ctx *c)
+{
+	return __atomic_load_n(&c->sticky, __ATOMIC_ACQUIRE);
+}
+
+static void ctx_break(struct mock_ctx *c, cudaError_t e)
+{
+	cudaError_t ok = cudaSuccess;
+
+	__atomic_compare_exchange_n(&c->sticky, &ok, e, false,
+				    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/* Create @dev's primary context. mock_lock. */
+static cudaError_t ctx_create_locked(int dev)
+{
+	if (compute_mode == cudaComputeModeProhibited)
+		return cudaErrorDevicesUnavailable;
+	if (!devs[dev].ctx.created) {
+		devs[dev].ctx.created = true;
+		ctx_pid = getpid();
+	}
+	return cudaSuccess;
+}
+
+/* A child of a process that used CUDA cannot use it. mock_lock. */
+static bool forked_locked(void)
+{
+	return ctx_pid && ctx_pid != getpid();
+}
+
+/*
+ * The calling thread's context, created on its device when it has none, as
+ * the runtime does; NULL with *err set when the call must fail.
+ */
+static struct mock_ctx *ctx_enter(cudaError_t *err)
+{
+	struct mock_ctx *c;
+	cudaError_t e = cudaSuccess;
+
+	count();
+	pthread_mutex_lock(&mock_lock);
+	if (forked_locked())
+		e = cudaErrorInitializationError;
+	else if (nodev)
+		e = cudaErrorInsufficientDriver;
+	else if (!cur_ctx && !(e = ctx_create_locked(rt_dev)))
+		cur_ctx = &devs[rt_dev].ctx;
+	c = cur_ctx;
+	pthread_mutex_unlock(&mock_lock);
+	if (!e && break_file && access(break_file, F_OK) == 0)
+		ctx_break(c, cudaErrorECCUncorrectable);
+	if (!e)
+		e = sticky_of(c);
+	if (e) {
+		*err = fail(e);
+		return NULL;
+	}
+	return c;
+}
+
+#define ENTER(c)                                   \
+	struct mock_ctx *c;                        \
+	do {                                       \
+		cudaError_t e_;                    \
+		if (!(c = ctx_enter(&e_)))         \
+			return e_;                 \
+	} while (0)
+
+/* --- bookkeeping ---------------------------------------------------------- */
+
+/* The range of @kind that holds all of [p, p+n), or NULL. mock_lock. */
 static struct range *find_locked(const void *p, size_t n, enum kind kind)
 {
 	const char *c = p;
-	int i;
 
-	for (i = 0; i < MAX_ALLOCS; i++) {
-		struct range *r = &allocs[i];
+	for (int i = 0; i < MAX_RANGES; i++) {
+		struct range *r = &ranges[i];
 
 		if (r->p && r->kind == kind && c >= r->p && n <= r->n &&
 		    (size_t)(c - r->p) <= r->n - n)
@@ -99,7 +289,15 @@ static struct range *find_locked(const void *p, size_t n, enum kind kind)
 	return NULL;
 }
 
-/* Is [p, p+n) inside one allocation of the given kind? */
+/* The range of @kind that starts at @p, or NULL. mock_lock. */
+static struct range *find_start_locked(const void *p, enum kind kind)
+{
+	for (int i = 0; i < MAX_RANGES; i++)
+		if (ranges[i].p && ranges[i].p == p && ranges[i].kind == kind)
+			return &ranges[i];
+	return NULL;
+}
+
 static bool inside(const void *p, size_t n, enum kind kind)
 {
 	bool ok;
@@ -110,48 +308,71 @@ static bool inside(const void *p, size_t n, enum kind kind)
 	return ok;
 }
 
+/* Device memory of this process: its own, or imported through IPC. */
+static bool inside_dev(const void *p, size_t n)
+{
+	const char *c = p;
+	bool ok;
+
+	pthread_mutex_lock(&mock_lock);
+	ok = find_locked(p, n, DEV) != NULL;
+	for (int i = 0; !ok && i < MAX_IMPORTS; i++) {
+		struct import *im = &imports[i];
+
+		ok = im->base && c >= im->base && n <= im->n &&
+		     (size_t)(c - im->base) <= im->n - n;
+	}
+	pthread_mutex_unlock(&mock_lock);
+	return ok;
+}
+
 /* Page-locked host memory: a cudaHostAlloc buffer or a registered range. */
 static bool inside_locked_host(const void *p, size_t n)
 {
 	return inside(p, n, PINNED) || inside(p, n, REGISTERED);
 }
 
-static struct range *track(void *p, size_t n, enum kind kind)
+static struct range *track_locked(void *p, size_t n, enum kind kind,
+				  struct block *blk)
 {
-	int i;
-
-	pthread_mutex_lock(&mock_lock);
-	for (i = 0; i < MAX_ALLOCS; i++) {
-		if (!allocs[i].p) {
-			allocs[i] = (struct range){ .p = p, .n = n,
-						    .kind = kind };
-			pthread_mutex_unlock(&mock_lock);
-			return &allocs[i];
+	for (int i = 0; i < MAX_RANGES; i++) {
+		if (!ranges[i].p) {
+			ranges[i] = (struct range){ .p = p, .n = n,
+						    .kind = kind, .blk = blk };
+			return &ranges[i];
 		}
 	}
-	pthread_mutex_unlock(&mock_lock);
 	return NULL;
 }
 
-/* Forget @p; returns what it was, with p NULL when it was not known. */
+static struct range *track(void *p, size_t n, enum kind kind)
+{
+	struct range *r;
+
+	pthread_mutex_lock(&mock_lock);
+	r = track_locked(p, n, kind, NULL);
+	pthread_mutex_unlock(&mock_lock);
+	return r;
+}
+
+/* Forget the range starting at @p; a copy of it, p NULL when unknown. */
 static struct range untrack(void *p, enum kind kind)
 {
 	struct range r = { 0 };
-	int i;
 
 	pthread_mutex_lock(&mock_lock);
-	for (i = 0; i < MAX_ALLOCS; i++) {
-		if (allocs[i].p == p && allocs[i].kind == kind) {
-			r = allocs[i];
-			if (kind == DEV)
-				dev_used -= r.n;
-			allocs[i].p = NULL;
+	for (int i = 0; i < MAX_RANGES; i++) {
+		if (ranges[i].p == p && ranges[i].kind == kind) {
+			r = ranges[i];
+			ranges[i].p = NULL;
 			break;
 		}
 	}
 	pthread_mutex_unlock(&mock_lock);
 	return r;
 }
+
+/* --- test hooks ------------------------------------------------------------ */
 
 void tfs_mock_fail_next_copy(void);
 void tfs_mock_fail_next_copy(void)
@@ -177,6 +398,16 @@ void tfs_mock_fail_next_register(void)
 	pthread_mutex_unlock(&mock_lock);
 }
 
+/* While @held, no stream runs anything: copies queue up behind it. */
+void tfs_mock_hold_streams(int held);
+void tfs_mock_hold_streams(int held)
+{
+	pthread_mutex_lock(&mock_lock);
+	streams_held = held;
+	pthread_cond_broadcast(&hold_cond);
+	pthread_mutex_unlock(&mock_lock);
+}
+
 /* Async copies so far whose host side was registered memory. */
 unsigned long tfs_mock_registered_copies(void);
 unsigned long tfs_mock_registered_copies(void)
@@ -189,6 +420,50 @@ unsigned long tfs_mock_registered_copies(void)
 	return n;
 }
 
+/* Host waits so far: event and stream synchronisations, successful event
+ * queries. */
+unsigned long tfs_mock_waits(void);
+unsigned long tfs_mock_waits(void)
+{
+	return __atomic_load_n(&waits, __ATOMIC_RELAXED);
+}
+
+/* Runtime calls so far. */
+unsigned long tfs_mock_calls(void);
+unsigned long tfs_mock_calls(void)
+{
+	return __atomic_load_n(&calls, __ATOMIC_RELAXED);
+}
+
+/* The 2 MiB-aligned start of the block holding device pointer @p, or
+ * NULL. */
+void *tfs_mock_block_of(const void *p);
+void *tfs_mock_block_of(const void *p)
+{
+	struct range *r;
+	void *b;
+
+	pthread_mutex_lock(&mock_lock);
+	r = find_locked(p, 1, DEV);
+	b = r ? r->blk->p : NULL;
+	pthread_mutex_unlock(&mock_lock);
+	return b;
+}
+
+/* The device that owns device pointer @p, or -1. */
+int tfs_mock_ptr_device(const void *p);
+int tfs_mock_ptr_device(const void *p)
+{
+	struct range *r;
+	int d;
+
+	pthread_mutex_lock(&mock_lock);
+	r = find_locked(p, 1, DEV);
+	d = r ? r->blk->dev : -1;
+	pthread_mutex_unlock(&mock_lock);
+	return d;
+}
+
 /* --- streams and events ---------------------------------------------------- */
 
 struct op {
@@ -198,10 +473,11 @@ struct op {
 	size_t n;
 	int val;
 	const void *host; /* page-locked side of a copy, checked again late */
-	bool fail; /* fails when it runs, the copy not done */
+	bool fail; /* breaks the context when it runs; not done */
 };
 
 struct CUstream_st {
+	struct mock_ctx *ctx;
 	pthread_t thr;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -209,13 +485,20 @@ struct CUstream_st {
 	uint64_t queued, done;
 	bool stop;
 	unsigned int seed;
-	cudaError_t error; /* of a failed op, until a wait reports it */
 };
 
 struct CUevent_st {
 	struct CUstream_st *s;
 	uint64_t seq;
 };
+
+static void wait_unheld(void)
+{
+	pthread_mutex_lock(&mock_lock);
+	while (streams_held)
+		pthread_cond_wait(&hold_cond, &mock_lock);
+	pthread_mutex_unlock(&mock_lock);
+}
 
 static void *stream_worker(void *arg)
 {
@@ -230,6 +513,7 @@ static void *stream_worker(void *arg)
 			break;
 		o = s->head;
 		pthread_mutex_unlock(&s->lock);
+		wait_unheld();
 		/* Late enough that a host racing ahead gets caught:
 		 * longer than the host's memcpy of a chunk. */
 		if (o->dst)
@@ -240,15 +524,16 @@ static void *stream_worker(void *arg)
 				o->n, o->host);
 			abort();
 		}
+		/* A broken context runs nothing more. */
 		if (o->fail)
+			ctx_break(s->ctx, cudaErrorIllegalAddress);
+		else if (sticky_of(s->ctx))
 			;
 		else if (o->src)
 			memcpy(o->dst, o->src, o->n);
 		else if (o->dst)
 			memset(o->dst, o->val, o->n);
 		pthread_mutex_lock(&s->lock);
-		if (o->fail)
-			s->error = cudaErrorLaunchFailure;
 		s->head = o->next;
 		if (!s->head)
 			s->tail = NULL;
@@ -262,17 +547,19 @@ static void *stream_worker(void *arg)
 
 /* Queue an op (dst NULL: a marker for an event); returns its sequence. */
 static uint64_t enqueue_op(struct CUstream_st *s, void *dst, const void *src,
-			   size_t n, int val, const void *host, bool fail)
+			   size_t n, int val, const void *host, bool fail_it)
 {
 	struct op *o = calloc(1, sizeof(*o));
 	uint64_t seq;
 
+	if (!o)
+		abort();
 	o->dst = dst;
 	o->src = src;
 	o->n = n;
 	o->val = val;
 	o->host = host;
-	o->fail = fail;
+	o->fail = fail_it;
 	pthread_mutex_lock(&s->lock);
 	if (s->tail)
 		s->tail->next = o;
@@ -285,42 +572,73 @@ static uint64_t enqueue_op(struct CUstream_st *s, void *dst, const void *src,
 	return seq;
 }
 
-static uint64_t enqueue(struct CUstream_st *s, void *dst, const void *src,
-			size_t n, int val)
+static void wait_seq(struct CUstream_st *s, uint64_t seq)
 {
-	return enqueue_op(s, dst, src, n, val, NULL, false);
-}
-
-/* A failed op's error, reported once, by the first wait that sees it. */
-static cudaError_t take_error(struct CUstream_st *s)
-{
-	cudaError_t e = s->error;
-
-	s->error = cudaSuccess;
-	return e;
+	pthread_mutex_lock(&s->lock);
+	while (s->done < seq)
+		pthread_cond_wait(&s->cond, &s->lock);
+	pthread_mutex_unlock(&s->lock);
 }
 
 static cudaError_t wait_for(struct CUstream_st *s, uint64_t seq)
 {
 	cudaError_t e;
 
-	pthread_mutex_lock(&s->lock);
-	while (s->done < seq)
-		pthread_cond_wait(&s->cond, &s->lock);
-	e = take_error(s);
-	pthread_mutex_unlock(&s->lock);
-	return e == cudaSuccess ? e : fail(e);
+	wait_seq(s, seq);
+	__atomic_add_fetch(&waits, 1, __ATOMIC_RELAXED);
+	e = sticky_of(s->ctx);
+	return e ? fail(e) : cudaSuccess;
+}
+
+/* Wait for everything queued on @dev's streams: what cudaFree and
+ * cudaDeviceSynchronize do. Streams are destroyed only when idle. */
+static void device_drain(int dev)
+{
+	struct CUstream_st *ss[MAX_STREAMS];
+	uint64_t q[MAX_STREAMS];
+	int n = 0;
+
+	pthread_mutex_lock(&mock_lock);
+	for (int i = 0; i < MAX_STREAMS; i++) {
+		struct CUstream_st *s = devs[dev].streams[i];
+
+		if (!s)
+			continue;
+		pthread_mutex_lock(&s->lock);
+		q[n] = s->queued;
+		pthread_mutex_unlock(&s->lock);
+		ss[n++] = s;
+	}
+	pthread_mutex_unlock(&mock_lock);
+	for (int i = 0; i < n; i++)
+		wait_seq(ss[i], q[i]);
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned int flags)
 {
-	struct CUstream_st *s = calloc(1, sizeof(*s));
+	struct CUstream_st *s;
+	int i;
 
+	ENTER(c);
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return fail(cudaErrorMemoryAllocation);
 	if (flags != cudaStreamNonBlocking)
 		fprintf(stderr, "mock: stream flags %u\n", flags);
+	s->ctx = c;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
 	s->seed = (unsigned int)(uintptr_t)s;
+	pthread_mutex_lock(&mock_lock);
+	for (i = 0; i < MAX_STREAMS && devs[c->dev].streams[i]; i++)
+		;
+	if (i < MAX_STREAMS)
+		devs[c->dev].streams[i] = s;
+	pthread_mutex_unlock(&mock_lock);
+	if (i == MAX_STREAMS) {
+		free(s);
+		return fail(cudaErrorMemoryAllocation);
+	}
 	pthread_create(&s->thr, NULL, stream_worker, s);
 	*ps = s;
 	return cudaSuccess;
@@ -330,14 +648,37 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
 	uint64_t q;
 
+	ENTER(c);
 	pthread_mutex_lock(&s->lock);
 	q = s->queued;
 	pthread_mutex_unlock(&s->lock);
 	return wait_for(s, q);
 }
 
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+	bool busy;
+
+	ENTER(c);
+	pthread_mutex_lock(&s->lock);
+	busy = s->done < s->queued;
+	pthread_mutex_unlock(&s->lock);
+	return busy ? cudaErrorNotReady : cudaSuccess;
+}
+
+/* Frees the stream even on a broken context, so that ASan sees no leak;
+ * the error is still returned, as the runtime does. */
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
+	cudaError_t e = cudaSuccess;
+	struct mock_ctx *c = ctx_enter(&e);
+
+	(void)c;
+	pthread_mutex_lock(&mock_lock);
+	for (int i = 0; i < MAX_STREAMS; i++)
+		if (devs[s->ctx->dev].streams[i] == s)
+			devs[s->ctx->dev].streams[i] = NULL;
+	pthread_mutex_unlock(&mock_lock);
 	pthread_mutex_lock(&s->lock);
 	s->stop = true;
 	pthread_cond_broadcast(&s->cond);
@@ -346,130 +687,278 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
-	return cudaSuccess;
+	return e;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned int flags)
 {
+	ENTER(c);
 	*pe = calloc(1, sizeof(**pe));
-	return cudaSuccess;
+	return *pe ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
+	cudaError_t err = cudaSuccess;
+
+	(void)ctx_enter(&err);
 	free(e);
-	return cudaSuccess;
+	return err;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
+	ENTER(c);
 	if (!s)
 		return fail(cudaErrorInvalidResourceHandle);
 	e->s = s;
-	e->seq = enqueue(s, NULL, NULL, 0, 0);
+	e->seq = enqueue_op(s, NULL, NULL, 0, 0, NULL, false);
 	return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
-	return e->s ? wait_for(e->s, e->seq) : cudaSuccess;
+	ENTER(c);
+	if (!e->s) {
+		__atomic_add_fetch(&waits, 1, __ATOMIC_RELAXED);
+		return cudaSuccess;
+	}
+	return wait_for(e->s, e->seq);
 }
 
 /* Not ready is not an error: the runtime leaves the last error alone. */
 cudaError_t cudaEventQuery(cudaEvent_t e)
 {
 	struct CUstream_st *s = e->s;
-	cudaError_t r = cudaSuccess;
+	bool busy = false;
 
-	if (!s)
-		return cudaSuccess;
-	pthread_mutex_lock(&s->lock);
-	if (s->done < e->seq)
-		r = cudaErrorNotReady;
-	else
-		r = take_error(s);
-	pthread_mutex_unlock(&s->lock);
-	return r == cudaSuccess || r == cudaErrorNotReady ? r : fail(r);
+	ENTER(c);
+	if (s) {
+		pthread_mutex_lock(&s->lock);
+		busy = s->done < e->seq;
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (busy)
+		return cudaErrorNotReady;
+	__atomic_add_fetch(&waits, 1, __ATOMIC_RELAXED);
+	return cudaSuccess;
 }
 
-/* --- memory ---------------------------------------------------------------- */
-
-static void *map_shm(const char *name, int oflags, size_t *n)
+cudaError_t cudaDeviceSynchronize(void)
 {
-	struct stat st;
-	void *p;
-	int fd;
+	cudaError_t e;
 
-	fd = shm_open(name, oflags, 0600);
-	if (fd < 0)
+	ENTER(c);
+	device_drain(c->dev);
+	__atomic_add_fetch(&waits, 1, __ATOMIC_RELAXED);
+	e = sticky_of(c);
+	return e ? fail(e) : cudaSuccess;
+}
+
+/* --- device memory --------------------------------------------------------- */
+
+/* Map @fd's @len bytes at a 2 MiB-aligned address, as the driver maps
+ * device memory. */
+static char *map_aligned(int fd, size_t len)
+{
+	size_t span = len + MOCK_BLOCK, tail;
+	char *r, *a;
+
+	r = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
+		 MAP_NORESERVE, -1, 0);
+	if (r == MAP_FAILED)
 		return NULL;
-	if (oflags & O_CREAT) {
-		if (ftruncate(fd, (off_t)*n)) {
-			close(fd);
-			return NULL;
-		}
-	} else if (fstat(fd, &st) == 0) {
-		*n = (size_t)st.st_size;
+	a = (char *)(((uintptr_t)r + MOCK_BLOCK - 1) & ~(uintptr_t)(MOCK_BLOCK - 1));
+	if (mmap(a, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+		 0) == MAP_FAILED) {
+		munmap(r, span);
+		return NULL;
 	}
-	p = mmap(NULL, *n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
-	return p == MAP_FAILED ? NULL : p;
+	if (a > r)
+		munmap(r, (size_t)(a - r));
+	tail = (size_t)((r + span) - (a + len));
+	if (tail)
+		munmap(a + len, tail);
+	return a;
 }
 
-cudaError_t cudaMalloc(void **p, size_t n)
+/* A new block of @n bytes on @dev, or NULL past the capacity. mock_lock. */
+static struct block *block_new_locked(int dev, size_t n, bool small)
 {
-	struct range *r;
-	char name[48];
-	void *m;
+	struct block *b = NULL;
+	struct meta *m;
+	char name[40];
+	char *p;
+	int fd, i;
 
-	*p = NULL;
-	if (!n)
-		return cudaSuccess;
-	/* Refuse past the capacity before touching memory. */
-	pthread_mutex_lock(&mock_lock);
-	if (dev_used + n > capacity()) {
-		pthread_mutex_unlock(&mock_lock);
-		return fail(cudaErrorMemoryAllocation);
-	}
-	dev_used += n;
+	if (devs[dev].used + n > dev_capacity)
+		return NULL;
+	for (i = 0; i < MAX_BLOCKS && !b; i++)
+		if (!blocks[i].p)
+			b = &blocks[i];
+	if (!b)
+		return NULL;
 	snprintf(name, sizeof(name), "/tfsmock.%d.%lu", (int)getpid(),
 		 ++shm_seq);
-	pthread_mutex_unlock(&mock_lock);
-
-	m = map_shm(name, O_RDWR | O_CREAT | O_EXCL, &n);
-	r = m ? track(m, n, DEV) : NULL;
-	if (!r) {
-		if (m)
-			munmap(m, n);
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0)
+		return NULL;
+	if (ftruncate(fd, (off_t)(n + MOCK_META)) ||
+	    !(p = map_aligned(fd, n + MOCK_META))) {
+		close(fd);
 		shm_unlink(name);
-		pthread_mutex_lock(&mock_lock);
-		dev_used -= n;
-		pthread_mutex_unlock(&mock_lock);
-		return fail(cudaErrorMemoryAllocation);
+		return NULL;
 	}
-	snprintf(r->name, sizeof(r->name), "%s", name);
+	close(fd);
+	m = (struct meta *)(p + n);
+	m->magic = MOCK_MAGIC;
 	/* Fresh device memory is garbage, not zeroes. */
-	memset(m, 0xa5, n);
-	*p = m;
+	memset(p, 0xa5, n);
+	*b = (struct block){ .p = p, .n = n, .dev = dev, .small = small };
+	snprintf(b->name, sizeof(b->name), "%s", name);
+	devs[dev].used += n;
+	return b;
+}
+
+/* Does process @pid still map the shm object @name? */
+static bool pid_maps(pid_t pid, const char *name)
+{
+	char path[64], line[512];
+	size_t len = strlen(name);
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *at = strstr(line, name);
+
+		found = at && (at[len] == '\n' || at[len] == ' ' ||
+			       at[len] == '\0');
+	}
+	fclose(f);
+	return found;
+}
+
+/*
+ * Freeing memory that another process still maps through IPC is undefined
+ * behaviour on a GPU; here it aborts. A process that exited or closed the
+ * handle no longer maps the block and does not count. mock_lock.
+ */
+static void check_no_importer_locked(const struct block *b, const void *p,
+				     size_t n)
+{
+	struct meta *m = (struct meta *)(b->p + b->n);
+
+	for (int i = 0; i < MOCK_IMPORTERS; i++) {
+		pid_t pid = __atomic_load_n(&m->pid[i], __ATOMIC_ACQUIRE);
+
+		if (pid && pid_maps(pid, b->name)) {
+			fprintf(stderr,
+				"mock: cudaFree of %zu bytes at %p while process %d still has their block \"%s\" open through CUDA IPC\n",
+				n, p, (int)pid, b->name);
+			abort();
+		}
+	}
+}
+
+static void block_release_locked(struct block *b)
+{
+	devs[b->dev].used -= b->n;
+	if (devs[b->dev].small_cur == b)
+		devs[b->dev].small_cur = NULL;
+	munmap(b->p, b->n + MOCK_META);
+	shm_unlink(b->name);
+	memset(b, 0, sizeof(*b));
+}
+
+cudaError_t cudaMalloc(void **pp, size_t n)
+{
+	struct mock_dev *d;
+	struct block *b;
+	char *p;
+
+	ENTER(c);
+	*pp = NULL;
+	if (!n)
+		return cudaSuccess;
+	d = &devs[c->dev];
+	pthread_mutex_lock(&mock_lock);
+	if (n < MOCK_BLOCK) {
+		/* Packed with other small allocations, as the driver does. */
+		size_t need = (n + MOCK_SUB_ALIGN - 1) & ~(size_t)(MOCK_SUB_ALIGN - 1);
+
+		b = d->small_cur;
+		if (!b || b->bump + need > b->n) {
+			b = block_new_locked(c->dev, MOCK_BLOCK, true);
+			d->small_cur = b;
+		}
+		if (b) {
+			p = b->p + b->bump;
+			b->bump += need;
+			b->live++;
+		}
+	} else {
+		size_t whole = (n + MOCK_BLOCK - 1) & ~(MOCK_BLOCK - 1);
+
+		b = block_new_locked(c->dev, whole, false);
+		if (b)
+			p = b->p;
+	}
+	if (b && !track_locked(p, n, DEV, b)) {
+		if (b->small)
+			b->live--;
+		if (!b->small || !b->live)
+			block_release_locked(b);
+		b = NULL;
+	}
+	pthread_mutex_unlock(&mock_lock);
+	if (!b)
+		return fail(cudaErrorMemoryAllocation);
+	*pp = p;
 	return cudaSuccess;
 }
 
 cudaError_t cudaFree(void *p)
 {
-	struct range r;
+	struct range *r;
 
+	ENTER(c);
 	if (!p)
 		return cudaSuccess;
-	r = untrack(p, DEV);
-	if (!r.p)
+	/* cudaFree synchronises the device first. */
+	device_drain(c->dev);
+	pthread_mutex_lock(&mock_lock);
+	r = find_start_locked(p, DEV);
+	if (!r) {
+		pthread_mutex_unlock(&mock_lock);
 		return fail(cudaErrorInvalidValue);
-	munmap(r.p, r.n);
-	shm_unlink(r.name);
+	}
+	check_no_importer_locked(r->blk, p, r->n);
+	if (!r->blk->small || !--r->blk->live)
+		block_release_locked(r->blk);
+	r->p = NULL;
+	pthread_mutex_unlock(&mock_lock);
 	return cudaSuccess;
 }
 
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
+{
+	ENTER(c);
+	pthread_mutex_lock(&mock_lock);
+	*total = dev_capacity;
+	*free_b = dev_capacity - devs[c->dev].used;
+	pthread_mutex_unlock(&mock_lock);
+	return cudaSuccess;
+}
+
+/* --- host memory ----------------------------------------------------------- */
+
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
 {
+	ENTER(c);
 	*p = malloc(n);
 	if (!*p || !track(*p, n, PINNED)) {
 		free(*p);
@@ -481,58 +970,20 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
 
 cudaError_t cudaFreeHost(void *p)
 {
+	cudaError_t e = cudaSuccess;
+
+	(void)ctx_enter(&e);
 	if (!untrack(p, PINNED).p)
 		return fail(cudaErrorInvalidValue);
 	free(p);
-	return cudaSuccess;
-}
-
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
-			    enum cudaMemcpyKind kind, cudaStream_t s)
-{
-	bool ok, inject, inject_async;
-	const void *host = NULL;
-
-	pthread_mutex_lock(&mock_lock);
-	inject = fail_next_copy;
-	fail_next_copy = false;
-	inject_async = !inject && fail_next_copy_async;
-	if (inject_async)
-		fail_next_copy_async = false;
-	pthread_mutex_unlock(&mock_lock);
-	if (inject)
-		return fail(cudaErrorLaunchFailure);
-	if (kind == cudaMemcpyDeviceToHost) {
-		host = dst;
-		ok = inside(src, n, DEV) && inside_locked_host(dst, n);
-	} else if (kind == cudaMemcpyHostToDevice) {
-		host = src;
-		ok = inside(dst, n, DEV) && inside_locked_host(src, n);
-	} else {
-		ok = false;
-	}
-	if (!ok || !s) {
-		fprintf(stderr, "mock: bad cudaMemcpyAsync %p <- %p, %zu, %d\n",
-			dst, src, n, (int)kind);
-		return fail(cudaErrorInvalidValue);
-	}
-	pthread_mutex_lock(&mock_lock);
-	if (find_locked(host, n, REGISTERED))
-		registered_copies++;
-	else
-		staged_copies++;
-	pthread_mutex_unlock(&mock_lock);
-	enqueue_op(s, dst, src, n, 0, host, inject_async);
-	return cudaSuccess;
+	return e;
 }
 
 /* Does [p, p+n) share a byte with page-locked host memory? mock_lock. */
 static bool overlaps_locked_host(const char *p, size_t n)
 {
-	int i;
-
-	for (i = 0; i < MAX_ALLOCS; i++) {
-		struct range *r = &allocs[i];
+	for (int i = 0; i < MAX_RANGES; i++) {
+		struct range *r = &ranges[i];
 
 		if (r->p && (r->kind == PINNED || r->kind == REGISTERED) &&
 		    p < r->p + r->n && r->p < p + n)
@@ -543,11 +994,10 @@ static bool overlaps_locked_host(const char *p, size_t n)
 
 cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags)
 {
+	struct range *r = NULL;
 	bool inject, taken;
 
-	struct range *r = NULL;
-	int i;
-
+	ENTER(c);
 	if (!p || !n || flags != cudaHostRegisterDefault)
 		return fail(cudaErrorInvalidValue);
 	/* The runtime faults every page in to lock it: memory that is not
@@ -558,13 +1008,10 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags)
 	inject = fail_next_register;
 	fail_next_register = false;
 	taken = overlaps_locked_host(p, n);
-	for (i = 0; !inject && !taken && i < MAX_ALLOCS && !r; i++) {
-		if (!allocs[i].p) {
-			r = &allocs[i];
-			*r = (struct range){ .p = p, .n = n,
-					     .kind = REGISTERED };
+	if (!inject && !taken) {
+		r = track_locked(p, n, REGISTERED, NULL);
+		if (r)
 			registers++;
-		}
 	}
 	pthread_mutex_unlock(&mock_lock);
 	if (taken)
@@ -576,6 +1023,7 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags)
 
 cudaError_t cudaHostUnregister(void *p)
 {
+	ENTER(c);
 	if (!untrack(p, REGISTERED).p)
 		return fail(cudaErrorHostMemoryNotRegistered);
 	pthread_mutex_lock(&mock_lock);
@@ -584,142 +1032,406 @@ cudaError_t cudaHostUnregister(void *p)
 	return cudaSuccess;
 }
 
-__attribute__((destructor)) static void write_stats(void)
-{
-	const char *path = getenv("TFS_MOCK_STATS");
-	unsigned long left = 0;
-	FILE *f;
-	int i;
+/* --- copies ---------------------------------------------------------------- */
 
-	if (!path || !(f = fopen(path, "a")))
-		return;
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
+			    enum cudaMemcpyKind kind, cudaStream_t s)
+{
+	bool ok, inject, inject_async;
+	const void *host = NULL;
+
+	ENTER(c);
 	pthread_mutex_lock(&mock_lock);
-	for (i = 0; i < MAX_ALLOCS; i++)
-		left += allocs[i].p && allocs[i].kind == REGISTERED;
-	fprintf(f,
-		"registers %lu unregisters %lu registered-left %lu direct-copies %lu staged-copies %lu\n",
-		registers, unregisters, left, registered_copies,
-		staged_copies);
+	inject = fail_next_copy;
+	fail_next_copy = false;
+	inject_async = !inject && fail_next_copy_async;
+	if (inject_async)
+		fail_next_copy_async = false;
 	pthread_mutex_unlock(&mock_lock);
-	fclose(f);
+	if (inject)
+		return fail(cudaErrorInvalidValue);
+	if (kind == cudaMemcpyDeviceToHost) {
+		host = dst;
+		ok = inside_dev(src, n) && inside_locked_host(dst, n);
+	} else if (kind == cudaMemcpyHostToDevice) {
+		host = src;
+		ok = inside_dev(dst, n) && inside_locked_host(src, n);
+	} else if (kind == cudaMemcpyDeviceToDevice) {
+		ok = inside_dev(dst, n) && inside_dev(src, n);
+	} else {
+		ok = false;
+	}
+	/* A copy may go to a stream of another device than the current
+	 * one (a kernel may not), as the Programming Guide says. */
+	if (!ok || !s) {
+		fprintf(stderr, "mock: bad cudaMemcpyAsync %p <- %p, %zu, %d\n",
+			dst, src, n, (int)kind);
+		return fail(cudaErrorInvalidValue);
+	}
+	pthread_mutex_lock(&mock_lock);
+	if (host && find_locked(host, n, REGISTERED))
+		registered_copies++;
+	else if (host)
+		staged_copies++;
+	pthread_mutex_unlock(&mock_lock);
+	enqueue_op(s, dst, src, n, 0, host, inject_async);
+	return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
-	if (!inside(p, n, DEV) || !s) {
+	ENTER(c);
+	if (!inside_dev(p, n) || !s) {
 		fprintf(stderr, "mock: bad cudaMemsetAsync %p, %zu\n", p, n);
 		return fail(cudaErrorInvalidValue);
 	}
-	enqueue(s, p, NULL, n, v);
+	enqueue_op(s, p, NULL, n, v, NULL, false);
 	return cudaSuccess;
 }
 
-cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
-{
-	pthread_mutex_lock(&mock_lock);
-	*total = capacity();
-	*free_b = *total - dev_used;
-	pthread_mutex_unlock(&mock_lock);
-	return cudaSuccess;
-}
+/* --- IPC ------------------------------------------------------------------- */
 
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
 {
-	const char *name = NULL;
-	int i;
+	struct mock_handle mh = { .magic = MOCK_MAGIC };
+	struct range *r;
 
-	_Static_assert(sizeof(*h) >= sizeof(allocs[0].name), "handle size");
-	pthread_mutex_lock(&mock_lock);
-	for (i = 0; i < MAX_ALLOCS; i++) {
-		/* Only an allocation's base has a handle of its own. */
-		if (p && allocs[i].p == p && allocs[i].kind == DEV)
-			name = allocs[i].name;
-	}
+	ENTER(c);
 	memset(h, 0, sizeof(*h));
-	if (name)
-		memcpy(h, name, strlen(name) + 1);
+	pthread_mutex_lock(&mock_lock);
+	/* Only an allocation's base has a handle of its own. */
+	r = p ? find_start_locked(p, DEV) : NULL;
+	if (r) {
+		mh.pid = (int32_t)getpid();
+		mh.dev = r->blk->dev;
+		mh.off = (uint32_t)((char *)p - r->blk->p);
+		snprintf(mh.name, sizeof(mh.name), "%s", r->blk->name);
+	}
 	pthread_mutex_unlock(&mock_lock);
-	return name ? cudaSuccess : fail(cudaErrorInvalidValue);
+	if (!mh.pid)
+		return fail(cudaErrorInvalidValue);
+	memcpy(h, &mh, sizeof(mh));
+	return cudaSuccess;
 }
 
-cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h,
+cudaError_t cudaIpcOpenMemHandle(void **pp, cudaIpcMemHandle_t h,
 				 unsigned int flags)
 {
-	char name[sizeof(h)];
-	size_t n = 0;
-	void *m;
+	struct mock_handle mh;
+	struct import *im = NULL;
+	struct meta *m;
+	struct stat st;
+	char *base;
+	int fd, i, slot = -1;
 
-	memcpy(name, &h, sizeof(name));
-	name[sizeof(name) - 1] = '\0';
-	*p = NULL;
-	m = map_shm(name, O_RDWR, &n);
-	if (!m)
+	ENTER(c);
+	*pp = NULL;
+	memcpy(&mh, &h, sizeof(mh));
+	mh.name[sizeof(mh.name) - 1] = '\0';
+	if (mh.magic != MOCK_MAGIC)
 		return fail(cudaErrorInvalidValue);
-	if (!track(m, n, IMPORTED)) {
-		munmap(m, n);
-		return fail(cudaErrorMemoryAllocation);
+	/* The runtime refuses a handle of the calling process. */
+	if (mh.pid == (int32_t)getpid())
+		return fail(cudaErrorDeviceUninitialized);
+	pthread_mutex_lock(&mock_lock);
+	for (i = 0; i < MAX_IMPORTS; i++) {
+		if (imports[i].base && !strcmp(imports[i].name, mh.name)) {
+			/* Opened before: one more reference, same pointer. */
+			imports[i].refs++;
+			*pp = imports[i].base + mh.off;
+			pthread_mutex_unlock(&mock_lock);
+			return cudaSuccess;
+		}
 	}
-	*p = m;
+	for (i = 0; i < MAX_IMPORTS && !im; i++)
+		if (!imports[i].base)
+			im = &imports[i];
+	pthread_mutex_unlock(&mock_lock);
+	if (!im)
+		return fail(cudaErrorMemoryAllocation);
+	fd = shm_open(mh.name, O_RDWR, 0);
+	if (fd < 0)
+		return fail(cudaErrorInvalidValue);
+	if (fstat(fd, &st) || (size_t)st.st_size <= MOCK_META ||
+	    !(base = map_aligned(fd, (size_t)st.st_size))) {
+		close(fd);
+		return fail(cudaErrorMapBufferObjectFailed);
+	}
+	close(fd);
+	m = (struct meta *)(base + st.st_size - MOCK_META);
+	for (i = 0; i < MOCK_IMPORTERS && slot < 0; i++) {
+		int32_t zero = 0;
+
+		if (__atomic_compare_exchange_n(&m->pid[i], &zero,
+						(int32_t)getpid(), false,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			slot = i;
+	}
+	if (m->magic != MOCK_MAGIC || slot < 0) {
+		munmap(base, (size_t)st.st_size);
+		return fail(cudaErrorMapBufferObjectFailed);
+	}
+	pthread_mutex_lock(&mock_lock);
+	*im = (struct import){ .base = base,
+			       .n = (size_t)st.st_size - MOCK_META,
+			       .maplen = (size_t)st.st_size, .refs = 1,
+			       .slot = slot };
+	snprintf(im->name, sizeof(im->name), "%s", mh.name);
+	pthread_mutex_unlock(&mock_lock);
+	*pp = base + mh.off;
 	return cudaSuccess;
 }
 
 cudaError_t cudaIpcCloseMemHandle(void *p)
 {
-	struct range r = untrack(p, IMPORTED);
+	struct import gone = { 0 };
+	const char *c_ = p;
+	int i;
 
-	if (!r.p)
+	ENTER(c);
+	pthread_mutex_lock(&mock_lock);
+	for (i = 0; i < MAX_IMPORTS; i++) {
+		struct import *im = &imports[i];
+
+		if (im->base && c_ >= im->base && c_ < im->base + im->n) {
+			if (!--im->refs) {
+				gone = *im;
+				memset(im, 0, sizeof(*im));
+			}
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mock_lock);
+	if (i == MAX_IMPORTS)
 		return fail(cudaErrorInvalidValue);
-	munmap(r.p, r.n);
+	if (gone.base) {
+		struct meta *m = (struct meta *)(gone.base + gone.n);
+
+		__atomic_store_n(&m->pid[gone.slot], 0, __ATOMIC_RELEASE);
+		munmap(gone.base, gone.maplen);
+	}
 	return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void)
-{
-	return cudaSuccess;
-}
-
-cudaError_t cudaGetDevice(int *d)
-{
-	*d = 0;
-	return cudaSuccess;
-}
-
-/* --- devices and errors ---------------------------------------------------- */
+/* --- devices, contexts and errors ------------------------------------------ */
 
 cudaError_t cudaGetDeviceCount(int *n)
 {
+	count();
 	*n = 0;
-	if (getenv("TFS_MOCK_NODEV"))
+	if (nodev)
 		return fail(cudaErrorInsufficientDriver);
-	*n = 1;
+	*n = ndevs;
 	return cudaSuccess;
 }
 
+/* Since CUDA 12 this creates the device's primary context. */
 cudaError_t cudaSetDevice(int d)
 {
-	return d == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
+	cudaError_t e = cudaSuccess;
+
+	count();
+	if (nodev)
+		return fail(cudaErrorInsufficientDriver);
+	if (d < 0 || d >= ndevs)
+		return fail(cudaErrorInvalidDevice);
+	pthread_mutex_lock(&mock_lock);
+	if (forked_locked())
+		e = cudaErrorInitializationError;
+	else
+		e = ctx_create_locked(d);
+	if (!e) {
+		rt_dev = d;
+		cur_ctx = &devs[d].ctx;
+	}
+	pthread_mutex_unlock(&mock_lock);
+	return e ? fail(e) : cudaSuccess;
+}
+
+/* The device of the current context, else the thread's default; creates
+ * nothing. */
+cudaError_t cudaGetDevice(int *d)
+{
+	count();
+	*d = cur_ctx ? cur_ctx->dev : rt_dev;
+	return cudaSuccess;
+}
+
+static void uuid_of(int d, unsigned char *out)
+{
+	for (int i = 0; i < 16; i++)
+		out[i] = (unsigned char)(i + 1 + 16 * d + uuid_salt);
 }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int d)
 {
-	int i;
-
-	if (d != 0)
+	count();
+	if (nodev)
+		return fail(cudaErrorInsufficientDriver);
+	if (d < 0 || d >= ndevs)
 		return fail(cudaErrorInvalidDevice);
 	memset(prop, 0, sizeof(*prop));
-	snprintf(prop->name, sizeof(prop->name), "mock GPU");
-	for (i = 0; i < 16; i++)
-		prop->uuid.bytes[i] = (char)(i + 1);
-	prop->totalGlobalMem = capacity();
+	snprintf(prop->name, sizeof(prop->name), "mock GPU%s",
+		 mig ? " MIG 1g.10gb" : "");
+	uuid_of(d, (unsigned char *)prop->uuid.bytes);
+	prop->totalGlobalMem = dev_capacity;
 	return cudaSuccess;
 }
 
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr attr, int d)
+{
+	count();
+	if (nodev)
+		return fail(cudaErrorInsufficientDriver);
+	if (d < 0 || d >= ndevs)
+		return fail(cudaErrorInvalidDevice);
+	*v = 0;
+	if (attr == cudaDevAttrComputeMode)
+		*v = compute_mode;
+	return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v)
+{
+	count();
+	*v = CUDART_VERSION;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v)
+{
+	count();
+	*v = nodev ? 0 : CUDART_VERSION;
+	return cudaSuccess;
+}
+
+/*
+ * The driver's context calls, for cudaGetDriverEntryPointByVersion. They
+ * return CUresult (0 is CUDA_SUCCESS); a CUdevice is the ordinal. Each
+ * thread has a context stack whose top is the current context; the
+ * runtime's own current device (rt_dev) is not touched by push and pop.
+ */
+#define CTX_STACK 8
+static __thread struct mock_ctx *ctx_stack[CTX_STACK];
+static __thread int ctx_depth;
+
+static int mock_cuDeviceGet(int *cudev, int ordinal)
+{
+	count();
+	if (ordinal < 0 || ordinal >= ndevs)
+		return 101; /* CUDA_ERROR_INVALID_DEVICE */
+	*cudev = ordinal;
+	return 0;
+}
+
+static int mock_cuDevicePrimaryCtxRetain(void **pctx, int cudev)
+{
+	cudaError_t e;
+
+	count();
+	if (cudev < 0 || cudev >= ndevs)
+		return 101;
+	pthread_mutex_lock(&mock_lock);
+	e = forked_locked() ? cudaErrorInitializationError :
+			      ctx_create_locked(cudev);
+	pthread_mutex_unlock(&mock_lock);
+	if (e)
+		return 3; /* CUDA_ERROR_NOT_INITIALIZED */
+	*pctx = &devs[cudev].ctx;
+	return 0;
+}
+
+static int mock_cuDevicePrimaryCtxRelease(int cudev)
+{
+	count();
+	return cudev < 0 || cudev >= ndevs ? 101 : 0;
+}
+
+static int mock_cuCtxGetCurrent(void **pctx)
+{
+	count();
+	*pctx = cur_ctx;
+	return 0;
+}
+
+static int mock_cuCtxSetCurrent(void *ctx)
+{
+	count();
+	cur_ctx = ctx;
+	return 0;
+}
+
+static int mock_cuCtxPushCurrent(void *ctx)
+{
+	count();
+	if (!ctx || ctx_depth == CTX_STACK)
+		return 1; /* CUDA_ERROR_INVALID_VALUE */
+	ctx_stack[ctx_depth++] = cur_ctx;
+	cur_ctx = ctx;
+	return 0;
+}
+
+static int mock_cuCtxPopCurrent(void **pctx)
+{
+	count();
+	if (!ctx_depth)
+		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	if (pctx)
+		*pctx = cur_ctx;
+	cur_ctx = ctx_stack[--ctx_depth];
+	return 0;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(
+	const char *sym, void **fp, unsigned int version,
+	unsigned long long flags,
+	enum cudaDriverEntryPointQueryResult *status)
+{
+	static const struct {
+		const char *name;
+		void *fn;
+	} syms[] = {
+		{ "cuDeviceGet", (void *)mock_cuDeviceGet },
+		{ "cuDevicePrimaryCtxRetain",
+		  (void *)mock_cuDevicePrimaryCtxRetain },
+		{ "cuDevicePrimaryCtxRelease",
+		  (void *)mock_cuDevicePrimaryCtxRelease },
+		{ "cuCtxGetCurrent", (void *)mock_cuCtxGetCurrent },
+		{ "cuCtxSetCurrent", (void *)mock_cuCtxSetCurrent },
+		{ "cuCtxPushCurrent", (void *)mock_cuCtxPushCurrent },
+		{ "cuCtxPopCurrent", (void *)mock_cuCtxPopCurrent },
+	};
+
+	count();
+	*fp = NULL;
+	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++)
+		if (!strcmp(sym, syms[i].name))
+			*fp = syms[i].fn;
+	if (status)
+		*status = *fp ? cudaDriverEntryPointSuccess :
+				cudaDriverEntryPointSymbolNotFound;
+	return cudaSuccess;
+}
+
+/* A sticky error stays: the runtime reports it again and again. */
 cudaError_t cudaGetLastError(void)
 {
 	cudaError_t e = last_error;
 
+	count();
 	last_error = cudaSuccess;
+	if (cur_ctx && sticky_of(cur_ctx))
+		return sticky_of(cur_ctx);
 	return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+	count();
+	if (cur_ctx && sticky_of(cur_ctx))
+		return sticky_of(cur_ctx);
+	return last_error;
 }
 
 const char *cudaGetErrorName(cudaError_t e)
@@ -728,10 +1440,22 @@ const char *cudaGetErrorName(cudaError_t e)
 	case cudaSuccess: return "cudaSuccess";
 	case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
 	case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+	case cudaErrorInitializationError:
+		return "cudaErrorInitializationError";
 	case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
 	case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-	case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+	case cudaErrorDevicesUnavailable: return "cudaErrorDevicesUnavailable";
+	case cudaErrorDeviceUninitialized:
+		return "cudaErrorDeviceUninitialized";
+	case cudaErrorMapBufferObjectFailed:
+		return "cudaErrorMapBufferObjectFailed";
+	case cudaErrorECCUncorrectable: return "cudaErrorECCUncorrectable";
+	case cudaErrorInvalidResourceHandle:
+		return "cudaErrorInvalidResourceHandle";
+	case cudaErrorSymbolNotFound: return "cudaErrorSymbolNotFound";
 	case cudaErrorNotReady: return "cudaErrorNotReady";
+	case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+	case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
 	case cudaErrorHostMemoryAlreadyRegistered:
 		return "cudaErrorHostMemoryAlreadyRegistered";
 	case cudaErrorHostMemoryNotRegistered:
@@ -743,4 +1467,40 @@ const char *cudaGetErrorName(cudaError_t e)
 const char *cudaGetErrorString(cudaError_t e)
 {
 	return e == cudaSuccess ? "no error" : "mock error";
+}
+
+/*
+ * At exit, as the driver does when a process ends, what is still allocated
+ * goes; the count of it is reported so a test sees leaks.
+ */
+__attribute__((destructor)) static void mock_exit(void)
+{
+	const char *path = getenv("TFS_MOCK_STATS");
+	unsigned long left = 0, dev_left = 0;
+	FILE *f;
+	int i;
+
+	pthread_mutex_lock(&mock_lock);
+	for (i = 0; i < MAX_RANGES; i++) {
+		left += ranges[i].p && ranges[i].kind == REGISTERED;
+		dev_left += ranges[i].p && ranges[i].kind == DEV;
+	}
+	if (path && (f = fopen(path, "a"))) {
+		fprintf(f,
+			"registers %lu unregisters %lu registered-left %lu direct-copies %lu staged-copies %lu waits %lu calls %lu dev-left %lu contexts",
+			registers, unregisters, left, registered_copies,
+			staged_copies, waits, calls, dev_left);
+		for (i = 0; i < ndevs; i++)
+			fprintf(f, "%c%d:%d", i ? ',' : ' ', i,
+				devs[i].ctx.created ? 1 : 0);
+		fprintf(f, "\n");
+		fclose(f);
+	}
+	/* Only the process that made them; a forked child copied the
+	 * table but owns none of it. */
+	if (ctx_pid == getpid())
+		for (i = 0; i < MAX_BLOCKS; i++)
+			if (blocks[i].p)
+				shm_unlink(blocks[i].name);
+	pthread_mutex_unlock(&mock_lock);
 }

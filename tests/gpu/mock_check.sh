@@ -4,17 +4,27 @@
 # tests/gpu/mock_check.sh [BUILD]: the cuda backend and libtierfs's CUDA
 # path where there is no GPU, with tests/gpu/cuda_mock.c in place of cudart.
 #
+# The mock is as strict as a GPU (see its header): 2 MiB blocks shared by
+# small allocations and mapped whole by IPC, sticky context-wide errors,
+# cudaFree that synchronises and aborts when an importer still maps the
+# memory, IPC refused in the exporting process, several devices.
+#
 # 1. tests/gpu/backend_check.c against tiers/device_cuda.c, under ASan and
-#    UBSan: chunking and double buffering against asynchronous copies,
-#    ranges, the slot pool from 8 threads, out of memory, failing copies,
-#    and the message when there is no driver; host_register: direct copies
-#    of registered memory only, staging for the rest, unregister, failing
-#    registers and failing direct copies. Needs only the CUDA headers.
+#    UBSan: 2 MiB-rounded allocations, batched copies waiting once,
+#    chunking and double buffering against asynchronous copies, ranges, the
+#    slot pool from 8 threads, out of memory, free while the device is busy,
+#    copies refused when queued, a sticky error failing the device for good
+#    (logged once, no CUDA call after), the message when there is no
+#    driver and for the compute modes no client could map in, and all of it
+#    on the second of two GPUs; host_register: direct copies inside
+#    registered ranges only, staging for the rest, unregister, failing
+#    registers. Needs only the CUDA headers.
 # 2. With BUILD, a meson build dir configured with CUDA (sanitized or not):
 #    its tierfs relinked with the mock instead of libcudart_static.a, and
-#    tests/integration/export.bats run on device_backend=cuda, the client
-#    (libtierfs -> cudaIpcOpenMemHandle) with the mock preloaded. The
-#    daemon's pool chunks go through cudaHostRegister as with host.pinned.
+#    tests/integration/export.bats and tests/gpu/mock_export.bats run on
+#    device_backend=cuda, the clients (libtierfs -> cudaIpcOpenMemHandle)
+#    with the mock preloaded. The daemon's pool goes through
+#    cudaHostRegister as with host.pinned.
 #
 # Exit 0 when all of it behaves, 1 otherwise, 77 without CUDA headers.
 set -u
@@ -53,6 +63,13 @@ expect "round trips from 8 threads, staged and page-locked; failing copies" 0 \
 expect "no driver: -ENODEV and the CUDA error's name" 77 \
 	"cudaGetDeviceCount: mock error (cudaErrorInsufficientDriver, 35)" \
 	TFS_MOCK_NODEV=1
+expect "the same on the second of two GPUs" 0 "^ok 1" \
+	TFS_MOCK_CAPACITY=$((1 << 30)) TFS_MOCK_DEVICES=2 TFS_GPU=1
+expect "exclusive-process compute mode: refused, with the reason" 77 \
+	"gpu 0 is in exclusive-process compute mode: tierfs would hold its only context" \
+	TFS_MOCK_COMPUTE_MODE=3
+expect "prohibited compute mode: refused, with the reason" 77 \
+	"gpu 0 is in prohibited compute mode" TFS_MOCK_COMPUTE_MODE=2
 
 BUILD=${1:-}
 if [ -z "$BUILD" ]; then
@@ -71,32 +88,44 @@ cc -std=gnu11 -O1 -g -D_GNU_SOURCE -fPIC -Wall -isystem "$CUDA/include" \
 link=$(sed -e "s| -o fs/tierfs | -o $out/tierfs |" \
 	-e "s|[^ ]*libcudart_static\.a|$out/cuda_mock.o|" <<<"$link")
 (cd "$BUILD" && eval "$link") || exit 1
-client=$(cd "$BUILD" && pwd)/client/lib/export_client
+build=$(cd "$BUILD" && pwd)
+client=$build/client/lib/export_client
 # A sanitized client wants its ASan runtime first among preloads.
 preload=$out/libcudamock.so
 asan=$(ldd "$client" 2>/dev/null | awk '/libasan/ { print $3 }')
 [ -n "$asan" ] && preload="$asan $preload"
-cat >"$out/export_client" <<EOS
+san=
+[ -n "$asan" ] && san=-fsanitize=address,undefined
+cc -std=gnu11 -O1 -g -D_GNU_SOURCE -Wall -Werror $san -I include -I client \
+	tests/gpu/mock_client.c -L "$build/client/lib" -ltierfs \
+	-Wl,-rpath,"$build/client/lib" -o "$out/mock_client.bin" || exit 1
+for c in export_client:"$client" mock_client:"$out/mock_client.bin"; do
+	cat >"$out/${c%%:*}" <<EOS
 #!/bin/sh
-LD_PRELOAD="$preload" EXPORT_CLIENT_MOCK_CUDA=1 exec $client "\$@"
+LD_PRELOAD="$preload" EXPORT_CLIENT_MOCK_CUDA=1 exec ${c#*:} "\$@"
 EOS
-chmod +x "$out/export_client"
-before=$(find /dev/shm -maxdepth 1 -name 'tfsmock.*' | wc -l)
-if TIERFS_BIN=$out/tierfs EXPORT_CLIENT=$out/export_client \
-	TFS_EXPORT_BACKEND=cuda TFS_MOCK_CAPACITY=$((256 << 20)) \
-	TFS_MOCK_STATS=$out/stats bats --tap tests/integration/export.bats >"$out/bats.log" 2>&1; then
-	echo "ok - export.bats on the cuda backend (mock):" \
-		"$(grep -c "^ok" "$out/bats.log") ok, $(grep -c "# skip" "$out/bats.log") skipped"
-else
-	echo "not ok - export.bats on the cuda backend (mock)"
-	sed 's/^/    /' "$out/bats.log"
-	failed=1
-fi
+	chmod +x "$out/${c%%:*}"
+done
+for f in tests/integration/export.bats tests/gpu/mock_export.bats; do
+	if TIERFS_BIN=$out/tierfs EXPORT_CLIENT=$out/export_client \
+		MOCK_CLIENT=$out/mock_client \
+		TFS_EXPORT_BACKEND=cuda TFS_MOCK_CAPACITY=$((256 << 20)) \
+		TFS_MOCK_STATS=$out/stats bats --tap "$f" >"$out/bats.log" 2>&1; then
+		echo "ok - $(basename "$f") on the cuda backend (mock):" \
+			"$(grep -c "^ok" "$out/bats.log") ok, $(grep -c "# skip" "$out/bats.log") skipped"
+	else
+		echo "not ok - $(basename "$f") on the cuda backend (mock)"
+		sed 's/^/    /' "$out/bats.log"
+		failed=1
+	fi
+done
 # host.pinned is on by default: the daemons must have page-locked their
-# pool chunks, copied some directly, and unregistered all of them.
-read -r reg unreg left direct staged < <(awk '
-	{ r += $2; u += $4; l += $6; d += $8; s += $10 }
-	END { print r + 0, u + 0, l + 0, d + 0, s + 0 }' "$out/stats" 2>/dev/null)
+# pool, copied some directly, and unregistered all of it; and at exit no
+# device memory may be left (the mock frees it then, as the driver does,
+# and counts it).
+read -r reg unreg left direct staged devleft < <(awk '
+	{ r += $2; u += $4; l += $6; d += $8; s += $10; v += $16 }
+	END { print r + 0, u + 0, l + 0, d + 0, s + 0, v + 0 }' "$out/stats" 2>/dev/null)
 if [ "${reg:-0}" -gt 0 ] && [ "$direct" -gt 0 ] && [ "$left" -eq 0 ] &&
 	[ "$reg" -eq "$unreg" ]; then
 	echo "ok - daemon pool chunks page-locked: $reg registered and" \
@@ -107,10 +136,8 @@ else
 		"direct copies ${direct:-none}"
 	failed=1
 fi
-# Every daemon unmounted: each cudaMalloc must have been freed.
-after=$(find /dev/shm -maxdepth 1 -name 'tfsmock.*' | wc -l)
-if [ "$after" -ne "$before" ]; then
-	echo "not ok - $((after - before)) device allocations never freed"
+if [ "${devleft:-1}" -ne 0 ]; then
+	echo "not ok - $devleft device allocations never freed"
 	failed=1
 fi
 exit $failed
