@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -156,17 +157,37 @@ static int cuda_rc(cudaError_t e)
 	}
 }
 
-static int cuda_fail(cudaError_t e, const char *call)
+static int cuda_fail_hint(cudaError_t e, const char *call, const char *hint)
 {
 	(void)cudaGetLastError();
-	return set_err(cuda_rc(e), "%s: %s (%s, %d)", call,
-		       cudaGetErrorString(e), cudaGetErrorName(e), (int)e);
+	return set_err(cuda_rc(e), "%s: %s (%s, %d)%s%s", call,
+		       cudaGetErrorString(e), cudaGetErrorName(e), (int)e,
+		       hint ? ": " : "", hint ? hint : "");
 }
 
-/* The ordinal of the visible GPU whose UUID is @uuid, preferring @cur. */
+static int cuda_fail(cudaError_t e, const char *call)
+{
+	return cuda_fail_hint(e, call, NULL);
+}
+
+/* nvidia-smi's spelling of a GPU UUID, without its GPU- or MIG- prefix. */
+static void uuid_str(const uint8_t u[16], char *buf, size_t len)
+{
+	snprintf(buf, len,
+		 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
+		 u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+/*
+ * The ordinal of the visible GPU whose UUID is @uuid, preferring @cur.
+ * Creates no context: cudaGetDeviceProperties needs none.
+ */
 static int find_device(const uint8_t uuid[16], int cur, int *out)
 {
 	struct cudaDeviceProp prop;
+	bool mig = false;
+	char want[40];
 	cudaError_t e;
 	int n, i;
 
@@ -176,7 +197,7 @@ static int find_device(const uint8_t uuid[16], int cur, int *out)
 	for (i = -1; i < n; i++) {
 		int dev = i < 0 ? cur : i;
 
-		if (i == cur)
+		if (i == cur || dev < 0 || dev >= n)
 			continue;
 		e = cudaGetDeviceProperties(&prop, dev);
 		if (e != cudaSuccess)
@@ -185,82 +206,214 @@ static int find_device(const uint8_t uuid[16], int cur, int *out)
 			*out = dev;
 			return 0;
 		}
+		/* A MIG instance's name says so ("... MIG 1g.10gb"). */
+		mig |= strstr(prop.name, "MIG ") != NULL;
 	}
-	return set_err(-ENODEV, "no visible CUDA device has the exported "
-		       "GPU's UUID (check CUDA_VISIBLE_DEVICES)");
+	uuid_str(uuid, want, sizeof(want));
+	if (mig)
+		return set_err(-ENODEV,
+			       "tierfs's GPU (UUID %s) is not visible: this process sees MIG instances, and CUDA IPC works only inside one MIG instance; run on the instance tierfs uses (CUDA_VISIBLE_DEVICES=MIG-<its UUID>)",
+			       want);
+	return set_err(-ENODEV,
+		       "no visible CUDA device has the UUID of tierfs's GPU (%s; %d visible): check CUDA_VISIBLE_DEVICES, and if the GPU is split into MIG instances, run on the one tierfs uses",
+		       want, n);
 }
 
 /*
- * Run with @dev as the current device and put the caller's back after, so
- * the library never changes which GPU the program's own launches go to.
+ * The driver's context calls, reached through the runtime so that
+ * libtierfs needs no libcuda at link time. They return CUresult, 0 being
+ * CUDA_SUCCESS; contexts are CUcontext, devices CUdevice (an int).
  */
-static int with_device(int dev, int *saved)
-{
-	cudaError_t e = cudaGetDevice(saved);
+static struct {
+	int (*dev_get)(int *cudev, int ordinal);
+	int (*retain)(void **ctx, int cudev);
+	int (*release)(int cudev);
+	int (*push)(void *ctx);
+	int (*pop)(void **ctx);
+} drv;
+static bool drv_ok;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
-	if (e == cudaSuccess && *saved != dev)
+static void *drv_sym(const char *name)
+{
+	enum cudaDriverEntryPointQueryResult st;
+	void *fn = NULL;
+
+	if (cudaGetDriverEntryPointByVersion(name, &fn, 12000,
+					     cudaEnableDefault,
+					     &st) != cudaSuccess ||
+	    st != cudaDriverEntryPointSuccess)
+		fn = NULL;
+	(void)cudaGetLastError();
+	return fn;
+}
+
+static void drv_load(void)
+{
+	*(void **)&drv.dev_get = drv_sym("cuDeviceGet");
+	*(void **)&drv.retain = drv_sym("cuDevicePrimaryCtxRetain");
+	*(void **)&drv.release = drv_sym("cuDevicePrimaryCtxRelease");
+	*(void **)&drv.push = drv_sym("cuCtxPushCurrent");
+	*(void **)&drv.pop = drv_sym("cuCtxPopCurrent");
+	drv_ok = drv.dev_get && drv.retain && drv.release && drv.push &&
+		 drv.pop;
+}
+
+/*
+ * Work on @dev's primary context without changing what the caller had.
+ *
+ * cudaSetDevice() there and back would not do: since CUDA 12 it creates
+ * the device's primary context, so putting back device 0 for a caller
+ * that had no context yet created one on GPU 0, and it changes the
+ * runtime's current device for the rest of the thread. Instead the
+ * primary context is retained (for as long as the map lives: the IPC
+ * mapping belongs to it) and pushed on the thread's context stack, and the
+ * pop puts back exactly what was current, nothing included.
+ */
+struct dev_ctx {
+	void *ctx; /* retained primary context; NULL when falling back */
+	int cudev;
+	int saved_dev; /* fallback only */
+};
+
+static int ctx_retain(int dev, struct dev_ctx *c)
+{
+	int r;
+
+	pthread_once(&drv_once, drv_load);
+	memset(c, 0, sizeof(*c));
+	if (!drv_ok)
+		return 0;
+	r = drv.dev_get(&c->cudev, dev);
+	if (!r)
+		r = drv.retain(&c->ctx, c->cudev);
+	if (r) {
+		c->ctx = NULL;
+		return set_err(-ENODEV,
+			       "cuDevicePrimaryCtxRetain of device %d: CUresult %d",
+			       dev, r);
+	}
+	return 0;
+}
+
+static void ctx_release(struct dev_ctx *c)
+{
+	if (c->ctx)
+		drv.release(c->cudev);
+	c->ctx = NULL;
+}
+
+/* Make @c current on this thread until ctx_leave(). */
+static int ctx_enter(struct dev_ctx *c, int dev)
+{
+	cudaError_t e;
+	int r;
+
+	if (c->ctx) {
+		r = drv.push(c->ctx);
+		return r ? set_err(-EIO, "cuCtxPushCurrent: CUresult %d", r) :
+			   0;
+	}
+	/* Without the driver calls: the old way, which may leave a context
+	 * on the caller's device. */
+	e = cudaGetDevice(&c->saved_dev);
+	if (e == cudaSuccess && c->saved_dev != dev)
 		e = cudaSetDevice(dev);
 	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaSetDevice");
 }
 
-static void restore_device(int dev, int saved)
+static void ctx_leave(struct dev_ctx *c, int dev)
 {
-	if (saved != dev)
-		cudaSetDevice(saved);
+	void *popped;
+
+	if (c->ctx)
+		drv.pop(&popped);
+	else if (c->saved_dev != dev)
+		cudaSetDevice(c->saved_dev);
 }
 
 static int map_cuda(struct tfs_map *m, const struct tfs_ioc_export *ex)
 {
+	struct dev_ctx c;
 	cudaIpcMemHandle_t h;
 	int cur, dev = -1, rc;
 	cudaError_t e;
 	void *p;
 
 	_Static_assert(sizeof(h) == sizeof(ex->handle), "IPC handle size");
+	/* Only a hint for which device to try first: creates nothing. */
 	e = cudaGetDevice(&cur);
 	if (e != cudaSuccess)
 		return cuda_fail(e, "cudaGetDevice");
 	rc = find_device(ex->uuid, cur, &dev);
 	if (rc)
 		return rc;
-	rc = with_device(dev, &cur);
+	rc = ctx_retain(dev, &c);
 	if (rc)
 		return rc;
+	rc = ctx_enter(&c, dev);
+	if (rc) {
+		ctx_release(&c);
+		return rc;
+	}
 	memcpy(&h, ex->handle, sizeof(h));
 	/* Lazy peer access lets kernels on the caller's other GPUs reach it. */
 	e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-	restore_device(dev, cur);
-	if (e != cudaSuccess)
-		return cuda_fail(e, "cudaIpcOpenMemHandle");
+	ctx_leave(&c, dev);
+	if (e != cudaSuccess) {
+		const char *hint = NULL;
+
+		switch (e) {
+		case cudaErrorDevicesUnavailable:
+			hint = "the GPU is in exclusive-process compute mode and tierfs holds it";
+			break;
+		case cudaErrorDeviceUninitialized:
+			hint = "the handle was exported by this very process";
+			break;
+		default:
+			hint = "CUDA IPC needs this process and tierfs in one PID namespace (containers: --pid=host --ipc=host), on the same GPU or MIG instance";
+			break;
+		}
+		ctx_release(&c);
+		return cuda_fail_hint(e, "cudaIpcOpenMemHandle", hint);
+	}
 	m->device = dev;
 	m->base = p;
 	m->ptr = (char *)p + ex->offset;
+	m->cuctx = c.ctx;
+	m->cudev = c.cudev;
 	return 0;
 }
 
 static int unmap_cuda(struct tfs_map *m)
 {
+	struct dev_ctx c = { .ctx = m->cuctx, .cudev = m->cudev };
 	cudaError_t e;
-	int cur, rc;
+	int rc;
 
-	rc = with_device(m->device, &cur);
-	if (rc)
+	rc = ctx_enter(&c, m->device);
+	if (rc) {
+		ctx_release(&c);
 		return rc;
+	}
 	e = cudaIpcCloseMemHandle(m->base);
-	restore_device(m->device, cur);
+	ctx_leave(&c, m->device);
+	ctx_release(&c);
+	m->cuctx = NULL;
 	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaIpcCloseMemHandle");
 }
 
 static int sync_cuda(struct tfs_map *m)
 {
+	struct dev_ctx c = { .ctx = m->cuctx, .cudev = m->cudev };
 	cudaError_t e;
-	int cur, rc;
+	int rc;
 
-	rc = with_device(m->device, &cur);
+	rc = ctx_enter(&c, m->device);
 	if (rc)
 		return rc;
 	e = cudaDeviceSynchronize();
-	restore_device(m->device, cur);
+	ctx_leave(&c, m->device);
 	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaDeviceSynchronize");
 }
 #else
@@ -281,8 +434,12 @@ static int sync_cuda(struct tfs_map *m)
 }
 #endif
 
-/* Undo the mapping only; the lease and fd stay. */
-static int unmap(struct tfs_map *m)
+/*
+ * Undo the mapping only; the lease and fd stay. In a child after fork()
+ * (@owner false) a CUDA map is left alone: a forked child cannot call
+ * CUDA, and the mapping it would close is its parent's.
+ */
+static int unmap(struct tfs_map *m, bool owner)
 {
 	int rc = 0;
 
@@ -291,7 +448,7 @@ static int unmap(struct tfs_map *m)
 	if (m->handle_type == TFS_HANDLE_SHM) {
 		if (munmap(m->base, m->map_len) < 0)
 			rc = -errno;
-	} else if (m->handle_type == TFS_HANDLE_CUDA_IPC) {
+	} else if (m->handle_type == TFS_HANDLE_CUDA_IPC && owner) {
 		rc = unmap_cuda(m);
 	}
 	m->base = NULL;
@@ -305,6 +462,12 @@ static void map_reset(struct tfs_map *m)
 	memset(m, 0, sizeof(*m));
 	m->fd = -1;
 	m->device = -1;
+}
+
+/* Was @m opened by this process (and not inherited through fork)? */
+static bool map_owner(const struct tfs_map *m)
+{
+	return m->pid == (int)getpid();
 }
 
 int tfs_map_open(const char *path, int flags, struct tfs_map *out)
@@ -335,6 +498,7 @@ int tfs_map_open(const char *path, int flags, struct tfs_map *out)
 	}
 	out->fd = fd;
 	out->flags = flags;
+	out->pid = (int)getpid();
 	out->length = (size_t)ex.length;
 	out->handle_type = (int)ex.handle_type;
 	out->generation = ex.generation;
@@ -371,6 +535,10 @@ int tfs_map_commit(struct tfs_map *m)
 		return -EBADF;
 	if (!(m->flags & TFS_MAP_WRITE))
 		return set_err(-EBADF, "commit: the map is read-only");
+	if (!map_owner(m))
+		return set_err(-EBADF, "commit: the map belongs to process %d, "
+			       "not this one (after fork only the parent may "
+			       "commit)", m->pid);
 	if (m->handle_type == TFS_HANDLE_CUDA_IPC) {
 		rc = sync_cuda(m);
 		if (rc)
@@ -383,17 +551,27 @@ int tfs_map_commit(struct tfs_map *m)
 
 int tfs_map_close(struct tfs_map *m)
 {
+	bool owner;
 	int rc, rc2;
 
 	clear_err();
 	if (m->fd < 0)
 		return 0;
-	/* Unmap before the release: once the lease is gone the buffer may
-	 * move and its memory be freed under a live mapping. */
-	rc = unmap(m);
-	rc2 = release_lease(m->fd);
-	if (!rc)
-		rc = rc2;
+	owner = map_owner(m);
+	/*
+	 * Unmap before the release: once the lease is gone the buffer may
+	 * move and its memory be freed under a live mapping. A child after
+	 * fork() shares its parent's open file, so its release would end the
+	 * parent's lease under the parent's live mapping: a child only
+	 * closes its own descriptor, which ends nothing while the parent
+	 * keeps its own.
+	 */
+	rc = unmap(m, owner);
+	if (owner) {
+		rc2 = release_lease(m->fd);
+		if (!rc)
+			rc = rc2;
+	}
 	if (close(m->fd) < 0 && !rc)
 		rc = -errno;
 	map_reset(m);

@@ -16,11 +16,23 @@
  *
  * Every function returns 0 or a negative errno. CUDA failures become -EIO,
  * or -ENODEV when no device matches or none is usable; tfs_strerror() then
- * names the CUDA error. A build without CUDA answers a CUDA export with
- * -ENOTSUP.
+ * names the CUDA error and, where it can, the likely cause (another PID
+ * namespace, MIG instance or compute mode). A build without CUDA answers a
+ * CUDA export with -ENOTSUP.
+ *
+ * CUDA contexts: the library works in the primary context of m.device,
+ * which it retains while the map is open, and leaves the calling thread's
+ * current context (or lack of one) and current device as they were: it
+ * never creates a context on a GPU the map is not on.
  *
  * Thread safety: distinct maps may be used from different threads at once;
  * one map must not be used by two threads at once.
+ *
+ * fork: a map belongs to the process that opened it. A child inherits the
+ * descriptor that holds the lease (not the CUDA mapping, which a forked
+ * child cannot use); in the child tfs_map_close() only closes that
+ * descriptor (and unmaps the child's copy of a shm map), leaving the
+ * parent's map and lease alone, and tfs_map_commit() returns -EBADF.
  *
  * Link with `pkg-config --cflags --libs tierfs`.
  */
@@ -53,6 +65,9 @@ struct tfs_map {
 	int flags;
 	void *base; /* what was mapped: ptr - offset */
 	size_t map_len; /* bytes mmap'd (shm) */
+	int pid; /* the process that opened the map */
+	int cudev; /* CUdevice of cuctx */
+	void *cuctx; /* the primary context retained for the map (CUDA) */
 };
 
 /*
@@ -86,7 +101,8 @@ int tfs_map_commit(struct tfs_map *m);
  * (TFS_IOC_RELEASE) and close the file. Always frees everything; returns
  * the first error met. Closing a closed map (fd -1) is a no-op returning 0.
  * Uncommitted writes through the map may be lost when the buffer moves
- * later: commit first.
+ * later: commit first. In a child after fork, only closes the child's
+ * descriptor (see above).
  */
 int tfs_map_close(struct tfs_map *m);
 

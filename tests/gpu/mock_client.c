@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The client tests/gpu/mock_export.bats drives against a daemon linked with
+ * tests/gpu/cuda_mock.c, with the mock preloaded into this process too, so
+ * that "device" memory mapped through CUDA IPC is readable from the CPU.
+ *
+ *   mock_client window PATH NEEDLE   map PATH read-only and look for the
+ *                                    bytes of the local file NEEDLE in the
+ *                                    whole 2 MiB block around the mapping:
+ *                                    "window clean" or "window holds NEEDLE
+ *                                    at +OFFSET"; then "tail zero" when
+ *                                    the block past the file's end holds
+ *                                    only zeroes, else "tail dirty at +N"
+ *   mock_client forkclose PATH       map PATH, fork; the child calls
+ *                                    tfs_map_close() and exits; print
+ *                                    "child exit N" and "ready", wait for
+ *                                    SIGTERM, check the map still reads,
+ *                                    close, print "closed"
+ *
+ * Exit status: 0 when the command ran, 1 on a failure (reason on stderr).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "libtierfs.h"
+
+#define BLOCK ((uintptr_t)2 << 20)
+
+static void die(const char *what, int rc)
+{
+	fprintf(stderr, "mock_client: %s: %s\n", what, tfs_strerror(rc));
+	exit(1);
+}
+
+static size_t read_file(const char *path, unsigned char *buf, size_t max)
+{
+	size_t got = 0;
+	ssize_t n;
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0)
+		die(path, -errno);
+	while (got < max && (n = read(fd, buf + got, max - got)) > 0)
+		got += (size_t)n;
+	close(fd);
+	return got;
+}
+
+static int cmd_window(const char *path, const char *needle_path)
+{
+	unsigned char needle[4096];
+	const unsigned char *win, *hit;
+	size_t nlen = read_file(needle_path, needle, sizeof(needle));
+	struct tfs_map m;
+	int rc;
+
+	if (nlen < 64) {
+		fprintf(stderr, "mock_client: %s: too short to look for\n",
+			needle_path);
+		return 1;
+	}
+	rc = tfs_map_open(path, TFS_MAP_READ, &m);
+	if (rc)
+		die("tfs_map_open", rc);
+	if (m.handle_type != TFS_HANDLE_CUDA_IPC)
+		die("not a CUDA IPC map", -ENOTSUP);
+	/* What a kernel of the importer could reach: the driver maps the
+	 * whole 2 MiB block, at a 2 MiB-aligned address. */
+	win = (const unsigned char *)((uintptr_t)m.ptr & ~(BLOCK - 1));
+	hit = memmem(win, BLOCK, needle, nlen);
+	if (hit)
+		printf("window holds %s at +%zu\n", needle_path,
+		       (size_t)(hit - win));
+	else
+		printf("window clean\n");
+	/* Past the file's end, up to the block's: nothing left by an
+	 * earlier allocation (the mock fills fresh memory with 0xa5). */
+	{
+		const unsigned char *t = (const unsigned char *)m.ptr + m.length;
+		const unsigned char *end = win + BLOCK;
+
+		while (t < end && !*t)
+			t++;
+		if (t < end)
+			printf("tail dirty at +%zu\n", (size_t)(t - win));
+		else
+			printf("tail zero\n");
+	}
+	rc = tfs_map_close(&m);
+	if (rc)
+		die("tfs_map_close", rc);
+	return 0;
+}
+
+static volatile sig_atomic_t stop;
+
+static void on_term(int sig)
+{
+	stop = 1;
+}
+
+static int cmd_forkclose(const char *path)
+{
+	struct tfs_map m;
+	volatile unsigned char first;
+	int rc, status;
+	pid_t pid;
+
+	rc = tfs_map_open(path, TFS_MAP_READ, &m);
+	if (rc)
+		die("tfs_map_open", rc);
+	signal(SIGTERM, on_term);
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		die("fork", -errno);
+	if (pid == 0) {
+		/* What a Python multiprocessing or DataLoader worker does
+		 * when it tidies up what it inherited. */
+		rc = tfs_map_close(&m);
+		if (rc)
+			fprintf(stderr, "mock_client: child: tfs_map_close: %s\n",
+				tfs_strerror(rc));
+		_exit(rc ? 1 : 0);
+	}
+	if (waitpid(pid, &status, 0) != pid)
+		die("waitpid", -errno);
+	printf("child exit %d\nready\n",
+	       WIFEXITED(status) ? WEXITSTATUS(status) : 128);
+	fflush(stdout);
+	while (!stop)
+		pause();
+	if (m.length)
+		first = *(volatile unsigned char *)m.ptr;
+	(void)first;
+	rc = tfs_map_close(&m);
+	if (rc)
+		die("tfs_map_close", rc);
+	printf("closed\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && !strcmp(argv[1], "window"))
+		return cmd_window(argv[2], argv[3]);
+	if (argc == 3 && !strcmp(argv[1], "forkclose"))
+		return cmd_forkclose(argv[2]);
+	fprintf(stderr, "usage: mock_client window PATH NEEDLE | forkclose PATH\n");
+	return 2;
+}
