@@ -263,7 +263,7 @@ void tfs_atime_note_locked(struct tfs_inode *i)
 	int mode = atomic_load(&atime_mode);
 	struct timespec now;
 
-	if (mode == ATIME_NOATIME)
+	if (mode == ATIME_NOATIME || (tfs_fsflags(i) & TFS_FL_NOATIME))
 		return;
 	if (S_ISDIR(i->mode) && atomic_load(&atime_nodir))
 		return;

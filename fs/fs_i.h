@@ -19,6 +19,7 @@
 #define FUSE_USE_VERSION 312
 
 #include <fuse_lowlevel.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -78,6 +79,21 @@ struct tfs_dentry {
 /* flags */
 #define TFS_I_DIRTY 0x1u /* written since the buffer was last registered */
 
+/*
+ * The chattr flags tierfs keeps, in i->fsflags: the FS_*_FL values of
+ * <linux/fs.h> (which clashes with <sys/mount.h>, so fileattr.c checks that
+ * they agree), the set tmpfs allows. FUSE never gives its inodes S_IMMUTABLE
+ * or S_APPEND, so none of the kernel's checks for them run: the daemon
+ * makes them, as notify_change(), may_delete(), may_open() and vfs_link()
+ * would.
+ */
+#define TFS_FL_IMMUTABLE 0x00000010u
+#define TFS_FL_APPEND 0x00000020u
+#define TFS_FL_NODUMP 0x00000040u
+#define TFS_FL_NOATIME 0x00000080u
+#define TFS_FL_USER (TFS_FL_IMMUTABLE | TFS_FL_APPEND | TFS_FL_NODUMP | \
+		     TFS_FL_NOATIME)
+
 struct tfs_inode {
 	struct tfs_inode *hnext; /* ino hash chain, then the reap list */
 	uint64_t ino;
@@ -87,6 +103,13 @@ struct tfs_inode {
 	uint32_t mode;
 	uint32_t uid, gid;
 	uint32_t flags;
+	/*
+	 * TFS_FL_* (chattr). Written under ns_lock; read without it where the
+	 * kernel already orders the two: it holds the inode lock across
+	 * fileattr_set and across every write, truncate and open with
+	 * O_TRUNC of the inode.
+	 */
+	_Atomic uint32_t fsflags;
 	uint64_t rdev;
 	struct timespec atime, mtime, ctime;
 	union {
@@ -97,6 +120,29 @@ struct tfs_inode {
 	struct tfs_xattr *xattrs;
 	uint32_t xattr_bytes;
 };
+
+static inline uint32_t tfs_fsflags(const struct tfs_inode *i)
+{
+	return atomic_load_explicit(&i->fsflags, memory_order_relaxed);
+}
+
+/* -EPERM when @i is immutable: nothing of it may change. */
+static inline int tfs_deny_immutable(const struct tfs_inode *i)
+{
+	return tfs_fsflags(i) & TFS_FL_IMMUTABLE ? -EPERM : 0;
+}
+
+/*
+ * -EPERM when @i is immutable or append-only: what the kernel refuses to
+ * both (a name removed or added, a truncate, chmod, chown, set times,
+ * an xattr change). An append-only file may still grow by O_APPEND
+ * writes; an append-only directory may still gain entries.
+ */
+static inline int tfs_deny_sealed(const struct tfs_inode *i)
+{
+	return tfs_fsflags(i) & (TFS_FL_IMMUTABLE | TFS_FL_APPEND) ? -EPERM :
+								     0;
+}
 
 /* One open regular file: fi->fh. */
 struct tfs_file {
@@ -220,6 +266,17 @@ void tfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		  size_t size);
 void tfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
 void tfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+
+/*
+ * fileattr.c: FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_IOC_FSGETXATTR and
+ * FS_IOC_FSSETXATTR, which the kernel sends for chattr and lsattr on a
+ * file or directory it opened for the purpose (@flags may carry
+ * FUSE_IOCTL_DIR). tfs_fileattr_cmd() says whether @cmd is one of them;
+ * tfs_fileattr_ioctl() replies.
+ */
+bool tfs_fileattr_cmd(unsigned int cmd);
+void tfs_fileattr_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,
+			const void *in_buf, size_t in_bufsz, size_t out_bufsz);
 
 /* ioctl.c */
 void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,

@@ -15,6 +15,10 @@
  * permissions, is what is wrong. A move changes where the file lives for
  * everyone, so it needs write permission on the file, as setting
  * user.tierfs.tier does (the kernel checks that one): EACCES otherwise.
+ *
+ * A commit, an alloc or a write export of an immutable or append-only file
+ * gets EPERM: each rewrites bytes in place. A move or a pin does not change
+ * a byte and is allowed.
  */
 #include <errno.h>
 #include <string.h>
@@ -78,6 +82,9 @@ static int ioc_export(fuse_req_t req, struct tfs_file *f, const void *in,
 	writable = a.flags & TFS_EXPORT_WRITE;
 	if (!f->readable || (writable && !f->writable))
 		return -EBADF;
+	/* A GPU writes anywhere in the buffer: not an append. */
+	if (writable && tfs_deny_sealed(f->inode))
+		return -EPERM;
 	memset(out, 0, sizeof(*out));
 	out->version = TFS_ABI_VERSION;
 	out->flags = a.flags;
@@ -118,6 +125,8 @@ static int ioc_commit(struct tfs_file *f, const void *in)
 		return rc;
 	if (!all_zero(a.reserved, sizeof(a.reserved)))
 		return -EINVAL;
+	if (tfs_deny_sealed(f->inode))
+		return -EPERM;
 	rc = tier_buf_commit(f->inode->buf, f->owner);
 	if (rc < 0)
 		return rc;
@@ -138,6 +147,8 @@ static int ioc_alloc(struct tfs_file *f, const void *in)
 		return -EINVAL;
 	if (!f->writable)
 		return -EBADF;
+	if (tfs_deny_sealed(f->inode))
+		return -EPERM;
 	rc = tier_buf_alloc_device(f->inode->buf, a.size);
 	if (rc < 0)
 		return rc;
@@ -202,6 +213,11 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	bool inval = false;
 	int rc;
 
+	/* chattr and lsattr reach directories too. */
+	if (tfs_fileattr_cmd(cmd)) {
+		tfs_fileattr_ioctl(req, ino, cmd, in_buf, in_bufsz, out_bufsz);
+		return;
+	}
 	switch (cmd) {
 	case TFS_IOC_EXPORT:
 	case TFS_IOC_RELEASE:

@@ -204,6 +204,26 @@ static void set_time(struct timespec *dst, const struct timespec *src,
 	*dst = now ? *ts_now : *src;
 }
 
+/*
+ * notify_change() for an immutable or append-only inode: the first takes
+ * no change at all; the second only setting its times to now (touch).
+ */
+static int check_setattr(const struct tfs_inode *i, int to_set)
+{
+	bool set_times = ((to_set & FUSE_SET_ATTR_ATIME) &&
+			  !(to_set & FUSE_SET_ATTR_ATIME_NOW)) ||
+			 ((to_set & FUSE_SET_ATTR_MTIME) &&
+			  !(to_set & FUSE_SET_ATTR_MTIME_NOW));
+
+	if (to_set && tfs_deny_immutable(i))
+		return -EPERM;
+	if ((set_times || (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE |
+				     FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))) &&
+	    tfs_deny_sealed(i))
+		return -EPERM;
+	return 0;
+}
+
 static void tfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			int to_set, struct fuse_file_info *fi)
 {
@@ -214,6 +234,11 @@ static void tfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 
 	if (!i) {
 		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	rc = check_setattr(i, to_set);
+	if (rc) {
+		fuse_reply_err(req, -rc);
 		return;
 	}
 	if (to_set & FUSE_SET_ATTR_SIZE) {
@@ -306,6 +331,9 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		rc = -EEXIST;
 		goto out_unlock;
 	}
+	rc = tfs_deny_immutable(p);
+	if (rc)
+		goto out_unlock;
 	if (p->mode & S_ISGID) {
 		gid = p->gid;
 		if (S_ISDIR(mode))
@@ -447,6 +475,8 @@ static void tfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		rc = -EPERM;
 	else if (!i->nlink)
 		rc = -ENOENT;
+	else if (tfs_deny_sealed(i) || tfs_deny_immutable(p))
+		rc = -EPERM;
 	else if (i->nlink >= UINT32_MAX - 1)
 		rc = -EMLINK;
 	else if (tfs_dentry_find_locked(p, newname, len))
@@ -509,6 +539,12 @@ static int remove_entry(fuse_ino_t parent, const char *name, bool dir)
 		goto out;
 	}
 	i = d->inode;
+	/* may_delete(): nothing leaves an append-only directory. */
+	rc = tfs_deny_sealed(p);
+	if (!rc)
+		rc = tfs_deny_sealed(i);
+	if (rc)
+		goto out;
 	if (dir && !S_ISDIR(i->mode)) {
 		rc = -ENOTDIR;
 		goto out;
@@ -568,6 +604,9 @@ static int rename_exchange_locked(struct tfs_inode *op, struct tfs_dentry *sd,
 {
 	struct tfs_inode *a = sd->inode, *b = dd->inode;
 
+	if (tfs_deny_sealed(op) || tfs_deny_sealed(np) || tfs_deny_sealed(a) ||
+	    tfs_deny_sealed(b))
+		return -EPERM;
 	if (S_ISDIR(a->mode) && in_subtree_locked(np, a))
 		return -EINVAL;
 	if (S_ISDIR(b->mode) && in_subtree_locked(op, b))
@@ -633,6 +672,13 @@ static int do_rename(fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 	/* Two names of one inode: POSIX says do nothing. */
 	if (dd && dd->inode == src)
 		goto out;
+	/* may_delete() of the source, and of the victim when there is one. */
+	if (tfs_deny_sealed(op) || tfs_deny_sealed(src) ||
+	    tfs_deny_immutable(np) ||
+	    (dd && (tfs_deny_sealed(np) || tfs_deny_sealed(dd->inode)))) {
+		rc = -EPERM;
+		goto out;
+	}
 	if (S_ISDIR(src->mode) && in_subtree_locked(np, src)) {
 		rc = -EINVAL;
 		goto out;
@@ -756,6 +802,20 @@ static void tfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 }
 
+/* may_open(): an immutable file opens read-only, an append-only one
+ * read-only or for O_APPEND, and neither with O_TRUNC. */
+static int check_open(const struct tfs_inode *i, int flags)
+{
+	bool writing = (flags & O_ACCMODE) != O_RDONLY;
+
+	if ((writing || (flags & O_TRUNC)) && tfs_deny_immutable(i))
+		return -EPERM;
+	if (((writing && !(flags & O_APPEND)) || (flags & O_TRUNC)) &&
+	    tfs_deny_sealed(i))
+		return -EPERM;
+	return 0;
+}
+
 static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct tfs_inode *i = iget(ino);
@@ -768,6 +828,11 @@ static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (!S_ISREG(i->mode)) {
 		fuse_reply_err(req, S_ISDIR(i->mode) ? EISDIR : ENXIO);
+		return;
+	}
+	rc = check_open(i, fi->flags);
+	if (rc) {
+		fuse_reply_err(req, -rc);
 		return;
 	}
 	f = file_new(i, fi->flags);
@@ -862,13 +927,30 @@ static void tfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	fuse_reply_buf(req, buf, (size_t)n);
 }
 
+/* An append-only file takes a write through O_APPEND at its end only. */
+static bool append_at_end(struct tfs_inode *i, int flags, off_t off)
+{
+	return (flags & O_APPEND) && (uint64_t)off == tier_buf_size(i->buf);
+}
+
 static void tfs_write(fuse_req_t req, fuse_ino_t ino, const char *data,
 		      size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
 	struct tfs_inode *i = f->inode;
+	uint32_t fl = tfs_fsflags(i);
 	ssize_t n;
 
+	/*
+	 * fi->flags are the file's flags at the time of this write, so an
+	 * O_APPEND cleared by fcntl() shows. A write from a shared mapping
+	 * (which the kernel would have refused to set up) fails here.
+	 */
+	if ((fl & TFS_FL_IMMUTABLE) ||
+	    ((fl & TFS_FL_APPEND) && !append_at_end(i, fi->flags, off))) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
 	n = tier_buf_write(i->buf, data, size, off);
 	if (n < 0) {
 		fuse_reply_err(req, (int)-n);
@@ -1004,6 +1086,12 @@ static void tfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
 	int rc;
 
+	/* vfs_fallocate(): an append-only file may only be extended. */
+	if (tfs_deny_immutable(f->inode) ||
+	    ((mode & ~FALLOC_FL_KEEP_SIZE) && tfs_deny_sealed(f->inode))) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
 	if (mode) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
@@ -1040,6 +1128,10 @@ static void tfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	if (tfs_deny_sealed(dst->inode)) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
 	if (len > TFS_COPY_MAX)
 		len = TFS_COPY_MAX;
 	n = tier_buf_copy(dst->inode->buf, (uint64_t)off_out,
@@ -1062,6 +1154,7 @@ static unsigned int read_ahead_bytes;
 static void tfs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	const unsigned int want = FUSE_CAP_ASYNC_READ |
+				  FUSE_CAP_IOCTL_DIR |
 				  FUSE_CAP_PARALLEL_DIROPS |
 				  FUSE_CAP_READDIRPLUS |
 				  FUSE_CAP_READDIRPLUS_AUTO |
@@ -1070,12 +1163,13 @@ static void tfs_init(void *userdata, struct fuse_conn_info *conn)
 
 	conn->want |= want & conn->capable;
 	/*
-	 * No ioctls on directories; the kernel, not tierfs, clears set-id
+	 * Directories take chattr and lsattr, and no other ioctl (see
+	 * tfs_ioctl); the kernel, not tierfs, clears set-id
 	 * bits on write (it sends the mode change as a setattr); no
 	 * writeback cache (see set_open_flags); no splice, since every byte
 	 * is copied out of the store anyway.
 	 */
-	conn->want &= ~(FUSE_CAP_IOCTL_DIR | FUSE_CAP_HANDLE_KILLPRIV |
+	conn->want &= ~(FUSE_CAP_HANDLE_KILLPRIV |
 			FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_SPLICE_READ |
 			FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 	conn->max_write = TFS_IO_MAX;

@@ -13,6 +13,10 @@
  * system.* answers ENODATA, as for a file without labels or ACLs (the
  * kernel asks for security.capability on every write); sets fail with
  * EOPNOTSUPP, which cp and tar report once or ignore.
+ *
+ * An immutable or append-only inode keeps its user.* names (EPERM, as
+ * xattr_permission() says), but its tier and pin may still change: they
+ * move bytes, they do not change one.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -181,7 +185,9 @@ static int user_set(struct tfs_inode *i, const char *name, const char *value,
 
 	tfs_ns_lock();
 	pp = xattr_find_locked(i, name, nlen);
-	if (pp && (flags & XATTR_CREATE)) {
+	if (tfs_deny_sealed(i)) {
+		rc = -EPERM;
+	} else if (pp && (flags & XATTR_CREATE)) {
 		rc = -EEXIST;
 	} else if (!pp && (flags & XATTR_REPLACE)) {
 		rc = -ENODATA;
@@ -287,6 +293,8 @@ void tfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	i = tfs_inode_get_locked(ino);
 	if (!i) {
 		err = ENOENT;
+	} else if (tfs_deny_sealed(i)) {
+		err = EPERM;
 	} else {
 		pp = xattr_find_locked(i, name, strlen(name));
 		if (!pp) {
