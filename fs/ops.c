@@ -622,17 +622,38 @@ static int rename_exchange_locked(struct tfs_inode *op, struct tfs_dentry *sd,
 	return 0;
 }
 
-static int do_rename(fuse_ino_t parent, const char *name, fuse_ino_t newparent,
-		     const char *newname, unsigned int flags)
+/*
+ * RENAME_WHITEOUT leaves in the old name what overlayfs takes for a
+ * deleted lower file: a character device 0:0 with mode 0, owned as mknod
+ * would make it (shmem_whiteout() does the same).
+ */
+static struct tfs_inode *whiteout_new_locked(fuse_req_t req,
+					     const struct tfs_inode *dir)
 {
-	struct tfs_inode *op, *np, *src, *victim, *reap = NULL;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct tfs_inode *w;
+
+	w = tfs_inode_new_locked(S_IFCHR, ctx->uid,
+				 dir->mode & S_ISGID ? dir->gid : ctx->gid,
+				 0 /* WHITEOUT_DEV */, NULL);
+	if (w)
+		w->nlink = 1;
+	return w;
+}
+
+static int do_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     fuse_ino_t newparent, const char *newname,
+		     unsigned int flags)
+{
+	struct tfs_inode *op, *np, *src, *victim, *wh = NULL, *reap = NULL;
 	struct tfs_dentry *sd, *dd;
 	size_t len, nlen;
 	int rc;
 
-	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT))
 		return -EINVAL;
-	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+	if ((flags & RENAME_EXCHANGE) &&
+	    (flags & (RENAME_NOREPLACE | RENAME_WHITEOUT)))
 		return -EINVAL;
 	rc = check_name(name, &len);
 	if (!rc)
@@ -697,19 +718,35 @@ static int do_rename(fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 			goto out;
 	}
 	/*
-	 * Add the new name before anything is torn down, so that running out
-	 * of memory leaves the tree as it was. Until the victim's dentry goes
-	 * the name is in the table twice; removal is by pointer, and nothing
-	 * else can look in between.
+	 * Add the new name (and make the whiteout) before anything is torn
+	 * down, so that running out of memory leaves the tree as it was.
+	 * Until the victim's dentry goes the name is in the table twice;
+	 * removal is by pointer, and nothing else can look in between.
 	 */
+	if (flags & RENAME_WHITEOUT) {
+		wh = whiteout_new_locked(req, op);
+		if (!wh) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
 	rc = tfs_dentry_add_locked(np, newname, nlen, src);
-	if (rc)
+	if (rc) {
+		if (wh) {
+			wh->nlink = 0;
+			tfs_inode_check_locked(wh, &reap);
+		}
 		goto out;
+	}
 	if (victim) {
 		tfs_dentry_del_locked(dd);
 		drop_link_locked(np, victim, &reap);
 	}
-	tfs_dentry_del_locked(sd);
+	/* The whiteout takes over the old name, and its readdir place. */
+	if (wh)
+		sd->inode = wh;
+	else
+		tfs_dentry_del_locked(sd);
 	reparent_locked(src, op, np);
 	tfs_touch_locked(src, false);
 	tfs_touch_locked(op, true);
@@ -724,7 +761,7 @@ static void tfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		       fuse_ino_t newparent, const char *newname,
 		       unsigned int flags)
 {
-	fuse_reply_err(req, -do_rename(parent, name, newparent, newname,
+	fuse_reply_err(req, -do_rename(req, parent, name, newparent, newname,
 				       flags));
 }
 

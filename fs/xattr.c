@@ -9,12 +9,22 @@
  * pin or read-only counters onto the copy: at best an EPERM on every file,
  * at worst a pin nobody asked for. Tools that know them ask by name.
  *
- * Namespaces other than user hold nothing here. A get of security.* or
- * system.* answers ENODATA, as for a file without labels or ACLs (the
- * kernel asks for security.capability on every write); sets fail with
- * EOPNOTSUPP, which cp and tar report once or ignore.
+ * trusted.* names are stored as user.* ones are: overlayfs keeps its
+ * whiteouts' opaque marks and redirects there, and refuses an upper
+ * directory on a FUSE filesystem that cannot hold them. Only CAP_SYS_ADMIN
+ * gets or sets them, and the kernel checks that before it asks
+ * (xattr_permission()); it does not filter listxattr for FUSE, so the
+ * daemon lists trusted.* names to callers with fsuid 0 only, which is
+ * what overlayfs calls in as. A daemon-side check of the capability
+ * itself would see the caller's own credentials, not the mounter's that
+ * overlayfs borrows.
  *
- * An immutable or append-only inode keeps its user.* names (EPERM, as
+ * Other namespaces hold nothing here. A get of security.* or system.*
+ * answers ENODATA, as for a file without labels or ACLs (the kernel asks
+ * for security.capability on every write); sets fail with EOPNOTSUPP,
+ * which cp and tar report once or ignore.
+ *
+ * An immutable or append-only inode keeps its stored names (EPERM, as
  * xattr_permission() says), but its tier and pin may still change: they
  * move bytes, they do not change one.
  */
@@ -29,10 +39,18 @@
 #include "fs/fs_i.h"
 
 #define USER_PREFIX "user."
+#define TRUSTED_PREFIX "trusted."
 
 static bool has_prefix(const char *s, const char *prefix)
 {
 	return !strncmp(s, prefix, strlen(prefix));
+}
+
+/* The namespaces stored on the inode (user.tierfs.* aside). */
+static bool is_stored_ns(const char *name)
+{
+	return has_prefix(name, USER_PREFIX) ||
+	       has_prefix(name, TRUSTED_PREFIX);
 }
 
 static bool is_quiet_ns(const char *name)
@@ -128,7 +146,7 @@ void tfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct tfs_inode *i;
 	ssize_t len;
 
-	if (!has_prefix(name, USER_PREFIX)) {
+	if (!is_stored_ns(name)) {
 		fuse_reply_err(req, is_quiet_ns(name) ? ENODATA : EOPNOTSUPP);
 		return;
 	}
@@ -221,7 +239,7 @@ void tfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct tfs_inode *i;
 	int rc;
 
-	if (!has_prefix(name, USER_PREFIX)) {
+	if (!is_stored_ns(name)) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
@@ -237,8 +255,16 @@ void tfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	fuse_reply_err(req, rc < 0 ? -rc : 0);
 }
 
+/* Whether listxattr shows @x to the caller (see the top of the file). */
+static bool listed(const struct tfs_xattr *x, bool trusted)
+{
+	return trusted || strncmp(x->data, TRUSTED_PREFIX,
+				  sizeof(TRUSTED_PREFIX) - 1);
+}
+
 void tfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+	bool trusted = fuse_req_ctx(req)->uid == 0;
 	char *buf = tfs_reply_buf();
 	struct tfs_xattr *x;
 	struct tfs_inode *i;
@@ -254,13 +280,17 @@ void tfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	if (!i) {
 		err = ENOENT;
 	} else {
-		for (x = i->xattrs; x; x = x->next)
-			len += x->nlen + 1u;
+		for (x = i->xattrs; x; x = x->next) {
+			if (listed(x, trusted))
+				len += x->nlen + 1u;
+		}
 		if (size && len > size) {
 			err = ERANGE;
 		} else if (size) {
 			len = 0;
 			for (x = i->xattrs; x; x = x->next) {
+				if (!listed(x, trusted))
+					continue;
 				memcpy(buf + len, x->data, x->nlen + 1u);
 				len += x->nlen + 1u;
 			}
@@ -281,7 +311,7 @@ void tfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	struct tfs_inode *i;
 	int err = 0;
 
-	if (!has_prefix(name, USER_PREFIX)) {
+	if (!is_stored_ns(name)) {
 		fuse_reply_err(req, is_quiet_ns(name) ? ENODATA : EOPNOTSUPP);
 		return;
 	}
