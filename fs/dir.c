@@ -206,6 +206,7 @@ void tfs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (ents[k].inode) {
 			tfs_stat_data(ents[k].inode, &ents[k].st);
 			e.ino = ents[k].inode->ino;
+			e.generation = ents[k].inode->generation;
 			e.attr_timeout = tfs.attr_timeout;
 			e.entry_timeout = tfs.entry_timeout;
 		}

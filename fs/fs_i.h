@@ -97,6 +97,13 @@ struct tfs_dentry {
 struct tfs_inode {
 	struct tfs_inode *hnext; /* ino hash chain, then the reap list */
 	uint64_t ino;
+	/*
+	 * With ino, what a file handle names (name_to_handle_at, NFS): never
+	 * the same twice for one ino, in this daemon or another, so that a
+	 * handle of a file that is gone fails with ESTALE even if its number
+	 * comes back. 0 for the root, as the kernel's root inode has.
+	 */
+	uint32_t generation;
 	uint64_t nlookup; /* kernel references, see forget */
 	uint32_t nopen; /* open files */
 	uint32_t nlink;
@@ -171,6 +178,7 @@ struct tfs_fs {
 	/* Open files: an unmount ends the session without their releases. */
 	struct tfs_file files; /* ns_lock */
 	uint64_t next_ino; /* ns_lock */
+	uint32_t next_generation; /* ns_lock; starts at random */
 	atomic_uint_fast64_t next_owner;
 	double entry_timeout, attr_timeout;
 };

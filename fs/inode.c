@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/fs_i.h"
@@ -216,6 +218,8 @@ struct tfs_inode *tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid,
 		i->buf = buf;
 	}
 	i->ino = tfs.next_ino++;
+	if (i->ino != FUSE_ROOT_ID)
+		i->generation = tfs.next_generation++;
 	i->mode = mode;
 	i->uid = uid;
 	i->gid = gid;
@@ -460,6 +464,14 @@ int tfs_ns_init(void)
 	if (rc)
 		goto out_inodes;
 	tfs.next_ino = FUSE_ROOT_ID;
+	/*
+	 * Inode numbers start again at 2 in every daemon: the generations
+	 * must not, or a handle kept from an earlier mount would open the
+	 * file that now has its number.
+	 */
+	if (getrandom(&tfs.next_generation, sizeof(tfs.next_generation),
+		      GRND_NONBLOCK) != sizeof(tfs.next_generation))
+		tfs.next_generation = (uint32_t)time(NULL) ^ (uint32_t)getpid();
 	root = tfs_inode_new_locked(S_IFDIR | 0755, getuid(), getgid(), 0,
 				    NULL);
 	if (!root) {

@@ -103,11 +103,36 @@ static void reply_entry(fuse_req_t req, struct tfs_inode *i,
 
 	memset(&e, 0, sizeof(e));
 	e.ino = i->ino;
+	e.generation = i->generation;
 	e.attr = *st;
 	e.attr_timeout = tfs.attr_timeout;
 	e.entry_timeout = tfs.entry_timeout;
 	if (fuse_reply_entry(req, &e))
 		forget_one(i);
+}
+
+/*
+ * "." and ".." come only from the kernel's export code: "." of any inode
+ * when a file handle names one it no longer caches (open_by_handle_at,
+ * nfsd), ".." of a directory to reconnect it. An inode without a name is
+ * gone for a handle, though it may live on for its last open file: that
+ * file would keep the kernel's inode cached, which then never asks.
+ */
+static struct tfs_inode *lookup_dots_locked(struct tfs_inode *p,
+					    const char *name, int *err)
+{
+	/* A removed directory's parent pointer may be stale. */
+	if (!p->nlink) {
+		*err = ENOENT;
+		return NULL;
+	}
+	if (!strcmp(name, "."))
+		return p;
+	if (!S_ISDIR(p->mode)) {
+		*err = ENOTDIR;
+		return NULL;
+	}
+	return p->dir->parent;
 }
 
 static void tfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -126,6 +151,18 @@ static void tfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	tfs_ns_lock();
 	p = tfs_inode_get_locked(parent);
+	if (p && name[0] == '.' &&
+	    (len == 1 || (len == 2 && name[1] == '.'))) {
+		int err = 0;
+
+		i = lookup_dots_locked(p, name, &err);
+		if (!i) {
+			tfs_ns_unlock();
+			fuse_reply_err(req, err);
+			return;
+		}
+		goto found;
+	}
 	if (!p || !S_ISDIR(p->mode)) {
 		tfs_ns_unlock();
 		fuse_reply_err(req, p ? ENOTDIR : ENOENT);
@@ -142,6 +179,7 @@ static void tfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	i = d->inode;
+found:
 	i->nlookup++;
 	tfs_stat_locked(i, &st);
 	tfs_ns_unlock();
@@ -825,6 +863,7 @@ static void tfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	set_open_flags(fi, f);
 	memset(&e, 0, sizeof(e));
 	e.ino = i->ino;
+	e.generation = i->generation;
 	e.attr = st;
 	e.attr_timeout = tfs.attr_timeout;
 	e.entry_timeout = tfs.entry_timeout;
@@ -1191,6 +1230,7 @@ static unsigned int read_ahead_bytes;
 static void tfs_init(void *userdata, struct fuse_conn_info *conn)
 {
 	const unsigned int want = FUSE_CAP_ASYNC_READ |
+				  FUSE_CAP_EXPORT_SUPPORT |
 				  FUSE_CAP_IOCTL_DIR |
 				  FUSE_CAP_PARALLEL_DIROPS |
 				  FUSE_CAP_READDIRPLUS |

@@ -22,17 +22,18 @@ tfs_setup() {
 	export TFS_TMP MNT SPILL LOG
 }
 
-# tfs_mount [-o opts]...: start the daemon in the foreground, in the
-# background, and wait until the mount answers.
+# tfs_mount [-o opts]... [-d]: start the daemon in the foreground, in the
+# background, and wait until the mount answers. -d logs every request.
 tfs_mount() {
-	local opts="disk_path=$SPILL"
+	local opts="disk_path=$SPILL" debug=
 	while [ $# -gt 0 ]; do
 		case $1 in
 		-o) opts="$opts,$2"; shift 2 ;;
+		-d) debug=-d; shift ;;
 		*) opts="$opts,$1"; shift ;;
 		esac
 	done
-	"$TIERFS_BIN" "$MNT" -f -o "$opts" 2>"$LOG" &
+	"$TIERFS_BIN" "$MNT" -f $debug -o "$opts" 2>"$LOG" &
 	TFS_PID=$!
 	export TFS_PID
 	local i
