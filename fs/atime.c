@@ -17,6 +17,15 @@
  *     "mount -o remount,noatime" through mount.fuse3 and tierfs_remount()).
  * A bind mount of the same filesystem elsewhere with other flags is not
  * seen: requests do not say which mount they came through.
+ *
+ * Read-only is the exception: "mount -o remount,ro" makes the superblock
+ * read-only (tfs_remount() reconfigures it with fspick/fsconfig, as
+ * mount(2) with MS_REMOUNT would, then sets the mount's own flag), so the
+ * kernel refuses every write through any mount of it with EROFS, and the
+ * watcher takes the superblock's "ro" from mountinfo into the stats. The
+ * ioctls that rewrite bytes need a descriptor open for writing, which a
+ * read-only filesystem neither gives nor lets stay open across the
+ * remount (EBUSY).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +42,12 @@ enum { ATIME_RELATIME, ATIME_NOATIME, ATIME_STRICT };
 /* What the daemon does now: read without a lock on every access. */
 static atomic_int atime_mode = ATIME_RELATIME;
 static atomic_bool atime_nodir;
+static atomic_bool sb_readonly;
+
+bool tfs_readonly(void)
+{
+	return atomic_load(&sb_readonly);
+}
 
 /*
  * The options, in order, as changes to the mount's flags for
@@ -104,6 +119,28 @@ static void adopt(uint64_t attr)
 	atomic_store(&atime_nodir, !!(attr & MOUNT_ATTR_NODIRATIME));
 }
 
+/* Whether the comma-separated @opts hold @name. */
+static bool opts_have(const char *opts, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (;;) {
+		if (!strncmp(opts, name, n) && (opts[n] == ',' || !opts[n]))
+			return true;
+		opts = strchr(opts, ',');
+		if (!opts)
+			return false;
+		opts++;
+	}
+}
+
+static void adopt_readonly(bool ro)
+{
+	if (atomic_exchange(&sb_readonly, ro) != ro)
+		tfs_notice("the filesystem is now %s",
+			   ro ? "read-only" : "read-write");
+}
+
 /* mountinfo's per-mount options as MOUNT_ATTR_ bits (atime ones only). */
 static uint64_t parse_flags(const char *opts)
 {
@@ -170,6 +207,7 @@ static void *watch_main(void *arg)
 	if (tfs_mountinfo_find(NULL, id, &mi))
 		return NULL;
 	seen = parse_flags(mi.mnt_opts);
+	adopt_readonly(opts_have(mi.sb_opts, "ro"));
 
 	pfd[0].fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
 	if (pfd[0].fd < 0) {
@@ -194,6 +232,7 @@ static void *watch_main(void *arg)
 			continue;
 		if (tfs_mountinfo_find(NULL, id, &mi))
 			continue; /* unmounted: stop will come */
+		adopt_readonly(opts_have(mi.sb_opts, "ro"));
 		if (parse_flags(mi.mnt_opts) == seen)
 			continue;
 		seen = parse_flags(mi.mnt_opts);
@@ -210,6 +249,8 @@ int tfs_atime_start(const char *mountpoint)
 	int rc;
 
 	adopt(want.attr_set);
+	/* libfuse passed -o ro on to mount(2). */
+	atomic_store(&sb_readonly, !!(want.attr_set & MOUNT_ATTR_RDONLY));
 	watch_path = strdup(mountpoint);
 	if (!watch_path)
 		return -ENOMEM;
@@ -276,9 +317,29 @@ void tfs_atime_note_locked(struct tfs_inode *i)
 	i->atime = now;
 }
 
+/*
+ * The superblock's read-only flag, alone: reconfigure_super() refuses to
+ * make it read-only (EBUSY) while a file is open for writing through any
+ * mount of it, and fuse_reconfigure() takes no other change.
+ */
+static int set_sb_readonly(const char *mountpoint, bool ro)
+{
+	int fd, rc = 0;
+
+	fd = fspick(AT_FDCWD, mountpoint, FSPICK_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fsconfig(fd, FSCONFIG_SET_FLAG, ro ? "ro" : "rw", NULL, 0) ||
+	    fsconfig(fd, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0))
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
 int tfs_remount(const char *mountpoint)
 {
 	struct tfs_mountinfo mi;
+	bool ro = want.attr_set & MOUNT_ATTR_RDONLY;
 	int rc;
 
 	rc = tfs_mountinfo_find(mountpoint, 0, &mi);
@@ -289,6 +350,21 @@ int tfs_remount(const char *mountpoint)
 	}
 	if (!want.attr_clr)
 		return 0;
+	if (want.attr_clr & MOUNT_ATTR_RDONLY) {
+		rc = set_sb_readonly(mountpoint, ro);
+		if (rc == -EBUSY && ro) {
+			fprintf(stderr, "tierfs: %s: cannot remount read-only: "
+					"files are open for writing\n",
+				mountpoint);
+			return rc;
+		}
+		if (rc) {
+			fprintf(stderr, "tierfs: %s: cannot remount %s: %s\n",
+				mountpoint, ro ? "read-only" : "read-write",
+				strerror(-rc));
+			return rc;
+		}
+	}
 	if (mount_setattr(AT_FDCWD, mountpoint, 0, &want, sizeof(want))) {
 		rc = -errno;
 		fprintf(stderr, "tierfs: %s: cannot remount: %s\n", mountpoint,

@@ -161,6 +161,10 @@ static bool parse_mountinfo(char *line, struct tfs_mountinfo *mi,
 		return false;
 	snprintf(mi->fstype, sizeof(mi->fstype), "%s", tok);
 	snprintf(mi->mnt_opts, sizeof(mi->mnt_opts), "%s", fields[5]);
+	/* fstype, source, super options */
+	tok = strtok_r(NULL, " \n", &save);
+	tok = tok ? strtok_r(NULL, " \n", &save) : NULL;
+	snprintf(mi->sb_opts, sizeof(mi->sb_opts), "%s", tok ? tok : "");
 	unescape(fields[4]);
 	*point = fields[4];
 	return true;
@@ -253,8 +257,10 @@ size_t tfs_daemon_stats(char *buf, size_t len)
 	int n;
 
 	pthread_mutex_lock(&reload_lock);
-	n = snprintf(buf, len, "pid=%ld\nreloads=%" PRIu64 "\nreload_error=%s\n",
-		     (long)getpid(), reloads, reload_error);
+	n = snprintf(buf, len,
+		     "pid=%ld\nreloads=%" PRIu64 "\nreload_error=%s\n"
+		     "read_only=%d\n",
+		     (long)getpid(), reloads, reload_error, tfs_readonly());
 	pthread_mutex_unlock(&reload_lock);
 	return n > 0 ? (size_t)n : 0;
 }

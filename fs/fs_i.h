@@ -253,10 +253,17 @@ void tfs_atime_note_locked(struct tfs_inode *i);
 /*
  * -o remount (mount.fuse3 runs "tierfs SOURCE MNT -o remount,..."): apply
  * the per-mount flag options given to the tierfs mount at @mountpoint,
- * whose daemon then follows them. Prints why on failure; returns 0 or
- * -errno.
+ * whose daemon then follows them; ro and rw change the superblock too.
+ * Prints why on failure; returns 0 or -errno.
  */
 int tfs_remount(const char *mountpoint);
+/*
+ * Whether the superblock is read-only, as the daemon last saw it (-o ro,
+ * or a remount), for the stats. The kernel itself refuses every write
+ * with EROFS then, and refuses to go read-only while a file is open for
+ * writing, which every TFS_IOC_* that rewrites bytes needs. No lock.
+ */
+bool tfs_readonly(void);
 
 /* dir.c */
 void tfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
@@ -304,6 +311,7 @@ struct tfs_mountinfo {
 	int id;
 	unsigned int major, minor;
 	char mnt_opts[256]; /* per-mount options: "rw,nosuid,relatime" */
+	char sb_opts[256]; /* the superblock's: "ro,user_id=0,..." */
 	char fstype[64]; /* "fuse.tierfs" */
 };
 
