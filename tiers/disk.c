@@ -13,6 +13,14 @@
  * per chunk (its slot's used length and encoding), inline for buffers of up
  * to two chunks, so that a million small spilled buffers stay cheap.
  *
+ * Persistent mounts: once an object holds a committed version (the one the
+ * metadata journal names), chunk i no longer sits in slot i by rule. A slot
+ * table says where each chunk of the current version is, and a write of a
+ * chunk whose slot the committed version uses goes to a free slot instead,
+ * so that the committed bytes stay intact until a newer version is
+ * committed. Objects without a committed version, which is every object of
+ * a non-persistent mount, have no table and keep slot = index.
+ *
  * Scratch buffers are per thread, allocated on first use and freed at thread
  * exit: the FUSE workers and the pool threads each own one, and concurrent
  * reads of one object share nothing but the descriptor (pread only).
@@ -44,6 +52,8 @@
 #define CHUNK_VERSION 1
 #define MAX_CHUNK_SIZE (64u << 20)
 #define MAX_POOL_THREADS 15
+/* Chunks written at once without an allocation for their bookkeeping. */
+#define SMALL_BATCH 16
 
 enum chunk_enc {
 	ENC_NONE = 0, /* in meta only: chunk absent */
@@ -66,6 +76,9 @@ struct chunk_hdr {
 
 #define HDR ((uint32_t)sizeof(struct chunk_hdr))
 _Static_assert(sizeof(struct chunk_hdr) == 32, "chunk header is 32 bytes");
+
+/* One chunk in tier_dobj_map(): index, slot, meta word. */
+#define DOBJ_MAP_ENTRY 12
 
 /* meta word: slot bytes used (header + stored) in the low 30 bits, the
  * encoding in the top two; 0 is an absent chunk. */
@@ -98,6 +111,7 @@ struct tier_disk {
 	int basefd; /* where the spill directory is: disk_path, or private */
 	int dirfd; /* the spill directory */
 	int lockfd; /* its lock file, held while the daemon lives */
+	bool persistent; /* kept at destroy; see tier_disk_init_persistent() */
 	const char *name; /* the spill directory's name in basefd, in dir */
 	uint32_t chunk_size;
 	enum cfg_compression compression;
@@ -109,14 +123,34 @@ struct tier_disk {
 	char dir[];
 };
 
+/*
+ * Where the chunks of an object with a committed version are. Bit s of
+ * used: slot s holds a chunk of the current version; of pin: of the
+ * committed one. A slot in neither is free (and a hole in the file).
+ */
+struct dobj_cow {
+	uint32_t *slot; /* [scap] the current version's chunk i is in slot[i] */
+	uint32_t scap;
+	uint32_t *cmeta, *cslot; /* [ccap] the committed version's */
+	uint32_t ccap;
+	uint64_t *used, *pin; /* [nwords] */
+	uint32_t nwords;
+	uint32_t hint; /* no free slot below this */
+	uint64_t extra; /* bytes of pinned slots the current version left */
+};
+
 struct tier_dobj {
-	int fd; /* -1 past the descriptor budget: opened for each call */
+	/* -1: opened for each call; kept once the descriptor budget allows
+	 * (objects adopted at start open nothing until first used). Set
+	 * with a compare-and-swap: concurrent readers may race to open. */
+	int fd;
 	uint32_t cap; /* meta entries */
 	uint64_t stored;
 	union {
 		uint32_t inl[2];
 		uint32_t *arr;
 	} meta;
+	struct dobj_cow *cow; /* NULL until a version is committed */
 	char path[];
 };
 
@@ -318,6 +352,111 @@ static uint32_t meta_total(uint32_t m)
 	return m & META_LEN_MASK;
 }
 
+static bool bit_get(const uint64_t *bits, uint32_t nwords, uint64_t s)
+{
+	return s / 64 < nwords && (bits[s / 64] >> (s % 64) & 1);
+}
+
+static void bit_put(uint64_t *bits, uint64_t s, bool on)
+{
+	if (on)
+		bits[s / 64] |= 1ull << (s % 64);
+	else
+		bits[s / 64] &= ~(1ull << (s % 64));
+}
+
+/* Room in both bitmaps for slot @s. */
+static int cow_bits_grow(struct dobj_cow *c, uint64_t s)
+{
+	uint64_t need = s / 64 + 1, n = c->nwords ? c->nwords : 1;
+	uint64_t *u, *p;
+
+	if (need <= c->nwords)
+		return 0;
+	while (n < need)
+		n *= 2;
+	if (n > UINT32_MAX / 64)
+		return -EFBIG;
+	u = realloc(c->used, n * sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	c->used = u;
+	p = realloc(c->pin, n * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	c->pin = p;
+	memset(u + c->nwords, 0, (n - c->nwords) * sizeof(*u));
+	memset(p + c->nwords, 0, (n - c->nwords) * sizeof(*p));
+	c->nwords = (uint32_t)n;
+	return 0;
+}
+
+static int cow_slots_grow(struct dobj_cow *c, uint64_t n)
+{
+	uint32_t *a;
+
+	if (n <= c->scap)
+		return 0;
+	a = realloc(c->slot, n * sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	memset(a + c->scap, 0, (n - c->scap) * sizeof(*a));
+	c->slot = a;
+	c->scap = (uint32_t)n;
+	return 0;
+}
+
+static void cow_free(struct dobj_cow *c)
+{
+	if (!c)
+		return;
+	free(c->slot);
+	free(c->cmeta);
+	free(c->cslot);
+	free(c->used);
+	free(c->pin);
+	free(c);
+}
+
+static uint64_t slot_of(const struct tier_dobj *o, uint64_t idx)
+{
+	return o->cow ? o->cow->slot[idx] : idx;
+}
+
+/* A free slot for chunk @idx: its own index when free, which keeps the
+ * layout of an unmodified file what it was, else the lowest free one.
+ * Marks it used. */
+static int cow_alloc(struct dobj_cow *c, uint64_t idx, uint32_t *out)
+{
+	uint64_t s;
+	int rc;
+
+	if (idx < UINT32_MAX && !bit_get(c->used, c->nwords, idx) &&
+	    !bit_get(c->pin, c->nwords, idx)) {
+		s = idx;
+	} else {
+		for (s = c->hint; s < UINT32_MAX; s++) {
+			if (s / 64 < c->nwords &&
+			    (c->used[s / 64] | c->pin[s / 64]) == ~0ull) {
+				s |= 63;
+				continue;
+			}
+			if (!bit_get(c->used, c->nwords, s) &&
+			    !bit_get(c->pin, c->nwords, s))
+				break;
+		}
+		if (s >= UINT32_MAX)
+			return -EFBIG;
+		c->hint = (uint32_t)s + 1;
+	}
+	rc = cow_bits_grow(c, s);
+	if (rc)
+		return rc;
+	bit_put(c->used, s, true);
+	*out = (uint32_t)s;
+	return 0;
+}
+
 /* Room for chunks 0..@n-1. Only called with the object's writers
  * serialised, so no reader runs meanwhile. */
 static int meta_grow(struct tier_dobj *o, uint64_t n)
@@ -346,7 +485,7 @@ static int meta_grow(struct tier_dobj *o, uint64_t n)
 	}
 	o->meta.arr = arr;
 	o->cap = (uint32_t)cap;
-	return 0;
+	return o->cow ? cow_slots_grow(o->cow, cap) : 0;
 }
 
 static off_t chunk_off(const struct tier_disk *d, uint64_t idx)
@@ -386,12 +525,12 @@ static bool all_zero(const void *buf, size_t len)
 	return !acc;
 }
 
-static int obj_fd_get(struct tier_disk *d, const struct tier_dobj *o)
+static int obj_fd_get(struct tier_disk *d, struct tier_dobj *o)
 {
-	int fd;
+	int fd = __atomic_load_n(&o->fd, __ATOMIC_ACQUIRE), other = -1;
 
-	if (o->fd >= 0)
-		return o->fd;
+	if (fd >= 0)
+		return fd;
 	fd = openat(d->dirfd, o->path + d->dirlen + 1,
 		    O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
@@ -401,12 +540,23 @@ static int obj_fd_get(struct tier_disk *d, const struct tier_dobj *o)
 			strerror(err));
 		return -err;
 	}
+	/* Keep it while the budget allows; a reader that lost the race to
+	 * another uses the winner's. */
+	if (__atomic_sub_fetch(&d->fd_budget, 1, __ATOMIC_RELAXED) >= 0) {
+		if (__atomic_compare_exchange_n(&o->fd, &other, fd, false,
+						__ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			return fd;
+		close(fd);
+		fd = other;
+	}
+	__atomic_add_fetch(&d->fd_budget, 1, __ATOMIC_RELAXED);
 	return fd;
 }
 
-static void obj_fd_put(const struct tier_dobj *o, int fd)
+static void obj_fd_put(struct tier_dobj *o, int fd)
 {
-	if (fd != o->fd)
+	if (fd != __atomic_load_n(&o->fd, __ATOMIC_ACQUIRE))
 		close(fd);
 }
 
@@ -505,12 +655,13 @@ static uint32_t hdr_crc(const struct chunk_hdr *h)
 /* --- chunks --- */
 
 /*
- * Encode and write chunk @idx whose slot held @old (a meta word). Sets
- * *@meta to the new meta word. Leaves no trace of @old on failure.
+ * Encode and write chunk @idx into @slot, which held @old (a meta word; 0
+ * for a free slot). Sets *@meta to the new meta word. Leaves no trace of
+ * @old on failure.
  */
 static int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
-		       uint64_t idx, const void *src, size_t len, uint32_t old,
-		       uint32_t *meta)
+		       uint64_t idx, uint64_t slot, const void *src,
+		       size_t len, uint32_t old, uint32_t *meta)
 {
 	struct chunk_hdr *h;
 	struct scratch *s;
@@ -518,7 +669,7 @@ static int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
 	const void *data = src;
 	uint32_t stored = 0;
 	int enc, cnt = 1, rc;
-	off_t off = chunk_off(d, idx);
+	off_t off = chunk_off(d, slot);
 
 	if (off < 0)
 		return -EFBIG;
@@ -639,6 +790,8 @@ static const char *hdr_check(const struct tier_disk *d,
 static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 		      uint64_t idx, uint32_t m, char *out, size_t lo, size_t n)
 {
+	/* The header names the chunk, not the slot: a stale slot of another
+	 * chunk fails the index check. */
 	uint32_t enc = m >> META_ENC_SHIFT, total = meta_total(m);
 	uint32_t stored = total - HDR, raw;
 	const struct chunk_hdr *h;
@@ -646,7 +799,7 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 	struct scratch *s;
 	struct iovec iov[2];
 	struct chunk_hdr hb;
-	off_t off = chunk_off(d, idx);
+	off_t off = chunk_off(d, slot_of(o, idx));
 	int rc;
 
 	if (enc == ENC_RAW && lo == 0 && n >= stored) {
@@ -752,6 +905,7 @@ struct write_job {
 	uint64_t first;
 	const void *const *srcs;
 	const size_t *lens;
+	const uint32_t *old; /* per item: what its slot held, 0 when free */
 	int err; /* first failure; atomic */
 };
 
@@ -763,8 +917,8 @@ static void write_item(struct pool_job *job, size_t i)
 	int rc, zero = 0;
 
 	/* Items write different meta words and different slots. */
-	rc = chunk_store(w->d, w->o, w->fd, idx, w->srcs[i], w->lens[i],
-			 meta[idx], &nm);
+	rc = chunk_store(w->d, w->o, w->fd, idx, slot_of(w->o, idx),
+			 w->srcs[i], w->lens[i], w->old[i], &nm);
 	meta[idx] = rc < 0 ? 0 : nm;
 	if (rc < 0)
 		__atomic_compare_exchange_n(&w->err, &zero, rc, false,
@@ -815,6 +969,8 @@ static void read_item(struct pool_job *job, size_t i)
  */
 
 #define SPILL_PREFIX "tierfs."
+/* Not SPILL_PREFIX: the stale-directory sweep must never match it. */
+#define PERSIST_PREFIX "tierfs-persist."
 #define LOCK_NAME "lock"
 
 int tier_private_dir_open(int parent, const char *name,
@@ -1128,9 +1284,92 @@ out_dir:
 	return rc;
 }
 
-int tier_disk_init(struct tier_disk **out, const char *path, const char *tag,
-		   uint32_t chunk_size, enum cfg_compression compression,
-		   char *err, size_t errlen)
+bool tier_disk_name_valid(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (!n || n > 64 || name[0] == '.')
+		return false;
+	return strspn(name, "abcdefghijklmnopqrstuvwxyz"
+			    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+/*
+ * Open or create the persistent directory tierfs-persist.<@pname> under
+ * d->basefd (@base_path, for messages) and take its lock, writing our pid
+ * into it for whoever is refused next.
+ */
+static int open_persist_dir(struct tier_disk *d, const char *base_path,
+			    const char *pname, char *name, size_t namelen,
+			    char *err, size_t errlen)
+{
+	char buf[32];
+	struct stat st;
+	ssize_t n;
+	int rc;
+
+	snprintf(name, namelen, PERSIST_PREFIX "%s", pname);
+	d->dirfd = tier_private_dir_open(d->basefd, name, TIER_PDIR_CREATE);
+	if (d->dirfd == -EPERM) {
+		snprintf(err, errlen, "spill directory '%s/%s' is not a "
+			 "private directory of uid %u (a directory of that "
+			 "user, mode 0700, not a symlink): refusing it",
+			 base_path, name, (unsigned int)geteuid());
+		return -EPERM;
+	}
+	if (d->dirfd < 0) {
+		snprintf(err, errlen, "cannot open spill directory '%s/%s': "
+			 "%s", base_path, name, strerror(-d->dirfd));
+		return d->dirfd;
+	}
+	d->lockfd = openat(d->dirfd, LOCK_NAME,
+			   O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (d->lockfd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot open '%s/%s/" LOCK_NAME "': %s",
+			 base_path, name, strerror(-rc));
+		goto out_dir;
+	}
+	if (fstat(d->lockfd, &st) || !S_ISREG(st.st_mode) ||
+	    st.st_uid != geteuid()) {
+		snprintf(err, errlen, "'%s/%s/" LOCK_NAME "' is not a regular "
+			 "file of uid %u: refusing the directory", base_path,
+			 name, (unsigned int)geteuid());
+		rc = -EPERM;
+		goto out_lock;
+	}
+	if (flock(d->lockfd, LOCK_EX | LOCK_NB)) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		n = pread(d->lockfd, buf, sizeof(buf) - 1, 0);
+		buf[n > 0 ? n : 0] = '\0';
+		buf[strcspn(buf, "\n")] = '\0';
+		if (rc == -EBUSY)
+			snprintf(err, errlen, "spill directory '%s/%s' is in "
+				 "use by another tierfs%s%s%s", base_path, name,
+				 buf[0] ? " (pid " : "", buf, buf[0] ? ")" : "");
+		else
+			snprintf(err, errlen, "cannot lock '%s/%s/" LOCK_NAME
+				 "': %s", base_path, name, strerror(-rc));
+		goto out_lock;
+	}
+	n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
+	if (ftruncate(d->lockfd, 0) || pwrite(d->lockfd, buf, (size_t)n, 0) != n)
+		tfs_warn("cannot write the pid into '%s/%s/" LOCK_NAME "': %s",
+			 base_path, name, strerror(errno));
+	return 0;
+
+out_lock:
+	close(d->lockfd);
+out_dir:
+	close(d->dirfd);
+	return rc;
+}
+
+/* tier_disk_init() with @pname NULL, else tier_disk_init_persistent(). */
+static int disk_init(struct tier_disk **out, const char *path,
+		     const char *tag, const char *pname, uint32_t chunk_size,
+		     enum cfg_compression compression, char *err,
+		     size_t errlen)
 {
 	char sub[64], name[NAME_MAX + 1], base_path[PATH_MAX];
 	struct tier_disk *d;
@@ -1143,10 +1382,14 @@ int tier_disk_init(struct tier_disk **out, const char *path, const char *tag,
 			 chunk_size);
 		return -EINVAL;
 	}
-	if (strlen(tag) > 64 || strchr(tag, '/')) {
-		snprintf(err, errlen, "bad spill directory tag '%s'", tag);
+	if (pname ? !tier_disk_name_valid(pname) :
+		    strlen(tag) > 64 || strchr(tag, '/')) {
+		snprintf(err, errlen, "bad spill directory name '%s'",
+			 pname ? pname : tag);
 		return -EINVAL;
 	}
+	if (pname)
+		tag = pname;
 	/* The longest name below: "/" sub "/" "tierfs." tag "." 16 hex. */
 	len = snprintf(NULL, 0, "%s/%s/" SPILL_PREFIX "%s.%016x", path,
 		       "tierfs-4294967295.0123456789abcdef", tag, 0);
@@ -1176,11 +1419,19 @@ int tier_disk_init(struct tier_disk **out, const char *path, const char *tag,
 	else
 		snprintf(base_path, sizeof(base_path), "%s", path);
 	remove_stale_all(d->basefd, base_path);
-	rc = create_spill_dir(d, tag, name, sizeof(name));
-	if (rc < 0) {
-		snprintf(err, errlen, "cannot create a spill directory in "
-			 "'%s': %s", base_path, strerror(-rc));
-		goto out_base;
+	if (pname) {
+		rc = open_persist_dir(d, base_path, pname, name, sizeof(name),
+				      err, errlen);
+		if (rc < 0)
+			goto out_base;
+		d->persistent = true;
+	} else {
+		rc = create_spill_dir(d, tag, name, sizeof(name));
+		if (rc < 0) {
+			snprintf(err, errlen, "cannot create a spill directory "
+				 "in '%s': %s", base_path, strerror(-rc));
+			goto out_base;
+		}
 	}
 	d->dirlen = (size_t)snprintf(d->dir, (size_t)len + 1, "%s/%s",
 				     base_path, name);
@@ -1205,12 +1456,101 @@ out_free:
 	return rc;
 }
 
+int tier_disk_init(struct tier_disk **out, const char *path, const char *tag,
+		   uint32_t chunk_size, enum cfg_compression compression,
+		   char *err, size_t errlen)
+{
+	return disk_init(out, path, tag, NULL, chunk_size, compression, err,
+			 errlen);
+}
+
+int tier_disk_init_persistent(struct tier_disk **out, const char *path,
+			      const char *name, uint32_t chunk_size,
+			      enum cfg_compression compression, char *err,
+			      size_t errlen)
+{
+	return disk_init(out, path, NULL, name, chunk_size, compression, err,
+			 errlen);
+}
+
+bool tier_disk_persistent(const struct tier_disk *d)
+{
+	return d->persistent;
+}
+
+int tier_disk_dirfd(const struct tier_disk *d)
+{
+	return d->dirfd;
+}
+
+int tier_disk_list(struct tier_disk *d, uint64_t **ids, size_t *n)
+{
+	size_t cap = 0;
+	struct dirent *e;
+	DIR *dir;
+	int fd;
+
+	*ids = NULL;
+	*n = 0;
+	fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dir = fd < 0 ? NULL : fdopendir(fd);
+	if (!dir) {
+		int rc = -errno;
+
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	while ((e = readdir(dir))) {
+		char *end;
+		uint64_t id;
+
+		/* Only the names tier_dobj_create() makes: no sign, no
+		 * leading zero. */
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		errno = 0;
+		id = strtoull(e->d_name, &end, 10);
+		if (errno || *end)
+			continue;
+		if (*n == cap) {
+			uint64_t *a;
+
+			cap = cap ? cap * 2 : 1024;
+			a = realloc(*ids, cap * sizeof(*a));
+			if (!a) {
+				closedir(dir);
+				free(*ids);
+				*ids = NULL;
+				*n = 0;
+				return -ENOMEM;
+			}
+			*ids = a;
+		}
+		(*ids)[(*n)++] = id;
+	}
+	closedir(dir);
+	return 0;
+}
+
+void tier_disk_remove(struct tier_disk *d, uint64_t id)
+{
+	char name[24];
+
+	snprintf(name, sizeof(name), "%" PRIu64, id);
+	if (unlinkat(d->dirfd, name, 0) && errno != ENOENT)
+		tfs_warn("cannot remove spill file '%s/%s': %s", d->dir, name,
+			 strerror(errno));
+}
+
 void tier_disk_destroy(struct tier_disk *d)
 {
 	if (!d)
 		return;
 	pool_stop(&d->pool);
-	if (!empty_dir(d->dirfd, d->dir) &&
+	if (d->persistent) {
+		/* Kept for the next mount; closing drops the lock. */
+	} else if (!empty_dir(d->dirfd, d->dir) &&
 	    unlinkat(d->basefd, d->name, AT_REMOVEDIR))
 		tfs_warn("cannot remove '%s': %s", d->dir, strerror(errno));
 	close(d->dirfd);
@@ -1271,6 +1611,20 @@ int tier_dobj_create(struct tier_disk *d, uint64_t id, struct tier_dobj **out)
 	return 0;
 }
 
+void tier_dobj_close(struct tier_disk *d, struct tier_dobj *o)
+{
+	if (!o)
+		return;
+	if (o->fd >= 0) {
+		close(o->fd);
+		__atomic_add_fetch(&d->fd_budget, 1, __ATOMIC_RELAXED);
+	}
+	if (o->cap > 2)
+		free(o->meta.arr);
+	cow_free(o->cow);
+	free(o);
+}
+
 void tier_dobj_destroy(struct tier_disk *d, struct tier_dobj *o)
 {
 	if (!o)
@@ -1278,13 +1632,110 @@ void tier_dobj_destroy(struct tier_disk *d, struct tier_dobj *o)
 	if (unlinkat(d->dirfd, o->path + d->dirlen + 1, 0) && errno != ENOENT)
 		tfs_warn("cannot remove spill file '%s': %s", o->path,
 			 strerror(errno));
-	if (o->fd >= 0) {
-		close(o->fd);
-		__atomic_add_fetch(&d->fd_budget, 1, __ATOMIC_RELAXED);
+	tier_dobj_close(d, o);
+}
+
+/* Whether @m is a meta word a chunk of this disk tier can have. */
+static bool meta_valid(const struct tier_disk *d, uint32_t m)
+{
+	uint32_t enc = m >> META_ENC_SHIFT, total = meta_total(m);
+
+	if (total < HDR)
+		return false;
+	switch (enc) {
+	case ENC_ZERO:
+		return total == HDR;
+	case ENC_RAW:
+		return total - HDR <= d->chunk_size;
+	case ENC_LZ4:
+		return total - HDR <=
+		       (uint32_t)LZ4_compressBound((int)d->chunk_size);
+	default:
+		return false;
 	}
-	if (o->cap > 2)
-		free(o->meta.arr);
-	free(o);
+}
+
+int tier_dobj_adopt(struct tier_disk *d, uint64_t id, uint64_t size,
+		    const void *map, size_t len, struct tier_dobj **out)
+{
+	uint64_t nchunks = (size + d->chunk_size - 1) / d->chunk_size;
+	const char *p = map;
+	struct tier_dobj *o;
+	struct dobj_cow *c;
+	uint32_t n, *meta;
+	int64_t prev = -1;
+	int rc = -EINVAL;
+
+	if (len < 4)
+		return -EINVAL;
+	memcpy(&n, p, 4);
+	n = le32toh(n);
+	if (len != 4 + (size_t)n * DOBJ_MAP_ENTRY || nchunks > UINT32_MAX)
+		return -EINVAL;
+	o = calloc(1, sizeof(*o) + d->dirlen + 22);
+	c = calloc(1, sizeof(*c));
+	if (!o || !c) {
+		free(o);
+		free(c);
+		return -ENOMEM;
+	}
+	snprintf(o->path, d->dirlen + 22, "%s/%" PRIu64, d->dir, id);
+	o->fd = -1;
+	o->cap = 2;
+	o->cow = c;
+	if (n) {
+		uint32_t last;
+
+		memcpy(&last, p + 4 + (size_t)(n - 1) * DOBJ_MAP_ENTRY, 4);
+		last = le32toh(last);
+		if ((uint64_t)last >= nchunks)
+			goto out_free;
+		rc = meta_grow(o, (uint64_t)last + 1);
+		if (rc)
+			goto out_free;
+	}
+	if ((rc = cow_slots_grow(c, o->cap)))
+		goto out_free;
+	rc = -EINVAL;
+	meta = meta_of(o);
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t e[3];
+
+		memcpy(e, p + 4 + (size_t)k * DOBJ_MAP_ENTRY, sizeof(e));
+		e[0] = le32toh(e[0]);
+		e[1] = le32toh(e[1]);
+		e[2] = le32toh(e[2]);
+		if ((int64_t)e[0] <= prev || e[1] == UINT32_MAX ||
+		    chunk_off(d, e[1]) < 0 || !meta_valid(d, e[2]))
+			goto out_free;
+		if (cow_bits_grow(c, e[1])) {
+			rc = -ENOMEM;
+			goto out_free;
+		}
+		if (bit_get(c->used, c->nwords, e[1]))
+			goto out_free; /* two chunks in one slot */
+		prev = e[0];
+		meta[e[0]] = e[2];
+		c->slot[e[0]] = e[1];
+		bit_put(c->used, e[1], true);
+		bit_put(c->pin, e[1], true);
+		o->stored += meta_total(e[2]);
+	}
+	c->cmeta = malloc(o->cap * sizeof(*c->cmeta));
+	c->cslot = malloc(o->cap * sizeof(*c->cslot));
+	if (!c->cmeta || !c->cslot) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	memcpy(c->cmeta, meta, o->cap * sizeof(*meta));
+	memcpy(c->cslot, c->slot, o->cap * sizeof(*c->slot));
+	c->ccap = o->cap;
+	*out = o;
+	return 0;
+
+out_free:
+	tier_dobj_close(d, o);
+	return rc;
 }
 
 int tier_dobj_write_chunk(struct tier_disk *d, struct tier_dobj *o,
@@ -1307,7 +1758,8 @@ int tier_dobj_write_chunks(struct tier_disk *d, struct tier_dobj *o,
 		.srcs = srcs,
 		.lens = lens,
 	};
-	uint32_t *meta;
+	uint32_t old_small[SMALL_BATCH], *old = old_small, *meta;
+	struct dobj_cow *c = o->cow;
 	int rc;
 
 	if (!n)
@@ -1320,21 +1772,59 @@ int tier_dobj_write_chunks(struct tier_disk *d, struct tier_dobj *o,
 	rc = meta_grow(o, first_idx + n);
 	if (rc < 0)
 		return rc;
+	/* Every slot the loop below may hand out, so that it cannot fail
+	 * half way. */
+	if (c && (rc = cow_bits_grow(c, (uint64_t)c->nwords * 64 + n +
+					       first_idx)))
+		return rc;
+	if (n > SMALL_BATCH && !(old = malloc(n * sizeof(*old))))
+		return -ENOMEM;
 	w.fd = obj_fd_get(d, o);
-	if (w.fd < 0)
-		return w.fd;
+	if (w.fd < 0) {
+		rc = w.fd;
+		goto out_free;
+	}
 
 	meta = meta_of(o);
-	for (size_t i = 0; i < n; i++)
-		o->stored -= meta_total(meta[first_idx + i]);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t idx = first_idx + i;
+		uint32_t m = meta[idx];
+
+		o->stored -= meta_total(m);
+		old[i] = m;
+		if (!c || (m && !bit_get(c->pin, c->nwords, c->slot[idx])))
+			continue;
+		/* The committed version's slot stays as it is. */
+		if (m) {
+			c->extra += meta_total(m);
+			bit_put(c->used, c->slot[idx], false);
+		}
+		cow_alloc(c, idx, &c->slot[idx]);
+		old[i] = 0;
+	}
+	w.old = old;
 	if (n == 1)
 		write_item(&w.job, 0);
 	else
 		pool_run(&d->pool, &w.job);
-	for (size_t i = 0; i < n; i++)
-		o->stored += meta_total(meta[first_idx + i]);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t idx = first_idx + i;
+
+		o->stored += meta_total(meta[idx]);
+		/* A failed chunk's slot was punched: free it. */
+		if (c && !meta[idx] && bit_get(c->used, c->nwords,
+					       c->slot[idx])) {
+			bit_put(c->used, c->slot[idx], false);
+			if (c->slot[idx] < c->hint)
+				c->hint = c->slot[idx];
+		}
+	}
 	obj_fd_put(o, w.fd);
-	return w.err;
+	rc = w.err;
+out_free:
+	if (old != old_small)
+		free(old);
+	return rc;
 }
 
 int tier_dobj_read(struct tier_disk *d, struct tier_dobj *o, void *dst,
@@ -1400,6 +1890,49 @@ int tier_dobj_read_chunks(struct tier_disk *d, struct tier_dobj *o,
 	return r.err;
 }
 
+/* Free slot @sl: punch it out of the file and out of the used map. */
+static void cow_release(struct tier_disk *d, struct tier_dobj *o, int *fd,
+			uint64_t sl)
+{
+	struct dobj_cow *c = o->cow;
+
+	bit_put(c->used, sl, false);
+	if (sl < c->hint)
+		c->hint = (uint32_t)sl;
+	if (*fd == -1)
+		*fd = obj_fd_get(d, o);
+	if (*fd >= 0)
+		punch(d, o, *fd, chunk_off(d, sl), (off_t)d->chunk_size + HDR);
+}
+
+/* Truncate an object with a committed version: the committed chunks stay
+ * where they are, and the file keeps its length. */
+static int cow_truncate(struct tier_disk *d, struct tier_dobj *o,
+			uint64_t nchunks)
+{
+	struct dobj_cow *c = o->cow;
+	uint32_t *meta = meta_of(o);
+	int fd = -1;
+
+	for (uint64_t i = nchunks; i < o->cap; i++) {
+		uint32_t sl = c->slot[i];
+
+		if (!meta[i])
+			continue;
+		o->stored -= meta_total(meta[i]);
+		if (bit_get(c->pin, c->nwords, sl)) {
+			c->extra += meta_total(meta[i]);
+			bit_put(c->used, sl, false);
+		} else {
+			cow_release(d, o, &fd, sl);
+		}
+		meta[i] = 0;
+	}
+	if (fd >= 0)
+		obj_fd_put(o, fd);
+	return 0;
+}
+
 int tier_dobj_truncate(struct tier_disk *d, struct tier_dobj *o,
 		       uint64_t nchunks)
 {
@@ -1407,6 +1940,9 @@ int tier_dobj_truncate(struct tier_disk *d, struct tier_dobj *o,
 	uint64_t keep_bytes = 0;
 	bool any = false;
 	int fd;
+
+	if (o->cow)
+		return cow_truncate(d, o, nchunks);
 
 	for (uint64_t i = nchunks; i < o->cap; i++) {
 		if (meta[i]) {
@@ -1443,7 +1979,162 @@ int tier_dobj_truncate(struct tier_disk *d, struct tier_dobj *o,
 
 uint64_t tier_dobj_stored(const struct tier_dobj *o)
 {
-	return o->stored;
+	return o->stored + (o->cow ? o->cow->extra : 0);
+}
+
+bool tier_dobj_committed(const struct tier_dobj *o)
+{
+	return o->cow != NULL;
+}
+
+int tier_dobj_sync(struct tier_disk *d, struct tier_dobj *o)
+{
+	int fd = obj_fd_get(d, o), rc = 0;
+
+	if (fd < 0)
+		return fd;
+	if (fdatasync(fd)) {
+		rc = -errno;
+		count(&d->stats.write_errors);
+		tfs_err("cannot sync spill file '%s': %s", o->path,
+			strerror(-rc));
+	}
+	obj_fd_put(o, fd);
+	return rc;
+}
+
+size_t tier_dobj_map(const struct tier_dobj *o, void *buf, size_t len)
+{
+	uint32_t n = 0;
+	size_t need;
+	char *p = buf;
+
+	for (uint64_t i = 0; i < o->cap; i++)
+		n += meta_get(o, i) != 0;
+	need = 4 + (size_t)n * DOBJ_MAP_ENTRY;
+	if (need > len)
+		return need;
+	n = htole32(n);
+	memcpy(p, &n, 4);
+	p += 4;
+	for (uint64_t i = 0; i < o->cap; i++) {
+		uint32_t e[3] = { htole32((uint32_t)i),
+				  htole32((uint32_t)slot_of(o, i)),
+				  htole32(meta_get(o, i)) };
+
+		if (!e[2])
+			continue;
+		memcpy(p, e, sizeof(e));
+		p += sizeof(e);
+	}
+	return need;
+}
+
+/* Give @o a slot table saying what is true without one: chunk i in slot
+ * i. */
+static int cow_create(struct tier_dobj *o)
+{
+	struct dobj_cow *c = calloc(1, sizeof(*c));
+	uint32_t *meta = meta_of(o);
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = cow_slots_grow(c, o->cap);
+	if (!rc && o->cap)
+		rc = cow_bits_grow(c, o->cap - 1);
+	if (rc) {
+		cow_free(c);
+		return rc;
+	}
+	for (uint32_t i = 0; i < o->cap; i++) {
+		c->slot[i] = i;
+		if (meta[i])
+			bit_put(c->used, i, true);
+	}
+	o->cow = c;
+	return 0;
+}
+
+int tier_dobj_commit(struct tier_disk *d, struct tier_dobj *o)
+{
+	struct dobj_cow *c;
+	uint32_t *meta = meta_of(o), *cm, *cs;
+	int fd = -1, rc;
+
+	if (!o->cow && (rc = cow_create(o)))
+		return rc;
+	c = o->cow;
+	if (c->ccap < o->cap) {
+		cm = realloc(c->cmeta, o->cap * sizeof(*cm));
+		if (!cm)
+			return -ENOMEM;
+		c->cmeta = cm;
+		cs = realloc(c->cslot, o->cap * sizeof(*cs));
+		if (!cs)
+			return -ENOMEM;
+		c->cslot = cs;
+		c->ccap = o->cap;
+	}
+	/* The old version's slots the new one does not use are free now. */
+	for (uint32_t w = 0; w < c->nwords; w++) {
+		uint64_t gone = c->pin[w] & ~c->used[w];
+
+		while (gone) {
+			int b = __builtin_ctzll(gone);
+
+			gone &= gone - 1;
+			if (fd == -1)
+				fd = obj_fd_get(d, o);
+			if (fd >= 0)
+				punch(d, o, fd, chunk_off(d, (uint64_t)w * 64 +
+							       (uint64_t)b),
+				      (off_t)d->chunk_size + HDR);
+		}
+		c->pin[w] = c->used[w];
+	}
+	if (fd >= 0)
+		obj_fd_put(o, fd);
+	memset(c->cmeta, 0, c->ccap * sizeof(*c->cmeta));
+	memcpy(c->cmeta, meta, o->cap * sizeof(*meta));
+	memcpy(c->cslot, c->slot, o->cap * sizeof(*c->slot));
+	c->extra = 0;
+	c->hint = 0;
+	return 0;
+}
+
+void tier_dobj_revert(struct tier_disk *d, struct tier_dobj *o)
+{
+	struct dobj_cow *c = o->cow;
+	uint32_t *meta;
+	int fd = -1;
+
+	if (!c)
+		return;
+	for (uint32_t w = 0; w < c->nwords; w++) {
+		uint64_t gone = c->used[w] & ~c->pin[w];
+
+		while (gone) {
+			int b = __builtin_ctzll(gone);
+
+			gone &= gone - 1;
+			cow_release(d, o, &fd, (uint64_t)w * 64 + (uint64_t)b);
+		}
+		c->used[w] = c->pin[w];
+	}
+	if (fd >= 0)
+		obj_fd_put(o, fd);
+	/* The table only ever grew past ccap (truncate keeps it), so this
+	 * cannot fail. */
+	meta = meta_of(o);
+	o->stored = 0;
+	for (uint32_t i = 0; i < o->cap; i++) {
+		meta[i] = i < c->ccap ? c->cmeta[i] : 0;
+		c->slot[i] = i < c->ccap ? c->cslot[i] : 0;
+		o->stored += meta_total(meta[i]);
+	}
+	c->extra = 0;
+	c->hint = 0;
 }
 
 const char *tier_dobj_path(const struct tier_dobj *o)

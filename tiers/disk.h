@@ -48,8 +48,40 @@ int tier_disk_init(struct tier_disk **out, const char *path, const char *tag,
 		   uint32_t chunk_size, enum cfg_compression compression,
 		   char *err, size_t errlen);
 
-/* Remove the directory and everything in it; free @d. */
+/*
+ * A persistent mount's spill directory: like tier_disk_init() (the same
+ * checks of @path, the same private parent, the same sweep of stale
+ * non-persistent directories), but with the fixed name
+ * tierfs-persist.<@name>, opened when it exists and made when it does not,
+ * and refused unless it is private (tier_private_dir_open()). Its lock
+ * file is held with flock for the daemon's life and holds its pid: a
+ * second daemon gets -EBUSY with that pid in @err. @name must pass
+ * tier_disk_name_valid().
+ */
+int tier_disk_init_persistent(struct tier_disk **out, const char *path,
+			      const char *name, uint32_t chunk_size,
+			      enum cfg_compression compression, char *err,
+			      size_t errlen);
+
+/* 1 to 64 of [A-Za-z0-9._-], not starting with a dot. */
+bool tier_disk_name_valid(const char *name);
+
+/* Free @d. A non-persistent directory is removed with everything in it; a
+ * persistent one stays as it is (only its lock is released). */
 void tier_disk_destroy(struct tier_disk *d);
+
+bool tier_disk_persistent(const struct tier_disk *d);
+
+/* The spill directory's descriptor, for the journal's files beside the
+ * spill files; owned by @d. */
+int tier_disk_dirfd(const struct tier_disk *d);
+
+/* The ids of the spill files in the directory (malloc'd into *@ids, which
+ * the caller frees). 0 or -errno. */
+int tier_disk_list(struct tier_disk *d, uint64_t **ids, size_t *n);
+
+/* Unlink the spill file of @id, if there is one. */
+void tier_disk_remove(struct tier_disk *d, uint64_t id);
 
 /* The spill directory's path, for log lines and tests. */
 const char *tier_disk_path(const struct tier_disk *d);
@@ -82,6 +114,52 @@ int tier_dobj_create(struct tier_disk *d, uint64_t id, struct tier_dobj **out);
 
 /* Unlink the spill file and free @o. */
 void tier_dobj_destroy(struct tier_disk *d, struct tier_dobj *o);
+
+/* Free @o and keep its file (a persistent mount going down). */
+void tier_dobj_close(struct tier_disk *d, struct tier_dobj *o);
+
+/*
+ * Committed versions (persistent mounts). An object may hold, besides its
+ * current chunks, the chunks of one committed version: the bytes the
+ * metadata journal names, which must survive until a newer version is
+ * committed. No write, truncate or revert touches a slot the committed
+ * version uses; writes go to free slots instead. tier_dobj_stored() counts
+ * both versions' bytes, each slot once.
+ *
+ * tier_dobj_map() describes the current version: a u32 count, then per
+ * chunk present its index, slot and meta word (u32 each, little-endian).
+ * Returns the bytes it needs; writes them only when @len is enough.
+ */
+size_t tier_dobj_map(const struct tier_dobj *o, void *buf, size_t len);
+
+/* fdatasync the spill file. 0 or -errno (logged, counted). */
+int tier_dobj_sync(struct tier_disk *d, struct tier_dobj *o);
+
+/*
+ * The current version becomes the committed one; the slots of the one it
+ * replaces that it does not use are punched out. Call only once the
+ * journal record naming the new version (its tier_dobj_map()) is durable.
+ * 0 or -ENOMEM (nothing changed).
+ */
+int tier_dobj_commit(struct tier_disk *d, struct tier_dobj *o);
+
+/* Whether @o holds a committed version. */
+bool tier_dobj_committed(const struct tier_dobj *o);
+
+/* The current version becomes the committed one again: chunks written
+ * since the commit are punched out. A no-op without a committed version. */
+void tier_dobj_revert(struct tier_disk *d, struct tier_dobj *o);
+
+/*
+ * An object for the spill file of buffer @id holding a committed version
+ * of @size bytes as @map (what tier_dobj_map() wrote) says, its current
+ * version the same. Opens nothing: the file is opened on first use.
+ * -EINVAL when @map is not a valid table for @size bytes in this disk
+ * tier (indices out of order or past @size, a slot used twice or out of
+ * range, a meta word no chunk can have), -ENOMEM.
+ */
+int tier_dobj_adopt(struct tier_disk *d, uint64_t id, uint64_t size,
+		    const void *map, size_t len, struct tier_dobj **out);
 
 /*
  * Store chunk @idx: @len bytes (<= chunk size; a shorter chunk reads back
@@ -122,7 +200,8 @@ int tier_dobj_read_chunks(struct tier_disk *d, struct tier_dobj *o,
 			  uint64_t first_idx, void *const *dsts,
 			  const size_t *lens, size_t n);
 
-/* Forget chunks at and beyond @nchunks (punches them out of the file). */
+/* Forget chunks at and beyond @nchunks (punches them out of the file, but
+ * for those of a committed version). */
 int tier_dobj_truncate(struct tier_disk *d, struct tier_dobj *o,
 		       uint64_t nchunks);
 

@@ -3,6 +3,7 @@
  * Unit tests of the disk tier (tiers/disk.c) and CRC32C, plus throughput
  * figures printed as TAP comments next to the lz4 CLI on the same bytes.
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -1157,6 +1158,284 @@ static void test_throughput(void)
 	free(data);
 }
 
+/* The persistent directory: a fixed name, private, locked against a
+ * second daemon, kept at destroy, never taken for a stale one. */
+static void test_persistent_dir(void)
+{
+	char err[256], path[256], pid[32];
+	struct tier_disk *d, *d2;
+	struct tier_dobj *o;
+	struct stat st;
+	int rc, fd;
+
+	d = NULL;
+	rc = tier_disk_init_persistent(&d, tmpdir, "../x", CS,
+				       CFG_COMPRESS_LZ4, err, sizeof(err));
+	CHECK_EQ(rc, -EINVAL);
+	CHECK(!tier_disk_name_valid(".hidden") && !tier_disk_name_valid("") &&
+	      !tier_disk_name_valid("a/b") && tier_disk_name_valid("job-1.a_B"));
+
+	rc = tier_disk_init_persistent(&d, tmpdir, "job1", CS,
+				       CFG_COMPRESS_LZ4, err, sizeof(err));
+	CHECK_EQ(rc, 0);
+	if (rc)
+		return;
+	snprintf(path, sizeof(path), "%s/tierfs-persist.job1", tmpdir);
+	CHECK(!strcmp(tier_disk_path(d), path));
+	CHECK(tier_disk_persistent(d));
+	CHECK_EQ(stat(path, &st), 0);
+	CHECK_EQ(st.st_mode & 07777, 0700);
+	snprintf(path, sizeof(path), "%s/tierfs-persist.job1/lock", tmpdir);
+	fd = open(path, O_RDONLY);
+	CHECK(fd >= 0);
+	CHECK(read(fd, pid, sizeof(pid)) > 0);
+	close(fd);
+	CHECK_EQ(atol(pid), getpid());
+
+	/* A second daemon on it is refused, naming the first. */
+	d2 = NULL;
+	rc = tier_disk_init_persistent(&d2, tmpdir, "job1", CS,
+				       CFG_COMPRESS_LZ4, err, sizeof(err));
+	CHECK_EQ(rc, -EBUSY);
+	CHECK(!d2);
+	snprintf(pid, sizeof(pid), "(pid %d)", (int)getpid());
+	CHECK(strstr(err, "in use by another tierfs") && strstr(err, pid));
+
+	/* Another (non-persistent) daemon's sweep leaves it alone, even
+	 * unlocked. */
+	CHECK_EQ(tier_dobj_create(d, 7, &o), 0);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 0, "abc", 3), 0);
+	tier_dobj_close(d, o);
+	tier_disk_destroy(d);
+	d2 = disk_new(CS, CFG_COMPRESS_LZ4);
+	tier_disk_destroy(d2);
+	snprintf(path, sizeof(path), "%s/tierfs-persist.job1/7", tmpdir);
+	CHECK_EQ(stat(path, &st), 0);
+
+	/* Reopened: the file is there, listed, removable. */
+	rc = tier_disk_init_persistent(&d, tmpdir, "job1", CS,
+				       CFG_COMPRESS_LZ4, err, sizeof(err));
+	CHECK_EQ(rc, 0);
+	if (!rc) {
+		uint64_t *ids;
+		size_t n;
+
+		CHECK_EQ(tier_disk_list(d, &ids, &n), 0);
+		CHECK(n == 1 && ids[0] == 7);
+		free(ids);
+		tier_disk_remove(d, 7);
+		CHECK_EQ(tier_disk_list(d, &ids, &n), 0);
+		CHECK_EQ(n, 0);
+		free(ids);
+		tier_disk_destroy(d);
+	}
+
+	/* Not private: another mode, or a symlink in its place. */
+	snprintf(path, sizeof(path), "%s/tierfs-persist.job1", tmpdir);
+	CHECK_EQ(chmod(path, 0755), 0);
+	rc = tier_disk_init_persistent(&d, tmpdir, "job1", CS,
+				       CFG_COMPRESS_LZ4, err, sizeof(err));
+	CHECK_EQ(rc, -EPERM);
+	CHECK(strstr(err, "not a private directory") != NULL);
+	CHECK_EQ(chmod(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/tierfs-persist.job2", tmpdir);
+	CHECK_EQ(symlink("tierfs-persist.job1", path), 0);
+	rc = tier_disk_init_persistent(&d, tmpdir, "job2", CS,
+				       CFG_COMPRESS_LZ4, err, sizeof(err));
+	CHECK_EQ(rc, -EPERM);
+	unlink(path);
+	snprintf(path, sizeof(path), "rm -rf %s/tierfs-persist.job1", tmpdir);
+	CHECK_EQ(system(path), 0);
+}
+
+static bool all_zero_buf(const char *buf, size_t len)
+{
+	for (size_t k = 0; k < len; k++)
+		if (buf[k])
+			return false;
+	return true;
+}
+
+static void fill_chunk(char *buf, int version, uint64_t idx)
+{
+	for (uint32_t k = 0; k < CS; k += 8) {
+		uint64_t v = (uint64_t)version << 48 | idx << 32 | k;
+
+		memcpy(buf + k, &v, 8);
+	}
+}
+
+static bool chunk_is(struct tier_disk *d, struct tier_dobj *o, int version,
+		     uint64_t idx)
+{
+	static char want[CS], got[CS];
+
+	fill_chunk(want, version, idx);
+	return !tier_dobj_read(d, o, got, CS, idx * CS) &&
+	       !memcmp(want, got, CS);
+}
+
+/* What a crash leaves: an object adopted from a committed table reads
+ * the committed bytes whatever was written since. */
+static struct tier_dobj *adopt(struct tier_disk *d, uint64_t id,
+			       uint64_t size, struct tier_dobj *from)
+{
+	size_t len = tier_dobj_map(from, NULL, 0);
+	struct tier_dobj *o = NULL;
+	void *map = malloc(len);
+
+	CHECK_EQ(tier_dobj_map(from, map, len), len);
+	CHECK_EQ(tier_dobj_adopt(d, id, size, map, len, &o), 0);
+	free(map);
+	return o;
+}
+
+/* Copy-on-write per chunk slot. */
+static void test_committed_versions(void)
+{
+	static char buf[CS];
+	struct tier_dobj *o, *c1, *c2;
+	struct tier_disk *d;
+	char err[256];
+	void *map1;
+	size_t len1;
+	uint64_t stored;
+
+	CHECK_EQ(tier_disk_init_persistent(&d, tmpdir, "cow", CS,
+					   CFG_COMPRESS_NONE, err,
+					   sizeof(err)), 0);
+	CHECK_EQ(tier_dobj_create(d, 9, &o), 0);
+	for (uint64_t i = 0; i < 4; i++) {
+		fill_chunk(buf, 1, i);
+		CHECK_EQ(tier_dobj_write_chunk(d, o, i, buf, CS), 0);
+	}
+	CHECK(!tier_dobj_committed(o));
+	CHECK_EQ(tier_dobj_sync(d, o), 0);
+	CHECK_EQ(tier_dobj_commit(d, o), 0);
+	CHECK(tier_dobj_committed(o));
+	len1 = tier_dobj_map(o, NULL, 0);
+	CHECK_EQ(len1, 4 + 4 * 12);
+	map1 = malloc(len1);
+	tier_dobj_map(o, map1, len1);
+	stored = tier_dobj_stored(o);
+	CHECK_EQ(stored, 4 * (CS + HDR));
+
+	/* Version 2: chunk 1 rewritten twice (the second time in place),
+	 * chunk 3 cut off. */
+	fill_chunk(buf, 2, 1);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 1, buf, CS), 0);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 1, buf, CS), 0);
+	CHECK_EQ(tier_dobj_truncate(d, o, 3), 0);
+	CHECK(chunk_is(d, o, 2, 1) && chunk_is(d, o, 1, 0));
+	/* Both versions take room: 3 current chunks, plus 1 and 3 of v1. */
+	CHECK_EQ(tier_dobj_stored(o), 5 * (CS + HDR));
+	c1 = NULL;
+	CHECK_EQ(tier_dobj_adopt(d, 9, 4 * CS, map1, len1, &c1), 0);
+	if (c1) {
+		for (uint64_t i = 0; i < 4; i++)
+			CHECK(chunk_is(d, c1, 1, i));
+		tier_dobj_close(d, c1);
+	}
+
+	/* Committing version 2 frees version 1's chunks 1 and 3. */
+	CHECK_EQ(tier_dobj_sync(d, o), 0);
+	CHECK_EQ(tier_dobj_commit(d, o), 0);
+	CHECK_EQ(tier_dobj_stored(o), 3 * (CS + HDR));
+	c2 = adopt(d, 9, 3 * CS, o);
+	if (c2) {
+		CHECK(chunk_is(d, c2, 1, 0) && chunk_is(d, c2, 2, 1) &&
+		      chunk_is(d, c2, 1, 2));
+		tier_dobj_close(d, c2);
+	}
+	{
+		struct stat st;
+
+		CHECK_EQ(stat(tier_dobj_path(o), &st), 0);
+		/* 3 chunks and headers, where 4 were before the commit */
+		CHECK((uint64_t)st.st_blocks * 512 < 4 * (uint64_t)CS);
+	}
+
+	/* Revert: chunks written since the commit go, the committed ones
+	 * read again. */
+	fill_chunk(buf, 3, 0);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 0, buf, CS), 0);
+	CHECK_EQ(tier_dobj_write_chunk(d, o, 5, buf, CS), 0);
+	CHECK(chunk_is(d, o, 3, 0));
+	tier_dobj_revert(d, o);
+	CHECK(chunk_is(d, o, 1, 0) && chunk_is(d, o, 2, 1));
+	CHECK_EQ(tier_dobj_stored(o), 3 * (CS + HDR));
+	memset(buf, 1, CS);
+	CHECK_EQ(tier_dobj_read(d, o, buf, CS, 5 * (uint64_t)CS), 0);
+	CHECK(all_zero_buf(buf, CS));
+
+	/* Truncate to nothing and rewrite (a re-spill): the committed
+	 * version stays readable until the next commit. */
+	CHECK_EQ(tier_dobj_truncate(d, o, 0), 0);
+	CHECK_EQ(tier_dobj_stored(o), 3 * (CS + HDR));
+	for (uint64_t i = 0; i < 2; i++) {
+		fill_chunk(buf, 4, i);
+		CHECK_EQ(tier_dobj_write_chunks(d, o, i,
+						(const void *const[]){ buf },
+						(const size_t[]){ CS }, 1), 0);
+	}
+	c2 = NULL;
+	{
+		size_t len = tier_dobj_map(o, NULL, 0);
+
+		CHECK_EQ(len, 4 + 2 * 12);
+	}
+	tier_dobj_commit(d, o);
+	c2 = adopt(d, 9, 2 * CS, o);
+	if (c2) {
+		CHECK(chunk_is(d, c2, 4, 0) && chunk_is(d, c2, 4, 1));
+		tier_dobj_close(d, c2);
+	}
+	tier_dobj_destroy(d, o);
+	free(map1);
+	tier_disk_destroy(d);
+	snprintf(err, sizeof(err), "rm -rf %s/tierfs-persist.cow", tmpdir);
+	CHECK_EQ(system(err), 0);
+}
+
+/* Tables that do not describe a version of this disk tier. */
+static void test_adopt_refuses(void)
+{
+	struct tier_disk *d;
+	struct tier_dobj *o;
+	char err[256];
+	uint32_t m[1 + 3 * 2];
+	uint32_t raw = (HDR + 10) | 2u << 30;
+
+	CHECK_EQ(tier_disk_init_persistent(&d, tmpdir, "bad", CS,
+					   CFG_COMPRESS_LZ4, err,
+					   sizeof(err)), 0);
+#define TRY(n, i0, s0, m0, i1, s1, m1, size, want)                          \
+	do {                                                               \
+		uint32_t v[] = { htole32(n), htole32(i0), htole32(s0),      \
+				 htole32(m0), htole32(i1), htole32(s1),     \
+				 htole32(m1) };                             \
+		memcpy(m, v, sizeof(v));                                   \
+		o = NULL;                                                  \
+		CHECK_EQ(tier_dobj_adopt(d, 1, size, m,                     \
+					 4 + (size_t)(n) * 12, &o), want); \
+		tier_dobj_close(d, o);                                     \
+	} while (0)
+	TRY(2, 0, 0, raw, 1, 5, raw, 2 * CS, 0);
+	TRY(2, 1, 0, raw, 0, 5, raw, 2 * CS, -EINVAL); /* out of order */
+	TRY(2, 0, 3, raw, 1, 3, raw, 2 * CS, -EINVAL); /* a slot twice */
+	TRY(2, 0, 0, raw, 2, 1, raw, 2 * CS, -EINVAL); /* past the size */
+	TRY(1, 0, 0, HDR + 1, 0, 0, 0, CS, -EINVAL); /* no encoding */
+	TRY(1, 0, 0, (HDR + CS + 1) | 2u << 30, 0, 0, 0, CS, -EINVAL);
+	TRY(1, 0, 0, (HDR + 1) | 1u << 30, 0, 0, 0, CS, -EINVAL);
+	TRY(1, 0, UINT32_MAX, raw, 0, 0, 0, CS, -EINVAL);
+#undef TRY
+	o = NULL;
+	CHECK_EQ(tier_dobj_adopt(d, 1, CS, m, 3, &o), -EINVAL);
+	tier_disk_destroy(d);
+	snprintf(err, sizeof(err), "rm -rf %s/tierfs-persist.bad", tmpdir);
+	CHECK_EQ(system(err), 0);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/tfs-disk-XXXXXX");
@@ -1177,6 +1456,9 @@ int main(void)
 	TAP_RUN(test_shared_disk_path);
 	TAP_RUN(test_write_chunks_parallel);
 	TAP_RUN(test_many_objects);
+	TAP_RUN(test_persistent_dir);
+	TAP_RUN(test_committed_versions);
+	TAP_RUN(test_adopt_refuses);
 	{
 		int err = small_mount();
 		char why[160];
