@@ -78,6 +78,8 @@ struct tfs_dentry {
 
 /* flags */
 #define TFS_I_DIRTY 0x1u /* written since the buffer was last registered */
+/* An O_TMPFILE file that linkat() may give a first name (no O_EXCL). */
+#define TFS_I_LINKABLE 0x2u
 
 /*
  * The chattr flags tierfs keeps, in i->fsflags: the FS_*_FL values of
@@ -297,6 +299,13 @@ void tfs_fileattr_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,
 void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	       struct fuse_file_info *fi, unsigned int flags,
 	       const void *in_buf, size_t in_bufsz, size_t out_bufsz);
+
+/*
+ * tmpfile.c: make @se, mounted, take O_TMPFILE opens (FUSE_TMPFILE) as
+ * creates of the name "/", which libfuse 3.14 cannot otherwise pass on.
+ * Call before the session loop. Returns 0 or -errno.
+ */
+int tfs_tmpfile_attach(struct fuse_session *se);
 
 /* daemon.c */
 /* Send libfuse's messages where tierfs's go (config/log.h). */

@@ -682,6 +682,12 @@ int main(int argc, char **argv)
 		goto out_session;
 	}
 	mounted = true;
+	rc = tfs_tmpfile_attach(tfs.se);
+	if (rc) {
+		fail("cannot take over the FUSE session's reads: %s",
+		     strerror(-rc));
+		goto out_session;
+	}
 	tfs_set_read_ahead(mountpoint, cfg.fs.read_ahead_kb);
 	rc = tfs_atime_start(mountpoint);
 	if (rc) {

@@ -412,6 +412,54 @@ out_unlock:
 	return rc;
 }
 
+/*
+ * An O_TMPFILE file (see tmpfile.c): a regular file in no directory, with
+ * no link, a lookup reference for the reply, alive while it is open, and
+ * which linkat() may give a first name unless it was opened O_EXCL.
+ */
+static int make_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
+			int flags, struct tfs_inode **out, struct stat *st)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct tier_buf *buf;
+	struct tfs_inode *p, *i;
+	gid_t gid = ctx->gid;
+	int rc;
+
+	rc = tier_buf_new(tfs.store, &buf);
+	if (rc < 0)
+		return rc;
+	tfs_ns_lock();
+	p = tfs_inode_get_locked(parent);
+	if (!p || !p->nlink)
+		rc = -ENOENT;
+	else if (!S_ISDIR(p->mode))
+		rc = -ENOTDIR;
+	else
+		rc = tfs_deny_immutable(p);
+	if (rc)
+		goto out_unlock;
+	if (p->mode & S_ISGID)
+		gid = p->gid;
+	i = tfs_inode_new_locked(S_IFREG | (mode & 07777), ctx->uid, gid, 0,
+				 buf);
+	if (!i) {
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
+	buf = NULL;
+	if (!(flags & O_EXCL))
+		i->flags |= TFS_I_LINKABLE;
+	i->nlookup++;
+	tfs_stat_locked(i, st);
+	*out = i;
+out_unlock:
+	tfs_ns_unlock();
+	if (buf)
+		tier_buf_destroy(buf);
+	return rc;
+}
+
 static void tfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      mode_t mode, dev_t rdev)
 {
@@ -511,7 +559,7 @@ static void tfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 		rc = -ENOTDIR;
 	else if (S_ISDIR(i->mode))
 		rc = -EPERM;
-	else if (!i->nlink)
+	else if (!i->nlink && !(i->flags & TFS_I_LINKABLE))
 		rc = -ENOENT;
 	else if (tfs_deny_sealed(i) || tfs_deny_immutable(p))
 		rc = -EPERM;
@@ -522,6 +570,9 @@ static void tfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	else
 		rc = tfs_dentry_add_locked(p, newname, len, i);
 	if (!rc) {
+		/* A tmpfile's first name is its last: as the kernel's
+		 * I_LINKABLE, the flag goes. */
+		i->flags &= ~TFS_I_LINKABLE;
 		i->nlink++;
 		i->nlookup++;
 		tfs_touch_locked(i, false);
@@ -844,8 +895,11 @@ static void tfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct stat st;
 	int rc;
 
-	rc = make_node(req, parent, name, S_IFREG | (mode & 07777), 0, NULL,
-		       &i, &st);
+	if (!strcmp(name, "/"))
+		rc = make_tmpfile(req, parent, mode, fi->flags, &i, &st);
+	else
+		rc = make_node(req, parent, name, S_IFREG | (mode & 07777), 0,
+			       NULL, &i, &st);
 	if (rc) {
 		fuse_reply_err(req, -rc);
 		return;
