@@ -95,6 +95,8 @@ struct tfs_dentry {
 #define TFS_FL_NOATIME 0x00000080u
 #define TFS_FL_USER (TFS_FL_IMMUTABLE | TFS_FL_APPEND | TFS_FL_NODUMP | \
 		     TFS_FL_NOATIME)
+/* What a new inode takes from its directory, as on tmpfs and ext4. */
+#define TFS_FL_INHERITED (TFS_FL_NODUMP | TFS_FL_NOATIME)
 
 struct tfs_inode {
 	struct tfs_inode *hnext; /* ino hash chain, then the reap list */
@@ -151,6 +153,14 @@ static inline int tfs_deny_sealed(const struct tfs_inode *i)
 {
 	return tfs_fsflags(i) & (TFS_FL_IMMUTABLE | TFS_FL_APPEND) ? -EPERM :
 								     0;
+}
+
+/* A new inode in @dir takes the flags it inherits. Caller holds ns_lock. */
+static inline void tfs_inherit_flags_locked(struct tfs_inode *i,
+					    const struct tfs_inode *dir)
+{
+	atomic_store_explicit(&i->fsflags, tfs_fsflags(dir) & TFS_FL_INHERITED,
+			      memory_order_relaxed);
 }
 
 /* One open regular file: fi->fh. */

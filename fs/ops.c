@@ -383,6 +383,7 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		goto out_unlock;
 	}
 	buf = NULL;
+	tfs_inherit_flags_locked(i, p);
 	if (S_ISLNK(mode)) {
 		i->target = tcopy;
 		tcopy = NULL;
@@ -448,6 +449,7 @@ static int make_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
 		goto out_unlock;
 	}
 	buf = NULL;
+	tfs_inherit_flags_locked(i, p);
 	if (!(flags & O_EXCL))
 		i->flags |= TFS_I_LINKABLE;
 	i->nlookup++;
@@ -725,8 +727,10 @@ static struct tfs_inode *whiteout_new_locked(fuse_req_t req,
 	w = tfs_inode_new_locked(S_IFCHR, ctx->uid,
 				 dir->mode & S_ISGID ? dir->gid : ctx->gid,
 				 0 /* WHITEOUT_DEV */, NULL);
-	if (w)
+	if (w) {
 		w->nlink = 1;
+		tfs_inherit_flags_locked(w, dir);
+	}
 	return w;
 }
 

@@ -152,6 +152,20 @@ EOF
 	[ "$(stat -c %X "$MNT/f")" -gt "$(date -d 2001-01-01 +%s)" ]
 }
 
+@test "new entries inherit nodump and noatime from their directory" {
+	mkdir "$MNT/d"
+	chattr +dA "$MNT/d"
+	echo x >"$MNT/d/f"
+	mkdir "$MNT/d/sub"
+	[ "$(flags "$MNT/d/f")" = dA ]
+	[ "$(flags "$MNT/d/sub")" = dA ]
+	# Not immutable or append-only: those are not inherited.
+	chattr +a "$MNT/d"
+	touch "$MNT/d/g"
+	[ "$(flags "$MNT/d/g")" = dA ]
+	chattr -a "$MNT/d"
+}
+
 @test "chattr: flags tierfs does not keep are refused, as on tmpfs" {
 	echo data >"$MNT/f"
 	for f in c s u S j t; do
