@@ -3,12 +3,15 @@
 
 Thousands of random operations (writes at random offsets and sizes, sparse
 and across chunk boundaries, truncates that grow and shrink, reads, renames,
-unlinks, hard links, operations through held-open descriptors, fsync, and
-explicit moves through user.tierfs.tier) are applied to a directory on a
+unlinks, hard links, operations through held-open descriptors, fsync,
+chattr flags (immutable, append-only, nodump, noatime), O_TMPFILE files
+named or not by linkat, and explicit moves through user.tierfs.tier) are
+applied to a directory on a
 tierfs mount with tiny limits and to a reference directory on tmpfs, side by
 side. Every operation must give the same result (value or errno) on both,
 and after every step the files compare equal: existence, size and link
-count of every name, the contents of what the step touched, and (every
+count, mode and chattr flags of every name, the contents of what the step
+touched, and (every
 --full-every steps, and at the end) the contents of every file. Tier
 usage must stay within each tier's limit.
 
@@ -23,12 +26,15 @@ With --tierfs the mount uses device_backend=sim,device_limit=256K,
 host_limit=512K,disk_chunk_size=64K (change with --opts).
 """
 import argparse
+import ctypes
 import errno
+import fcntl
 import hashlib
 import os
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -40,6 +46,11 @@ DEFAULT_OPTS = ("device_backend=sim,device_limit=256K,host_limit=512K,"
 MAX_SIZE = 1536 * 1024
 TIERS = ("device", "host", "disk")
 XA_TIER = "user.tierfs.tier"
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602
+FL_IMMUTABLE, FL_APPEND, FL_NODUMP, FL_NOATIME = 0x10, 0x20, 0x40, 0x80
+FL_ALL = FL_IMMUTABLE | FL_APPEND | FL_NODUMP | FL_NOATIME
+AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 class Mismatch(Exception):
@@ -48,6 +59,40 @@ class Mismatch(Exception):
 
 def err_name(e):
     return errno.errorcode.get(e, str(e))
+
+
+def get_flags(path):
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS,
+                                              bytes(4)))[0] & FL_ALL
+    finally:
+        os.close(fd)
+
+
+def set_flags(path, flags):
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    try:
+        fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack("i", flags))
+    finally:
+        os.close(fd)
+
+
+def clear_flags(top):
+    """Best effort, so that a tree with immutable files can be removed."""
+    for d, dirs, files in os.walk(top):
+        for n in dirs + files + ([] if d != top else ["."]):
+            try:
+                set_flags(os.path.join(d, n), 0)
+            except OSError:
+                pass
+
+
+def linkat_empty(fd, path):
+    """linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH): name an O_TMPFILE."""
+    if LIBC.linkat(fd, b"", AT_FDCWD, path.encode(), AT_EMPTY_PATH):
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
 
 
 def call(fn, *args):
@@ -386,10 +431,79 @@ class Test:
         self.same("fstat size", os.fstat(ft).st_size, os.fstat(fr).st_size)
         self.touched.add(name)
 
+    def held_inodes(self):
+        return {os.fstat(fr).st_ino for _, _, fr, _ in self.fds}
+
+    def op_chattr(self):
+        """chattr on a file or d1. tierfs refuses writes through a
+        descriptor opened before +i or +a, where tmpfs does not check
+        again: such files are left alone. And like ext4, unlike tmpfs, it
+        refuses any other flag change of an immutable inode."""
+        rng = self.rng
+        name = self.pick_name(0.9) if rng.random() < 0.85 else "d1"
+        new = 0 if rng.random() < 0.4 else (
+            (FL_IMMUTABLE if rng.random() < 0.3 else 0) |
+            (FL_APPEND if rng.random() < 0.3 else 0) |
+            (FL_NODUMP if rng.random() < 0.5 else 0) |
+            (FL_NOATIME if rng.random() < 0.5 else 0))
+        try:
+            st = os.lstat(self.r(name))
+            old = get_flags(self.r(name))
+        except OSError:
+            st, old = None, 0
+        if (st and (new & (FL_IMMUTABLE | FL_APPEND)) and
+                st.st_ino in self.held_inodes()):
+            return
+        self.note("chattr =%#x %s (was %#x)" % (new, name, old))
+        if st and (old & new & FL_IMMUTABLE) and old != new:
+            self.same("chattr of an immutable inode",
+                      call(lambda: set_flags(self.t(name), new)),
+                      ("err", "EPERM"))
+            self.count("chattr-immutable-refused")
+            return
+        self.both("chattr", lambda: set_flags(self.t(name), new),
+                  lambda: set_flags(self.r(name), new))
+        self.touched.add(name)
+
+    def op_tmpfile(self):
+        """An O_TMPFILE file, written, maybe named by linkat."""
+        rng = self.rng
+        where = rng.choice(("", "d1"))
+        excl = rng.random() < 0.2
+        data = self.gen_data(rng.randint(1, 200 * 1024))
+        target = self.pick_name(0.3) if rng.random() < 0.7 else None
+        # The kernel refuses to link an O_EXCL tmpfile (ENOENT) before it
+        # asks a FUSE daemon, and so before the immutable directory's
+        # EPERM that tmpfs says first.
+        if excl and target:
+            dflags = call(get_flags, self.r(os.path.dirname(target) or "."))
+            if dflags[0] == "ok" and dflags[1] & FL_IMMUTABLE:
+                target = None
+        flags = os.O_TMPFILE | os.O_RDWR | (os.O_EXCL if excl else 0)
+        self.note("tmpfile in %s%s len=%d%s" % (
+            where or ".", " O_EXCL" if excl else "", len(data),
+            " -> " + target if target else ""))
+
+        def tf(base):
+            fd = os.open(os.path.join(base, where), flags, 0o640)
+            try:
+                os.write(fd, data)
+                st = os.fstat(fd)
+                out = [st.st_nlink, st.st_size, oct(st.st_mode)]
+                if target:
+                    out.append(call(lambda: linkat_empty(
+                        fd, os.path.join(base, target))))
+                return out
+            finally:
+                os.close(fd)
+        self.both("tmpfile", lambda: tf(self.mnt), lambda: tf(self.ref))
+        if target:
+            self.touched.add(target)
+
     OPS = (
         (op_write, 26), (op_truncate, 8), (op_read, 12), (op_rename, 6),
         (op_unlink, 4), (op_link, 4), (op_move, 14), (op_open, 5),
-        (op_close, 4), (op_fd, 17),
+        (op_close, 4), (op_fd, 17), (op_chattr, 4), (op_tmpfile, 3),
     )
 
     def count(self, what):
@@ -413,6 +527,8 @@ class Test:
             self.same("size of %s" % n, sa.st_size, sb.st_size)
             self.same("links of %s" % n, sa.st_nlink, sb.st_nlink)
             self.same("mode of %s" % n, oct(sa.st_mode), oct(sb.st_mode))
+            self.same("flags of %s" % n, call(get_flags, self.t(n)),
+                      call(get_flags, self.r(n)))
         # hard links: the same names share an inode on both sides
         groups_t, groups_r = {}, {}
         for n in self.existing():
@@ -504,6 +620,8 @@ class Test:
                       call(lambda: os.setxattr(self.t(n), XA_TIER, b"disk")),
                       ("ok", None))
         self.check(True)
+        self.same("flags of d1", call(get_flags, self.t("d1")),
+                  call(get_flags, self.r("d1")))
 
 
 def short(v):
@@ -627,9 +745,11 @@ def main():
                           st["device.spills"], st["host.spills"],
                           st["host.unspills"], st["device.unspills"],
                           st["disk.used"]))
+            clear_flags(mnt)
             shutil.rmtree(mnt, ignore_errors=True)
     finally:
         for d in made:
+            clear_flags(d)
             shutil.rmtree(d, ignore_errors=True)
         if daemon:
             daemon.stop()
