@@ -149,6 +149,16 @@ check_overlay() {
 	check_overlay user userxattr
 }
 
+@test "overlayfs with index=on,nfs_export=on: file handles on the upper" {
+	# The index names copied-up files by their lower file handles, and
+	# NFS export decodes upper handles: both need tierfs's export support.
+	make_lower
+	overlay index=on,nfs_export=on
+	echo more >>"$OVL/dir/sub/deep"
+	[ -n "$(ls -A "$MNT/work/index")" ]
+	check_overlay trusted index=on,nfs_export=on
+}
+
 @test "trusted.* names are listed for root only, as on tmpfs" {
 	tfs_unmount
 	tfs_mount -o allow_other
