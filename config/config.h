@@ -33,6 +33,17 @@ enum cfg_compression {
 	CFG_COMPRESS_NONE = 1,
 };
 
+/* Whether the mount outlives its daemon: see doc/design.md. */
+enum cfg_persist {
+	CFG_PERSIST_NO = 0, /* the disk tier is a cache (default) */
+	CFG_PERSIST_YES = 1, /* saved at a clean stop; fsync is durable */
+	CFG_PERSIST_CLOSE = 2, /* yes, and the last close syncs too */
+};
+
+/* [disk] name: what persist names its directory by instead of the mount
+ * point. */
+#define CFG_NAME_MAX 64
+
 /* Where a read unspills a buffer to. */
 enum cfg_unspill {
 	CFG_UNSPILL_DEVICE = 0, /* the top tier the buffer fits in (default) */
@@ -55,6 +66,9 @@ struct tfs_config {
 		struct cfg_size limit; /* default: 50% of the filesystem's size */
 		enum cfg_compression compression;
 		uint32_t chunk_size; /* 64K..64M, power of two; default 1M */
+		enum cfg_persist persist;
+		/* "" (the default): derived from the mount point */
+		char name[CFG_NAME_MAX + 1];
 	} disk;
 	struct {
 		char eviction[16]; /* lru */
@@ -144,7 +158,7 @@ int cfg_load_file(struct tfs_config *cfg, const char *path, char *err,
 /*
  * Check what cannot be checked key by key: the disk path exists, is a
  * writable directory and is not inside @mountpoint (may be NULL); the
- * watermarks are ordered; the log file can be opened for appending (it is
+ * watermarks are ordered; a disk name comes with persist; the log file can be opened for appending (it is
  * created when missing). Returns 0 or -EINVAL with a message in @err
  * that names where the value came from ("FILE:LINE: KEY: ...",
  * "-o KEY: ..."), or -ENOMEM when cfg_defaults() could not allocate.

@@ -2056,11 +2056,11 @@ static int cow_create(struct tier_dobj *o)
 	return 0;
 }
 
-int tier_dobj_commit(struct tier_disk *d, struct tier_dobj *o)
+int tier_dobj_commit_prepare(struct tier_disk *d, struct tier_dobj *o)
 {
 	struct dobj_cow *c;
-	uint32_t *meta = meta_of(o), *cm, *cs;
-	int fd = -1, rc;
+	uint32_t *cm, *cs;
+	int rc;
 
 	if (!o->cow && (rc = cow_create(o)))
 		return rc;
@@ -2074,8 +2074,22 @@ int tier_dobj_commit(struct tier_disk *d, struct tier_dobj *o)
 		if (!cs)
 			return -ENOMEM;
 		c->cslot = cs;
+		/* The tail of cmeta past the old ccap is cleared by commit. */
 		c->ccap = o->cap;
 	}
+	return 0;
+}
+
+int tier_dobj_commit(struct tier_disk *d, struct tier_dobj *o)
+{
+	struct dobj_cow *c;
+	uint32_t *meta = meta_of(o);
+	int fd = -1, rc;
+
+	rc = tier_dobj_commit_prepare(d, o);
+	if (rc)
+		return rc;
+	c = o->cow;
 	/* The old version's slots the new one does not use are free now. */
 	for (uint32_t w = 0; w < c->nwords; w++) {
 		uint64_t gone = c->pin[w] & ~c->used[w];

@@ -143,6 +143,10 @@ int tier_dobj_sync(struct tier_disk *d, struct tier_dobj *o);
  */
 int tier_dobj_commit(struct tier_disk *d, struct tier_dobj *o);
 
+/* Everything tier_dobj_commit() allocates, ahead: after it, and with no
+ * write in between, the commit cannot fail. 0 or -ENOMEM. */
+int tier_dobj_commit_prepare(struct tier_disk *d, struct tier_dobj *o);
+
 /* Whether @o holds a committed version. */
 bool tier_dobj_committed(const struct tier_dobj *o);
 

@@ -180,8 +180,23 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	rc = open_device(s, cfg, err, errlen);
 	if (rc)
 		goto out_lock;
-	rc = tier_disk_init(&s->disk, cfg->disk.path, tag, s->chunk_size,
-			    cfg->disk.compression, err, errlen);
+	if (cfg->disk.persist != CFG_PERSIST_NO) {
+		char name[CFG_NAME_MAX + 2];
+
+		/* Tied to the mount point unless named: never to chance. */
+		snprintf(name, sizeof(name), "%s%s",
+			 cfg->disk.name[0] ? "" : "m",
+			 cfg->disk.name[0] ? cfg->disk.name : tag);
+		rc = tier_disk_init_persistent(&s->disk, cfg->disk.path, name,
+					       s->chunk_size,
+					       cfg->disk.compression, err,
+					       errlen);
+		s->persistent = true;
+	} else {
+		rc = tier_disk_init(&s->disk, cfg->disk.path, tag,
+				    s->chunk_size, cfg->disk.compression, err,
+				    errlen);
+	}
 	if (rc)
 		goto out_dev;
 	apply_limits(s, cfg);
@@ -244,6 +259,8 @@ void tier_store_destroy(struct tier_store *s)
 	pthread_mutex_unlock(&s->lock);
 	if (s->spiller_started)
 		pthread_join(s->spiller, NULL);
+	tier_store_graves_bury(s, tier_store_graves_take(s));
+	free(s->graves);
 	host_pool_destroy(s->pool);
 	tier_disk_destroy(s->disk);
 	if (s->dev)
@@ -321,6 +338,8 @@ void tier_buf_destroy(struct tier_buf *b)
 	if (b->has_host)
 		st_host_drop(b);
 	st_disk_drop(b);
+	if (b->pobj)
+		st_pobj_release(b);
 	b->size = 0;
 	st_publish(b);
 	pthread_mutex_lock(&s->lock);

@@ -190,6 +190,82 @@ int tier_buf_commit(struct tier_buf *b, uint64_t owner);
  * when it is not empty. */
 int tier_buf_alloc_device(struct tier_buf *b, uint64_t size);
 
+/*
+ * Persistent mounts ([disk] persist). The store keeps, per buffer, the
+ * version last committed to the disk tier; the caller's metadata journal
+ * names it (the chunk table of tier_dobj_map(), opaque here). See
+ * doc/design.md.
+ */
+
+/* Whether the store was made persistent; then the spill directory's
+ * descriptor and path (owned by the store) for the journal's files. */
+bool tier_store_persistent(struct tier_store *s);
+int tier_store_dirfd(struct tier_store *s);
+const char *tier_store_dir(struct tier_store *s);
+
+/* The buffer's id, which names its spill file; stable for its life. */
+uint64_t tier_buf_id(struct tier_buf *b);
+
+/* Ids from tier_buf_new() start above @next (one past the highest id a
+ * journal knows), so a restart never reuses one. */
+void tier_store_set_next_id(struct tier_store *s, uint64_t next);
+uint64_t tier_store_next_id(struct tier_store *s);
+
+/*
+ * A buffer for a committed version found at start: @size bytes whose
+ * chunks the table @map describes in the spill file of @id. The buffer is
+ * on the disk tier and nothing is read or even opened until it is used.
+ * -EINVAL for a table that does not fit (logged by the caller), -ENOMEM.
+ */
+int tier_buf_adopt(struct tier_store *s, uint64_t id, uint64_t size,
+		   const void *map, size_t len, struct tier_buf **out);
+
+/* The ids of the spill files on disk, malloc'd into *@ids; and removing
+ * the file of an id no buffer has (one a crash left). */
+int tier_store_spill_ids(struct tier_store *s, uint64_t **ids, size_t *n);
+void tier_store_spill_remove(struct tier_store *s, uint64_t id);
+
+/*
+ * Called with b->lock held for writing, from tier_buf_sync(): record
+ * that buffer @id now has @size bytes as @map describes, and return only
+ * once that record is durable (or, for TIER_SYNC_DEFER, appended). 0 or
+ * -errno, which fails the sync.
+ */
+typedef int (*tier_sync_fn)(void *ctx, uint64_t id, uint64_t size,
+			    const void *map, size_t len);
+
+/* No fdatasync of the spill file and no commit: the caller makes the
+ * file system durable (syncfs) and calls tier_buf_sync_commit(). */
+#define TIER_SYNC_DEFER 0x1u
+
+/*
+ * Make the buffer's bytes durable on the disk tier: write the disk copy
+ * (around the committed version), fdatasync it, hand its table to @fn,
+ * then commit it, freeing what the old version alone used. Nothing is
+ * done when the bytes are those committed already (returns 1 then, 0
+ * after a sync). -ENOSPC when the disk tier has no room; the committed
+ * version is untouched by any failure.
+ */
+int tier_buf_sync(struct tier_buf *b, unsigned int flags, tier_sync_fn fn,
+		  void *ctx);
+
+/* Commit what a TIER_SYNC_DEFER sync recorded, once it is durable. No
+ * write may come between the two. */
+int tier_buf_sync_commit(struct tier_buf *b);
+
+/*
+ * Spill files of committed versions whose buffers were destroyed wait
+ * here, since the journal may still name them: take them (before making
+ * the journal durable past their removal), then bury them (unlink). A
+ * graves list is opaque; NULL when empty.
+ */
+void *tier_store_graves_take(struct tier_store *s);
+void tier_store_graves_bury(struct tier_store *s, void *graves);
+
+/* From now on destroying a buffer keeps its committed version's file:
+ * the mount is going down and the next one adopts them. */
+void tier_store_keep_files(struct tier_store *s);
+
 /* Parse "device", "host", "disk" in any case ("DISK"); -EINVAL otherwise. */
 int tier_parse(const char *name, size_t len, enum tfs_tier *out);
 const char *tier_name(enum tfs_tier t);

@@ -42,7 +42,14 @@ int st_disk_spill(struct tier_buf *b)
 
 	if (b->dobj)
 		return 0;
-	rc = tier_dobj_create(s->disk, b->id, &b->dobj);
+	if (b->pobj) {
+		/* Written around the committed version, which stays until
+		 * the next commit. */
+		b->dobj = b->pobj;
+		rc = tier_dobj_truncate(s->disk, b->dobj, 0);
+	} else {
+		rc = tier_dobj_create(s->disk, b->id, &b->dobj);
+	}
 	if (rc)
 		return rc;
 	/*
@@ -104,12 +111,23 @@ int st_disk_spill(struct tier_buf *b)
 out:
 	for (int k = 0; k < SPILL_BATCH; k++)
 		host_chunk_put(s->pool, scratch[k]);
-	if (rc) {
-		tier_dobj_destroy(s->disk, b->dobj);
-		b->dobj = NULL;
-		st_uncharge_all(b, TFS_TIER_DISK);
-	}
+	if (rc)
+		st_disk_drop(b);
 	return rc;
+}
+
+void st_disk_recharge(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	struct tier_dobj *o = b->dobj ? b->dobj : b->pobj;
+	uint64_t want = o ? tier_dobj_stored(o) : 0;
+
+	if (b->wc_reserved)
+		want += s->chunk_size + DISK_CHUNK_OVERHEAD;
+	pthread_mutex_lock(&s->lock);
+	st_charge(s, b, TFS_TIER_DISK,
+		  (int64_t)(want - b->charged[TFS_TIER_DISK]));
+	pthread_mutex_unlock(&s->lock);
 }
 
 /* Drop the write cache without writing it. */
@@ -129,6 +147,14 @@ void st_disk_drop(struct tier_buf *b)
 	if (!b->dobj)
 		return;
 	st_wc_free(b);
+	if (b->dobj == b->pobj) {
+		/* Only what was written since the commit goes. */
+		tier_dobj_revert(b->s->disk, b->dobj);
+		b->dobj = NULL;
+		b->sync_pending = false;
+		st_disk_recharge(b);
+		return;
+	}
 	tier_dobj_destroy(b->s->disk, b->dobj);
 	b->dobj = NULL;
 	st_uncharge_all(b, TFS_TIER_DISK);

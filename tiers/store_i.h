@@ -89,6 +89,13 @@ struct tier_store {
 	char *disk_path;
 	char backend[16];
 
+	/* Persistent mounts: the spill files of committed versions whose
+	 * buffers are gone, kept until tier_store_graves_bury(). [S] */
+	struct tier_dobj **graves;
+	size_t ngraves, graves_cap;
+	bool persistent; /* set at init */
+	bool keep_files; /* [S] going down: destroy keeps committed files */
+
 	pthread_t spiller;
 	pthread_cond_t spill_wake; /* with lock */
 	pthread_cond_t io_idle; /* with lock: some io_refs reached 0 */
@@ -109,6 +116,11 @@ struct tier_buf {
 	uint32_t cap0; /* [B] bytes in chunks[0] when it is small, else 0 */
 	struct tier_dmem *dmem; /* [B] */
 	struct tier_dobj *dobj; /* [B] */
+	/* [B] Persistent mounts: the object holding the committed version,
+	 * the one the journal names. When there is a disk copy it is this
+	 * object too (dobj == pobj); without one it holds only the committed
+	 * chunks. NULL until the first sync. */
+	struct tier_dobj *pobj;
 	/* [B] One chunk of a buffer too large for host memory, being written
 	 * in place on disk (read-modify-write). */
 	void *wc;
@@ -127,6 +139,8 @@ struct tier_buf {
 	uint8_t present; /* [S] bit t: a copy in tier t */
 	bool dead; /* [S] destroy has begun */
 	bool staging; /* [S] mirror of dirty: being written, not placed */
+	bool synced; /* [B] pobj holds exactly these bytes */
+	bool sync_pending; /* [B] synced with TIER_SYNC_DEFER, to commit */
 };
 
 /*
@@ -218,6 +232,10 @@ int st_disk_spill(struct tier_buf *b);
 void st_wc_free(struct tier_buf *b);
 /* Drop the disk copy and the write cache. */
 void st_disk_drop(struct tier_buf *b);
+/* Takes s->lock. Charge the disk tier exactly what the disk copy, or the
+ * committed version without one, takes (plus a write cache
+ * reservation). */
+void st_disk_recharge(struct tier_buf *b);
 /* Write the cached chunk to the disk copy if it is dirty. */
 int st_wc_flush(struct tier_buf *b);
 /* Load chunk @idx of the disk copy into the write cache, flushing the one
@@ -230,6 +248,13 @@ int st_disk_read(struct tier_buf *b, void *dst, size_t len, uint64_t off);
  * or -errno when none were. */
 ssize_t st_disk_write(struct tier_buf *b, const char *src, size_t len,
 		      uint64_t off);
+
+/* store_persist.c */
+
+/* b->lock held for writing, no disk copy. The buffer is going: its
+ * committed version waits among the graves for the journal to stop naming
+ * it, or stays for the next mount when the store keeps its files. */
+void st_pobj_release(struct tier_buf *b);
 
 /* store_dev.c: the device copy; b->lock held for writing. */
 

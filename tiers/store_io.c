@@ -237,6 +237,8 @@ out_dirty:
 	if (rc > 0)
 		b->dirty = true;
 out:
+	if (rc > 0)
+		b->synced = false;
 	st_publish(b);
 	pthread_rwlock_unlock(&b->lock);
 	st_touch(b);
@@ -286,13 +288,16 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 			if (!rc && b->wc &&
 			    b->wc_idx >= st_nchunks_for(s, size))
 				st_wc_free(b);
-			if (!rc && size < b->size)
+			if (!rc && size < b->size) {
 				rc = tier_dobj_truncate(s->disk, b->dobj,
 						st_nchunks_for(s, size));
+				st_disk_recharge(b);
+			}
 			if (!rc) {
 				b->size = size;
 				rc = st_wc_flush(b);
 				b->dirty = true;
+				b->synced = false;
 			}
 			goto out;
 		}
@@ -331,6 +336,7 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 	}
 	b->size = size;
 	b->dirty = true;
+	b->synced = false;
 out:
 	st_publish(b);
 	pthread_rwlock_unlock(&b->lock);

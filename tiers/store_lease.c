@@ -147,6 +147,8 @@ int tier_buf_commit(struct tier_buf *b, uint64_t owner)
 		st_disk_drop(b);
 		b->dirty = false;
 	}
+	if (!rc)
+		b->synced = false;
 	st_publish(b);
 	pthread_rwlock_unlock(&b->lock);
 	if (!rc)
@@ -162,10 +164,13 @@ int tier_buf_alloc_device(struct tier_buf *b, uint64_t size)
 	if (!s->dev)
 		return -ENODEV;
 	pthread_rwlock_wrlock(&b->lock);
-	if (b->size || b->dmem || b->dobj || b->nchunks) {
+	/* An empty file's committed (empty) version is no content. */
+	if (b->size || b->dmem || (b->dobj && b->dobj != b->pobj) ||
+	    b->nchunks) {
 		rc = -EEXIST;
 		goto out;
 	}
+	st_disk_drop(b);
 	rc = st_dev_alloc(b, size);
 	if (rc)
 		goto out;
@@ -177,6 +182,7 @@ int tier_buf_alloc_device(struct tier_buf *b, uint64_t size)
 	st_host_drop(b);
 	b->size = size;
 	b->dirty = false;
+	b->synced = false;
 out:
 	st_publish(b);
 	pthread_rwlock_unlock(&b->lock);

@@ -694,6 +694,252 @@ static void test_tier_names(void)
 	}
 }
 
+static struct tier_store *mk_pstore(uint64_t host, const char *name)
+{
+	struct tfs_config cfg;
+	struct tier_store *s = NULL;
+	char err[256];
+	int rc;
+
+	cfg_defaults(&cfg);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "none");
+	cfg.host.limit = (struct cfg_size){ .bytes = host };
+	free(cfg.disk.path);
+	cfg.disk.path = strdup(spill_dir);
+	cfg.disk.persist = CFG_PERSIST_YES;
+	snprintf(cfg.disk.name, sizeof(cfg.disk.name), "%s", name);
+	rc = tier_store_init(&s, &cfg, "unit", err, sizeof(err));
+	if (rc)
+		printf("# store init: %s\n", err);
+	cfg_free(&cfg);
+	return s;
+}
+
+/* What the journal would record. */
+struct recorded {
+	uint64_t id, size;
+	void *map;
+	size_t len;
+	int calls;
+	int fail; /* make the record fail with this */
+};
+
+static int record(void *ctx, uint64_t id, uint64_t size, const void *map,
+		  size_t len)
+{
+	struct recorded *r = ctx;
+
+	r->calls++;
+	if (r->fail)
+		return r->fail;
+	free(r->map);
+	r->map = malloc(len);
+	memcpy(r->map, map, len);
+	r->len = len;
+	r->id = id;
+	r->size = size;
+	return 0;
+}
+
+/* A buffer adopted from what was recorded, as a restart after a crash
+ * would make it. */
+static struct tier_buf *adopt_rec(struct tier_store *s,
+				  const struct recorded *r)
+{
+	struct tier_buf *b = NULL;
+
+	CHECK_EQ(tier_buf_adopt(s, r->id, r->size, r->map, r->len, &b), 0);
+	return b;
+}
+
+static void overwrite(struct tier_buf *b, int n, uint64_t off, size_t len)
+{
+	uint8_t *p = malloc(len);
+
+	fill(p, len, n, off);
+	CHECK_EQ(tier_buf_write(b, p, len, (off_t)off), (ssize_t)len);
+	free(p);
+}
+
+/* A file synced, then written: what was synced stays readable from its
+ * spill file until the next sync; the next sync replaces it. */
+static void test_sync_keeps_committed(void)
+{
+	struct tier_store *s = mk_pstore(64 * MiB, "sync");
+	struct recorded r = { 0 }, r2 = { 0 };
+	struct tier_buf *b, *a;
+	uint8_t buf[4096];
+
+	if (!s)
+		return;
+	CHECK(tier_store_persistent(s));
+	CHECK(tier_store_dirfd(s) >= 0);
+	b = mk_file(s, 1, 3 * MiB + 5);
+	CHECK_EQ(tier_buf_sync(b, 0, record, &r), 0);
+	CHECK_EQ(r.calls, 1);
+	CHECK_EQ(r.size, 3 * MiB + 5);
+	CHECK_EQ(r.id, tier_buf_id(b));
+	/* Nothing changed: nothing to write or record. */
+	CHECK_EQ(tier_buf_sync(b, 0, record, &r), 1);
+	CHECK_EQ(r.calls, 1);
+
+	/* Written after the sync (on host), then spilled again: the synced
+	 * bytes are still what the recorded table reads. */
+	overwrite(b, 2, MiB, 4096);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	overwrite(b, 2, 0, 100);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	a = adopt_rec(s, &r);
+	if (a) {
+		CHECK(verify(a, 1, 3 * MiB + 5));
+		tier_buf_destroy(a);
+	}
+	/* A failed record leaves the old version committed. */
+	r2.fail = -EIO;
+	CHECK_EQ(tier_buf_sync(b, 0, record, &r2), -EIO);
+	a = adopt_rec(s, &r);
+	if (a) {
+		CHECK(verify(a, 1, 3 * MiB + 5));
+		tier_buf_destroy(a);
+	}
+	r2.fail = 0;
+	CHECK_EQ(tier_buf_sync(b, 0, record, &r2), 0);
+	a = adopt_rec(s, &r2);
+	if (a) {
+		CHECK_EQ(tier_buf_read(a, buf, 100, 0), 100);
+		fill(buf + 200, 100, 2, 0);
+		CHECK(!memcmp(buf, buf + 200, 100));
+		CHECK_EQ(tier_buf_read(a, buf, 50, 200), 50);
+		fill(buf + 200, 50, 1, 200);
+		CHECK(!memcmp(buf, buf + 200, 50));
+		tier_buf_destroy(a);
+	}
+	tier_buf_destroy(b);
+	free(r.map);
+	free(r2.map);
+	tier_store_destroy(s);
+}
+
+/* A file larger than host, written in place on disk: only the chunks it
+ * changes go to new slots; the committed ones stay. */
+static void test_sync_large_in_place(void)
+{
+	struct tier_store *s = mk_pstore(8 * MiB, "large");
+	struct recorded r = { 0 }, r2 = { 0 };
+	struct tier_buf *b, *a;
+	struct tier_buf_stat st;
+
+	if (!s)
+		return;
+	b = mk_file(s, 3, 24 * MiB);
+	tier_buf_stat(b, &st);
+	CHECK_EQ(st.tier, TFS_TIER_DISK);
+	CHECK_EQ(tier_buf_sync(b, 0, record, &r), 0);
+	overwrite(b, 4, 5 * MiB + 10, 3000);
+	overwrite(b, 4, 20 * MiB, MiB);
+	CHECK_EQ(tier_buf_truncate(b, 22 * MiB), 0);
+	a = adopt_rec(s, &r);
+	if (a) {
+		CHECK(verify(a, 3, 24 * MiB));
+		tier_buf_destroy(a);
+	}
+	CHECK_EQ(tier_buf_sync(b, 0, record, &r2), 0);
+	CHECK_EQ(r2.size, 22 * MiB);
+	a = adopt_rec(s, &r2);
+	if (a) {
+		uint8_t got[3000], want[3000];
+
+		CHECK_EQ(tier_buf_read(a, got, 3000, 5 * MiB + 10), 3000);
+		fill(want, 3000, 4, 5 * MiB + 10);
+		CHECK(!memcmp(got, want, 3000));
+		CHECK_EQ(tier_buf_read(a, got, 3000, 6 * MiB), 3000);
+		fill(want, 3000, 3, 6 * MiB);
+		CHECK(!memcmp(got, want, 3000));
+		tier_buf_destroy(a);
+	}
+	/* The disk tier is charged each slot once: 22 chunks and a bit. */
+	tier_buf_stat(b, &st);
+	CHECK(st.stored_size < 23 * MiB);
+	tier_buf_destroy(b);
+	free(r.map);
+	free(r2.map);
+	tier_store_destroy(s);
+}
+
+static bool spill_file_exists(struct tier_store *s, uint64_t id)
+{
+	char path[512];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%llu", tier_store_dir(s),
+		 (unsigned long long)id);
+	return !stat(path, &st);
+}
+
+/* A destroyed buffer's committed file waits among the graves; keeping
+ * files at the end leaves them all. */
+static void test_graves_and_keep(void)
+{
+	struct tier_store *s = mk_pstore(64 * MiB, "graves");
+	struct recorded r = { 0 };
+	struct tier_buf *b, *c;
+	uint64_t id, idc, *ids;
+	size_t n;
+	void *g;
+
+	if (!s)
+		return;
+	b = mk_file(s, 5, MiB);
+	id = tier_buf_id(b);
+	CHECK_EQ(tier_buf_sync(b, 0, record, &r), 0);
+	tier_buf_destroy(b);
+	CHECK(spill_file_exists(s, id));
+	g = tier_store_graves_take(s);
+	CHECK(g != NULL);
+	CHECK(tier_store_graves_take(s) == NULL);
+	CHECK(spill_file_exists(s, id));
+	tier_store_graves_bury(s, g);
+	CHECK(!spill_file_exists(s, id));
+
+	/* Deferred syncs: recorded, committed later. */
+	b = mk_file(s, 6, 2 * MiB);
+	c = mk_file(s, 7, 100);
+	id = tier_buf_id(b);
+	idc = tier_buf_id(c);
+	CHECK_EQ(tier_buf_sync(b, TIER_SYNC_DEFER, record, &r), 0);
+	CHECK_EQ(tier_buf_sync_commit(b), 0);
+	CHECK_EQ(tier_buf_sync(b, 0, record, &r), 1);
+	CHECK_EQ(tier_store_spill_ids(s, &ids, &n), 0);
+	CHECK(n == 1 && ids[0] == id);
+	free(ids);
+	tier_store_keep_files(s);
+	tier_buf_destroy(b);
+	tier_buf_destroy(c); /* never synced: its file is no version */
+	CHECK(tier_store_graves_take(s) == NULL);
+	CHECK(spill_file_exists(s, id));
+	CHECK(!spill_file_exists(s, idc));
+	CHECK(tier_store_next_id(s) > idc);
+	tier_store_destroy(s);
+
+	/* The directory stays for the next mount; the ids go on from
+	 * there. */
+	s = mk_pstore(64 * MiB, "graves");
+	if (!s)
+		return;
+	CHECK(spill_file_exists(s, id));
+	b = adopt_rec(s, &r);
+	if (b) {
+		CHECK(verify(b, 6, 2 * MiB));
+		CHECK(tier_store_next_id(s) > id);
+		tier_store_keep_files(s);
+		tier_buf_destroy(b);
+	}
+	tier_store_spill_remove(s, id);
+	CHECK(!spill_file_exists(s, id));
+	free(r.map);
+	tier_store_destroy(s);
+}
+
 int main(void)
 {
 	if (!mkdtemp(spill_dir)) {
@@ -716,6 +962,18 @@ int main(void)
 	TAP_RUN(test_stats_format);
 	TAP_RUN(test_bad_backend);
 	TAP_RUN(test_tier_names);
+	TAP_RUN(test_sync_keeps_committed);
+	TAP_RUN(test_sync_large_in_place);
+	TAP_RUN(test_graves_and_keep);
+	{
+		char cmd[128];
+
+		/* the persistent directories stay by design */
+		snprintf(cmd, sizeof(cmd), "rm -rf %s/tierfs-persist.*",
+			 spill_dir);
+		if (system(cmd))
+			printf("# cannot remove %s\n", cmd);
+	}
 	rmdir(spill_dir);
 	return tap_done();
 }
