@@ -120,6 +120,10 @@ static const struct cfg_key keys[] = {
 	{ "fs", "read_ahead_kb", CFG_UINT, 0, FIELD(fs, read_ahead_kb),
 	  .max = 65536, .def = "1024", .arg = "N",
 	  .help = "kernel read-ahead of the mount in KiB; 0: leave it" },
+	{ "fs", "metadata_limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
+	  FIELD(fs, metadata_limit), .max = UINT64_MAX, .def = "10%",
+	  .arg = "SIZE|N%",
+	  .help = "memory for inodes, names and xattrs, % of the host limit" },
 	{ "log", "file", CFG_PATH, 0, FIELD(log, file), .def = NULL,
 	  .arg = "FILE",
 	  .help = "append the daemon's messages to FILE (default: the journal "

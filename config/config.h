@@ -79,6 +79,9 @@ struct tfs_config {
 	struct {
 		unsigned int threads; /* FUSE worker threads, default 0 = libfuse's */
 		unsigned int read_ahead_kb; /* set on the bdi after mount; 0 = leave */
+		/* Memory for inodes, names, symlink targets and xattrs; a
+		 * percentage is of the host limit. Default 10%. */
+		struct cfg_size metadata_limit;
 	} fs;
 	struct {
 		char *file; /* or NULL: the journal, syslog or the default */

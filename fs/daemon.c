@@ -268,36 +268,41 @@ size_t tfs_daemon_stats(char *buf, size_t len)
 static pthread_t hup_thread;
 static bool hup_running;
 static atomic_bool hup_stop;
-static tfs_reload_fn hup_fn;
+static tfs_reload_fn hup_fn, idle_fn;
 
 /*
  * SIGHUP is blocked in every thread (main blocks it before any thread
- * exists, libfuse's workers block everything), so sigwait() here is the
- * only place it is ever taken, and a reload runs in a plain thread that
- * may take locks and log, unlike a signal handler.
+ * exists, libfuse's workers block everything), so sigtimedwait() here is
+ * the only place it is ever taken, and a reload runs in a plain thread that
+ * may take locks and log, unlike a signal handler. The timeout makes the
+ * same thread the daemon's once-a-second idle timer.
  */
 static void *hup_main(void *arg)
 {
+	const struct timespec second = { .tv_sec = 1 };
 	sigset_t set;
 	int sig;
 
 	sigemptyset(&set);
 	sigaddset(&set, SIGHUP);
 	for (;;) {
-		if (sigwait(&set, &sig))
-			continue;
+		sig = sigtimedwait(&set, NULL, &second);
 		if (atomic_load(&hup_stop))
 			break;
-		hup_fn();
+		if (sig == SIGHUP)
+			hup_fn();
+		else if (sig < 0 && errno == EAGAIN)
+			idle_fn();
 	}
 	return NULL;
 }
 
-int tfs_sighup_start(tfs_reload_fn fn)
+int tfs_sighup_start(tfs_reload_fn reload, tfs_reload_fn idle)
 {
 	int rc;
 
-	hup_fn = fn;
+	hup_fn = reload;
+	idle_fn = idle;
 	rc = pthread_create(&hup_thread, NULL, hup_main, NULL);
 	if (rc)
 		return -rc;

@@ -192,6 +192,16 @@ struct tfs_fs {
 	uint64_t next_ino; /* ns_lock */
 	uint32_t next_generation; /* ns_lock; starts at random */
 	atomic_uint_fast64_t next_owner;
+	/*
+	 * The metadata budget ([fs] metadata_limit): heap bytes of inodes,
+	 * dentries, symlink targets, xattrs and the store's buffer records.
+	 * Atomic: inodes are freed outside ns_lock. meta_freed counts bytes
+	 * freed since the idle timer last gave memory back.
+	 */
+	atomic_uint_fast64_t meta_used;
+	atomic_uint_fast64_t meta_limit; /* 0 until set: no limit */
+	atomic_uint_fast64_t meta_freed;
+	atomic_uint_fast64_t meta_ops; /* charges and frees, for idleness */
 	double entry_timeout, attr_timeout;
 };
 
@@ -203,9 +213,14 @@ void tfs_ns_destroy(void);
 void tfs_ns_lock(void);
 void tfs_ns_unlock(void);
 struct tfs_inode *tfs_inode_get_locked(fuse_ino_t ino);
-/* A new inode with nlink 0; @buf is owned by it from now on. */
-struct tfs_inode *tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid,
-				       dev_t rdev, struct tier_buf *buf);
+/*
+ * A new inode with nlink 0 in *@out. A regular file's @buf or a symlink's
+ * @target is owned by it from then on (by the caller still on failure).
+ * Returns 0, -ENOSPC past the metadata budget, or -ENOMEM.
+ */
+int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
+			 struct tier_buf *buf, char *target,
+			 struct tfs_inode **out);
 /* Queue @i for freeing when it has no name, no lookups and no opens. */
 void tfs_inode_check_locked(struct tfs_inode *i, struct tfs_inode **reap);
 /* Free what tfs_inode_check_locked() queued; call without the lock. */
@@ -219,6 +234,27 @@ int tfs_dentry_add_locked(struct tfs_inode *parent, const char *name,
 void tfs_dentry_del_locked(struct tfs_dentry *d);
 /* First slot with a cookie above @off. */
 uint32_t tfs_dir_seek_locked(const struct tfs_dir *dir, uint64_t off);
+/*
+ * The metadata budget. tfs_meta_cost() is what one malloc(@n) takes from
+ * the heap; charge fails with -ENOSPC (charging nothing) when @bytes more
+ * would pass the limit. Both may be called with or without ns_lock.
+ */
+size_t tfs_meta_cost(size_t n);
+/* What one user xattr of a @nlen-byte name and @vlen-byte value takes. */
+static inline size_t tfs_xattr_cost(size_t nlen, size_t vlen)
+{
+	return tfs_meta_cost(sizeof(struct tfs_xattr) + nlen + 1 + vlen);
+}
+int tfs_meta_charge(size_t bytes);
+void tfs_meta_uncharge(size_t bytes);
+/* Set the limit from [fs] metadata_limit and the host tier's limit. */
+void tfs_meta_set_limit(const struct cfg_size *limit, uint64_t host_limit);
+/*
+ * Called about once a second from the SIGHUP thread: after a second
+ * without namespace changes, once enough was freed, give the heap's free
+ * pages back to the system (malloc_trim). Never on a request's path.
+ */
+void tfs_meta_idle(void);
 /* Fill @st from the inode; a regular file's size and blocks come from
  * tfs_stat_data(), unlocked. */
 void tfs_stat_locked(const struct tfs_inode *i, struct stat *st);
@@ -350,7 +386,9 @@ size_t tfs_daemon_stats(char *buf, size_t len);
 /* Record how a SIGHUP reload ended: @err is NULL when it worked. */
 void tfs_reload_done(const char *err);
 typedef void (*tfs_reload_fn)(void);
-int tfs_sighup_start(tfs_reload_fn fn);
+/* Run @reload on each SIGHUP and @idle about once a second, in one
+ * thread of their own. */
+int tfs_sighup_start(tfs_reload_fn reload, tfs_reload_fn idle);
 void tfs_sighup_stop(void);
 
 #endif

@@ -6,6 +6,7 @@
  * millions of entries and no directory pays for a private table.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -19,6 +20,85 @@ struct tfs_fs tfs = {
 };
 
 #define HASH_MIN_BUCKETS 1024
+/* Freed bytes worth a malloc_trim once the namespace is quiet. */
+#define TRIM_MIN (4u << 20)
+
+size_t tfs_meta_cost(size_t n)
+{
+	/* glibc: the request plus a size word, in 16-byte steps, 32 at
+	 * least. */
+	n = (n + sizeof(size_t) + 15) & ~(size_t)15;
+	return n < 32 ? 32 : n;
+}
+
+int tfs_meta_charge(size_t bytes)
+{
+	uint64_t limit = atomic_load(&tfs.meta_limit);
+	uint64_t used = atomic_fetch_add(&tfs.meta_used, bytes) + bytes;
+
+	atomic_fetch_add(&tfs.meta_ops, 1);
+	if (limit && used > limit) {
+		atomic_fetch_sub(&tfs.meta_used, bytes);
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+void tfs_meta_uncharge(size_t bytes)
+{
+	atomic_fetch_sub(&tfs.meta_used, bytes);
+	atomic_fetch_add(&tfs.meta_freed, bytes);
+	atomic_fetch_add(&tfs.meta_ops, 1);
+}
+
+void tfs_meta_set_limit(const struct cfg_size *limit, uint64_t host_limit)
+{
+	uint64_t bytes = cfg_size_resolve(limit, host_limit);
+
+	atomic_store(&tfs.meta_limit, bytes ? bytes : 1);
+}
+
+void tfs_meta_idle(void)
+{
+	static uint64_t last_ops;
+	uint64_t ops = atomic_load(&tfs.meta_ops);
+	bool quiet = ops == last_ops;
+
+	last_ops = ops;
+	/*
+	 * glibc keeps freed small blocks in its heap for reuse: after a
+	 * million files were created and removed, 1.28 GB stayed resident
+	 * until restart. malloc_trim walks every arena under its lock, so it
+	 * runs only here, once deletions have stopped for a second.
+	 */
+	if (!quiet || atomic_load(&tfs.meta_freed) < TRIM_MIN)
+		return;
+	atomic_store(&tfs.meta_freed, 0);
+	tfs_debug("idle: giving freed heap memory back");
+	malloc_trim(0);
+}
+
+/* The budget an inode takes: itself, its share of the hash table (which
+ * has up to two slots per entry), and what it owns besides its xattrs. */
+static size_t inode_cost(uint32_t mode, const char *target)
+{
+	size_t c = tfs_meta_cost(sizeof(struct tfs_inode)) + 2 * sizeof(void *);
+
+	if (S_ISDIR(mode))
+		c += tfs_meta_cost(sizeof(struct tfs_dir));
+	else if (S_ISREG(mode))
+		c += tfs_meta_cost(tier_buf_footprint());
+	else if (S_ISLNK(mode) && target)
+		c += tfs_meta_cost(strlen(target) + 1);
+	return c;
+}
+
+/* A dentry: itself, its hash slots and up to two readdir slots. */
+static size_t dentry_cost(size_t len)
+{
+	return tfs_meta_cost(sizeof(struct tfs_dentry) + len + 1) +
+	       2 * sizeof(void *) + 2 * sizeof(struct tfs_slot);
+}
 
 static uint64_t mix64(uint64_t x)
 {
@@ -198,24 +278,33 @@ struct tfs_inode *tfs_inode_get_locked(fuse_ino_t ino)
 	return i;
 }
 
-struct tfs_inode *tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid,
-				       dev_t rdev, struct tier_buf *buf)
+int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
+			 struct tier_buf *buf, char *target,
+			 struct tfs_inode **out)
 {
-	struct tfs_inode *i = calloc(1, sizeof(*i));
+	size_t cost = inode_cost(mode, target);
+	struct tfs_inode *i;
 	size_t at;
+	int rc;
 
+	rc = tfs_meta_charge(cost);
+	if (rc)
+		return rc;
+	i = calloc(1, sizeof(*i));
 	if (!i)
-		return NULL;
+		goto out_uncharge;
 	if (S_ISDIR(mode)) {
 		i->dir = calloc(1, sizeof(*i->dir));
 		if (!i->dir) {
 			free(i);
-			return NULL;
+			goto out_uncharge;
 		}
 		/* 1 and 2 are "." and ".." in readdir. */
 		i->dir->next_cookie = 3;
 	} else if (S_ISREG(mode)) {
 		i->buf = buf;
+	} else if (S_ISLNK(mode)) {
+		i->target = target;
 	}
 	i->ino = tfs.next_ino++;
 	if (i->ino != FUSE_ROOT_ID)
@@ -232,7 +321,12 @@ struct tfs_inode *tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid,
 	tfs.inodes.b[at] = i;
 	if (++tfs.inodes.count > tfs.inodes.mask + 1)
 		inode_hash_grow(&tfs.inodes);
-	return i;
+	*out = i;
+	return 0;
+
+out_uncharge:
+	tfs_meta_uncharge(cost);
+	return -ENOMEM;
 }
 
 static void inode_unhash_locked(struct tfs_inode *i)
@@ -261,6 +355,8 @@ static void inode_free(struct tfs_inode *i)
 {
 	struct tfs_xattr *x, *next;
 
+	tfs_meta_uncharge(inode_cost(i->mode,
+				     S_ISLNK(i->mode) ? i->target : NULL));
 	if (S_ISREG(i->mode)) {
 		if (i->buf)
 			tier_buf_destroy(i->buf);
@@ -274,6 +370,7 @@ static void inode_free(struct tfs_inode *i)
 	}
 	for (x = i->xattrs; x; x = next) {
 		next = x->next;
+		tfs_meta_uncharge(tfs_xattr_cost(x->nlen, x->vlen));
 		free(x);
 	}
 	free(i);
@@ -337,22 +434,29 @@ int tfs_dentry_add_locked(struct tfs_inode *parent, const char *name,
 	struct tfs_dir *dir = parent->dir;
 	struct tfs_dentry *d;
 	size_t at;
+	int rc;
 
+	rc = tfs_meta_charge(dentry_cost(len));
+	if (rc)
+		return rc;
 	if (dir->n == dir->cap) {
 		uint32_t ncap = dir->cap ? dir->cap * 2 : 8;
 		struct tfs_slot *s;
 
+		rc = -ENOSPC;
 		if (ncap < dir->cap)
-			return -ENOSPC;
+			goto out_uncharge;
+		rc = -ENOMEM;
 		s = realloc(dir->slots, ncap * sizeof(*s));
 		if (!s)
-			return -ENOMEM;
+			goto out_uncharge;
 		dir->slots = s;
 		dir->cap = ncap;
 	}
+	rc = -ENOMEM;
 	d = malloc(sizeof(*d) + len + 1);
 	if (!d)
-		return -ENOMEM;
+		goto out_uncharge;
 	d->parent = parent;
 	d->inode = inode;
 	d->namelen = (uint8_t)len;
@@ -371,6 +475,10 @@ int tfs_dentry_add_locked(struct tfs_inode *parent, const char *name,
 	if (++tfs.dentries.count > tfs.dentries.mask + 1)
 		dentry_hash_grow(&tfs.dentries);
 	return 0;
+
+out_uncharge:
+	tfs_meta_uncharge(dentry_cost(len));
+	return rc;
 }
 
 /*
@@ -416,6 +524,7 @@ void tfs_dentry_del_locked(struct tfs_dentry *d)
 	dir->live--;
 	if (dir->n - dir->live > 32 && dir->n - dir->live > dir->live)
 		dir_compact(dir);
+	tfs_meta_uncharge(dentry_cost(d->namelen));
 	free(d);
 }
 
@@ -472,12 +581,10 @@ int tfs_ns_init(void)
 	if (getrandom(&tfs.next_generation, sizeof(tfs.next_generation),
 		      GRND_NONBLOCK) != sizeof(tfs.next_generation))
 		tfs.next_generation = (uint32_t)time(NULL) ^ (uint32_t)getpid();
-	root = tfs_inode_new_locked(S_IFDIR | 0755, getuid(), getgid(), 0,
-				    NULL);
-	if (!root) {
-		rc = -ENOMEM;
+	rc = tfs_inode_new_locked(S_IFDIR | 0755, getuid(), getgid(), 0,
+				  NULL, NULL, &root);
+	if (rc)
 		goto out_dentries;
-	}
 	root->nlink = 2;
 	root->dir->parent = root;
 	tfs.root = root;

@@ -377,17 +377,12 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		if (S_ISDIR(mode))
 			mode |= S_ISGID;
 	}
-	i = tfs_inode_new_locked(mode, ctx->uid, gid, rdev, buf);
-	if (!i) {
-		rc = -ENOMEM;
+	rc = tfs_inode_new_locked(mode, ctx->uid, gid, rdev, buf, tcopy, &i);
+	if (rc)
 		goto out_unlock;
-	}
 	buf = NULL;
+	tcopy = NULL;
 	tfs_inherit_flags_locked(i, p);
-	if (S_ISLNK(mode)) {
-		i->target = tcopy;
-		tcopy = NULL;
-	}
 	rc = tfs_dentry_add_locked(p, name, len, i);
 	if (rc) {
 		tfs_inode_check_locked(i, &reap);
@@ -442,12 +437,10 @@ static int make_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
 		goto out_unlock;
 	if (p->mode & S_ISGID)
 		gid = p->gid;
-	i = tfs_inode_new_locked(S_IFREG | (mode & 07777), ctx->uid, gid, 0,
-				 buf);
-	if (!i) {
-		rc = -ENOMEM;
+	rc = tfs_inode_new_locked(S_IFREG | (mode & 07777), ctx->uid, gid, 0,
+				  buf, NULL, &i);
+	if (rc)
 		goto out_unlock;
-	}
 	buf = NULL;
 	tfs_inherit_flags_locked(i, p);
 	if (!(flags & O_EXCL))
@@ -718,20 +711,20 @@ static int rename_exchange_locked(struct tfs_inode *op, struct tfs_dentry *sd,
  * deleted lower file: a character device 0:0 with mode 0, owned as mknod
  * would make it (shmem_whiteout() does the same).
  */
-static struct tfs_inode *whiteout_new_locked(fuse_req_t req,
-					     const struct tfs_inode *dir)
+static int whiteout_new_locked(fuse_req_t req, const struct tfs_inode *dir,
+			       struct tfs_inode **out)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct tfs_inode *w;
+	int rc;
 
-	w = tfs_inode_new_locked(S_IFCHR, ctx->uid,
-				 dir->mode & S_ISGID ? dir->gid : ctx->gid,
-				 0 /* WHITEOUT_DEV */, NULL);
-	if (w) {
-		w->nlink = 1;
-		tfs_inherit_flags_locked(w, dir);
+	rc = tfs_inode_new_locked(S_IFCHR, ctx->uid,
+				  dir->mode & S_ISGID ? dir->gid : ctx->gid,
+				  0 /* WHITEOUT_DEV */, NULL, NULL, out);
+	if (!rc) {
+		(*out)->nlink = 1;
+		tfs_inherit_flags_locked(*out, dir);
 	}
-	return w;
+	return rc;
 }
 
 static int do_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -817,11 +810,9 @@ static int do_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	 * removal is by pointer, and nothing else can look in between.
 	 */
 	if (flags & RENAME_WHITEOUT) {
-		wh = whiteout_new_locked(req, op);
-		if (!wh) {
-			rc = -ENOMEM;
+		rc = whiteout_new_locked(req, op, &wh);
+		if (rc)
 			goto out;
-		}
 	}
 	rc = tfs_dentry_add_locked(np, newname, nlen, src);
 	if (rc) {

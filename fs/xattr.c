@@ -89,6 +89,12 @@ static ssize_t virtual_get(struct tfs_inode *i, const char *name, char *buf,
 		n = tier_store_format_stats(tfs.store, buf, cap);
 		n += tfs_daemon_stats(buf + (n < cap ? n : cap),
 				      n < cap ? cap - n : 0);
+		n += (size_t)snprintf(buf + (n < cap ? n : cap),
+				      n < cap ? cap - n : 0,
+				      "metadata.used=%" PRIu64 "\n"
+				      "metadata.limit=%" PRIu64 "\n",
+				      (uint64_t)atomic_load(&tfs.meta_used),
+				      (uint64_t)atomic_load(&tfs.meta_limit));
 		return n > cap ? -E2BIG : (ssize_t)n;
 	}
 	if (!S_ISREG(i->mode))
@@ -182,6 +188,17 @@ void tfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		fuse_reply_buf(req, buf, (size_t)len);
 }
 
+/* Trade an xattr of cost @oldc (0: none) for one of @newc in the metadata
+ * budget: a replacement only needs room for what it adds. */
+static int meta_replace(size_t oldc, size_t newc)
+{
+	if (newc > oldc)
+		return tfs_meta_charge(newc - oldc);
+	if (oldc > newc)
+		tfs_meta_uncharge(oldc - newc);
+	return 0;
+}
+
 static int user_set(struct tfs_inode *i, const char *name, const char *value,
 		    size_t size, int flags)
 {
@@ -203,16 +220,20 @@ static int user_set(struct tfs_inode *i, const char *name, const char *value,
 
 	tfs_ns_lock();
 	pp = xattr_find_locked(i, name, nlen);
-	if (tfs_deny_sealed(i)) {
+	if (tfs_deny_sealed(i))
 		rc = -EPERM;
-	} else if (pp && (flags & XATTR_CREATE)) {
+	else if (pp && (flags & XATTR_CREATE))
 		rc = -EEXIST;
-	} else if (!pp && (flags & XATTR_REPLACE)) {
+	else if (!pp && (flags & XATTR_REPLACE))
 		rc = -ENODATA;
-	} else if (i->xattr_bytes - (pp ? (*pp)->nlen + (*pp)->vlen : 0) +
-			   nlen + size > TFS_XATTR_INODE_MAX) {
+	else if (i->xattr_bytes - (pp ? (*pp)->nlen + (*pp)->vlen : 0) +
+			 nlen + size > TFS_XATTR_INODE_MAX)
 		rc = -ENOSPC;
-	} else {
+	else
+		rc = meta_replace(pp ? tfs_xattr_cost((*pp)->nlen,
+						      (*pp)->vlen) : 0,
+				  tfs_xattr_cost(nlen, size));
+	if (!rc) {
 		i->xattr_bytes += (uint32_t)(nlen + size);
 		if (pp) {
 			struct tfs_xattr *old = *pp;
@@ -333,6 +354,7 @@ void tfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 			x = *pp;
 			*pp = x->next;
 			i->xattr_bytes -= x->nlen + x->vlen;
+			tfs_meta_uncharge(tfs_xattr_cost(x->nlen, x->vlen));
 			tfs_touch_locked(i, false);
 		}
 	}

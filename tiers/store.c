@@ -351,6 +351,11 @@ void tier_buf_destroy(struct tier_buf *b)
 	free(b);
 }
 
+size_t tier_buf_footprint(void)
+{
+	return sizeof(struct tier_buf);
+}
+
 uint64_t tier_buf_size(struct tier_buf *b)
 {
 	pthread_mutex_lock(&b->s->lock);

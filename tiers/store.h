@@ -119,6 +119,10 @@ void tier_buf_destroy(struct tier_buf *b);
 
 uint64_t tier_buf_size(struct tier_buf *b);
 
+/* Bytes the store's own record of one buffer takes, without its data: what
+ * a file costs the namespace's metadata budget besides its inode. */
+size_t tier_buf_footprint(void);
+
 /* Read up to @len bytes at @off into @dst; short at end of file. */
 ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off);
 

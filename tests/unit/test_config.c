@@ -211,6 +211,8 @@ static void test_defaults(void)
 	CHECK(cfg.policy.target == 0.85);
 	CHECK_EQ(cfg.fs.threads, 0);
 	CHECK_EQ(cfg.fs.read_ahead_kb, 1024);
+	CHECK(cfg.fs.metadata_limit.is_percent &&
+	      cfg.fs.metadata_limit.percent == 10);
 	CHECK(cfg.config_file == NULL);
 	cfg_free(&cfg);
 	CHECK(cfg.disk.path == NULL);
@@ -525,7 +527,7 @@ static void test_is_option(void)
 		"disk_limit",	  "disk_compression", "disk_chunk_size",
 		"policy_eviction", "policy_unspill", "policy_high_watermark",
 		"policy_target",  "fs_threads",	    "fs_read_ahead_kb",
-		"log_file",
+		"fs_metadata_limit", "log_file",
 		"host_limit=8G",  "Host_Limit",
 	};
 	static const char *const no[] = {
@@ -880,7 +882,7 @@ static void test_example_file(void)
 	}
 	fclose(in);
 	fclose(out);
-	CHECK_EQ(keys, 14); /* every key but the device limit */
+	CHECK_EQ(keys, 15); /* every key but the device limit and log file */
 	CHECK_EQ(load(&cfg, text), 0);
 	CHECK(!err[0] || !printf("#   %s\n", err));
 	cfg_defaults(&def);
@@ -899,6 +901,7 @@ static void test_example_file(void)
 	CHECK(def.policy.target == cfg.policy.target);
 	CHECK_EQ(def.fs.threads, cfg.fs.threads);
 	CHECK_EQ(def.fs.read_ahead_kb, cfg.fs.read_ahead_kb);
+	CHECK(size_eq(&def.fs.metadata_limit, &cfg.fs.metadata_limit));
 	cfg_free(&def);
 	cfg_free(&cfg);
 	free(text);
