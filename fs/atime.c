@@ -299,22 +299,37 @@ static int ts_cmp(const struct timespec *a, const struct timespec *b)
 	return 0;
 }
 
-void tfs_atime_note_locked(struct tfs_inode *i)
+/* Whether a read of @i now changes its atime, and the time it would be. */
+static bool atime_due(const struct tfs_inode *i, struct timespec *now)
 {
 	int mode = atomic_load(&atime_mode);
-	struct timespec now;
 
 	if (mode == ATIME_NOATIME || (tfs_fsflags(i) & TFS_FL_NOATIME))
-		return;
+		return false;
 	if (S_ISDIR(i->mode) && atomic_load(&atime_nodir))
-		return;
-	tfs_now(&now);
+		return false;
+	tfs_now(now);
 	/* The kernel's relatime_need_update(). */
 	if (mode == ATIME_RELATIME && ts_cmp(&i->mtime, &i->atime) < 0 &&
 	    ts_cmp(&i->ctime, &i->atime) < 0 &&
-	    now.tv_sec - i->atime.tv_sec < 24 * 3600)
-		return;
-	i->atime = now;
+	    now->tv_sec - i->atime.tv_sec < 24 * 3600)
+		return false;
+	return true;
+}
+
+bool tfs_atime_due_locked(const struct tfs_inode *i)
+{
+	struct timespec now;
+
+	return atime_due(i, &now);
+}
+
+void tfs_atime_note_locked(struct tfs_inode *i)
+{
+	struct timespec now;
+
+	if (atime_due(i, &now))
+		i->atime = now;
 }
 
 /*

@@ -273,6 +273,19 @@ void tfs_file_link_locked(struct tfs_file *f);
 int tfs_may_write(fuse_req_t req, struct tfs_inode *i);
 void tfs_file_unlink_locked(struct tfs_file *f);
 
+/*
+ * inval.c: passes the store's changes on to the kernel's caches from a
+ * thread of its own (see the file for why).
+ */
+/* The store's tier_inval_fn: @ctx unused, @ino the buffer's cookie. */
+void tfs_inval_queue(void *ctx, uint64_t ino, unsigned int what);
+/* Start the thread once the session is mounted; @conn is the connection's
+ * number in /sys/fs/fuse/connections (0: unknown). Returns 0 or -errno. */
+int tfs_inval_start(unsigned int conn);
+/* Stop it after the session loop ended, before the session is destroyed;
+ * what is still queued is dropped. */
+void tfs_inval_stop(void);
+
 /* ops.c */
 extern const struct fuse_lowlevel_ops tfs_ops;
 /* A thread's pre-faulted reply buffer of at least TFS_IO_MAX bytes. */
@@ -298,6 +311,10 @@ void tfs_atime_stop(void);
 /* A read of @i (a file's data, a directory's entries): update its atime as
  * the mount's flags say. Caller holds ns_lock. */
 void tfs_atime_note_locked(struct tfs_inode *i);
+/* Whether a read of @i now would change its atime (see above); the
+ * kernel's page cache must then not answer it alone. Caller holds
+ * ns_lock. */
+bool tfs_atime_due_locked(const struct tfs_inode *i);
 /*
  * -o remount (mount.fuse3 runs "tierfs SOURCE MNT -o remount,..."): apply
  * the per-mount flag options given to the tierfs mount at @mountpoint,

@@ -309,6 +309,9 @@ int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
 	i->ino = tfs.next_ino++;
 	if (i->ino != FUSE_ROOT_ID)
 		i->generation = tfs.next_generation++;
+	/* Lock-free: the store reports its changes to the kernel by it. */
+	if (S_ISREG(mode) && buf)
+		tier_buf_set_cookie(buf, i->ino);
 	i->mode = mode;
 	i->uid = uid;
 	i->gid = gid;

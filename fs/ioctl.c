@@ -52,16 +52,19 @@ static void mark_changed(struct tfs_inode *i)
 }
 
 /*
- * The bytes changed behind the page cache. Called after the reply: the
- * kernel's invalidation waits on locked pages, which a read stuck behind
- * this very request could be holding.
+ * The daemon changed the file's attributes (mtime, size, st_blocks) behind
+ * the kernel's cache: drop them before the reply, so that a stat after the
+ * ioctl returns sees the change. Attributes only: that locks no page, so
+ * it cannot wait for a read stuck behind this request. The pages, when
+ * the bytes changed, go through the store's notification queue
+ * (inval.c), and the next open drops them in any case.
  */
-static void invalidate(fuse_ino_t ino)
+static void invalidate_attr(fuse_ino_t ino)
 {
-	int rc = fuse_lowlevel_notify_inval_inode(tfs.se, ino, 0, 0);
+	int rc = fuse_lowlevel_notify_inval_inode(tfs.se, ino, -1, 0);
 
 	if (rc && rc != -ENOENT)
-		tfs_warn("cannot invalidate the page cache of inode %llu: %s",
+		tfs_warn("cannot invalidate the attributes of inode %llu: %s",
 			 (unsigned long long)ino, strerror(-rc));
 }
 
@@ -260,6 +263,7 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		break;
 	case TFS_IOC_MOVE:
 		rc = ioc_move(req, f, in_buf);
+		inval = true;
 		break;
 	default:
 		rc = ioc_stat(f, in_buf, &out.st);
@@ -270,7 +274,7 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	fuse_reply_ioctl(req, 0, out_len ? &out : NULL, out_len);
 	if (inval)
-		invalidate(ino);
+		invalidate_attr(ino);
+	fuse_reply_ioctl(req, 0, out_len ? &out : NULL, out_len);
 }

@@ -563,6 +563,18 @@ static void fail(const char *fmt, ...)
 	tfs_daemon_ready(1, msg);
 }
 
+/* The invalidation thread, told which fusectl connection is ours (from
+ * mountinfo: a stat of the mount would wait for the loop not yet
+ * running). */
+static int start_inval(const char *mnt)
+{
+	struct tfs_mountinfo mi;
+
+	if (tfs_mountinfo_find(mnt, 0, &mi))
+		mi.minor = 0;
+	return tfs_inval_start(mi.minor);
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -682,10 +694,17 @@ int main(int argc, char **argv)
 		goto out_ns;
 	}
 	set_metadata_limit(&cfg);
-	/* The tables answer everything; timeouts only bound how stale
-	 * st_blocks may look after a spill. */
-	tfs.entry_timeout = 1.0;
-	tfs.attr_timeout = 1.0;
+	/*
+	 * Every change of a name or an attribute comes through this kernel,
+	 * which updates or drops what it cached as it goes; the store's own
+	 * (st_blocks after a move, a GPU commit) are notified (inval.c). So
+	 * the kernel may keep entries, misses and attributes for as long as
+	 * it likes: a stat or a create then costs no round trip. A day, not
+	 * forever, bounds the damage of a change nobody notified.
+	 */
+	tfs.entry_timeout = 86400.0;
+	tfs.attr_timeout = 86400.0;
+	tier_store_set_inval(tfs.store, tfs_inval_queue, NULL);
 	tfs_ops_set_read_ahead(cfg.fs.read_ahead_kb);
 
 	tfs.se = fuse_session_new(&args, &tfs_ops, sizeof(tfs_ops), NULL);
@@ -710,6 +729,11 @@ int main(int argc, char **argv)
 		goto out_session;
 	}
 	tfs_set_read_ahead(mountpoint, cfg.fs.read_ahead_kb);
+	rc = start_inval(mountpoint);
+	if (rc) {
+		fail("cannot start the invalidation thread: %s", strerror(-rc));
+		goto out_session;
+	}
 	rc = tfs_atime_start(mountpoint);
 	if (rc) {
 		fail("cannot start the atime thread: %s", strerror(-rc));
@@ -751,6 +775,7 @@ int main(int argc, char **argv)
 out_hup:
 	tfs_sighup_stop();
 out_session:
+	tfs_inval_stop();
 	tfs_atime_stop();
 	if (mounted)
 		fuse_session_unmount(tfs.se);

@@ -866,18 +866,28 @@ static struct tfs_file *file_new(struct tfs_inode *i, int flags)
 }
 
 /*
- * Page cache: reads go through it (mmap needs it, and readahead turns small
- * reads into 1 MiB requests), but without keep_cache, so every open drops
- * what an earlier open cached: each open's reads reach the store and keep
- * the LRU honest, and bytes a GPU committed are never served stale from an
- * old open. direct_io would break shared writable mmap on this libfuse, and
- * writeback caching would hide writes from the store until the kernel
- * flushes them, after tier_buf_register() placed a stale buffer.
+ * Page cache: the kernel keeps what it cached of a file across opens
+ * (keep_cache) unless this open must drop it:
+ *   - the store changed the bytes behind it (a GPU commit, a device
+ *     allocation, the end of a write export): tier_buf_opened() says so,
+ *     and the queued notification (inval.c) may not have run yet;
+ *   - a GPU program may be writing the file now (a write export);
+ *   - a read would change the atime (tfs_atime_due_locked()): the kernel
+ *     never updates it itself (S_NOATIME), so the first read must reach
+ *     us. Under relatime that is the first read after a change, and once a
+ *     day; under strictatime every open.
+ * Every other change comes through this kernel, which keeps its cache
+ * right by itself (writes, truncates, O_TRUNC, copy_file_range). A spill
+ * leaves the bytes as they were; its notification only frees the memory.
+ * The open also counts as an access for the eviction policy, since reads
+ * the page cache answers never reach the store. direct_io would break
+ * shared writable mmap on this libfuse.
  */
-static void set_open_flags(struct fuse_file_info *fi, struct tfs_file *f)
+static void set_open_flags(struct fuse_file_info *fi, struct tfs_file *f,
+			   bool keep)
 {
 	fi->fh = (uintptr_t)f;
-	fi->keep_cache = 0;
+	fi->keep_cache = keep;
 	fi->direct_io = 0;
 }
 
@@ -909,7 +919,8 @@ static void tfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 	i->nopen++;
 	tfs_file_link_locked(f);
 	tfs_ns_unlock();
-	set_open_flags(fi, f);
+	/* A new inode number: nothing cached can be stale. */
+	set_open_flags(fi, f, true);
 	memset(&e, 0, sizeof(e));
 	e.ino = i->ino;
 	e.generation = i->generation;
@@ -945,6 +956,7 @@ static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct tfs_inode *i = iget(ino);
 	struct tfs_file *f;
+	bool keep;
 	int rc;
 
 	if (!i) {
@@ -978,13 +990,19 @@ static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		i->flags |= TFS_I_DIRTY;
 		tfs_ns_unlock();
 	}
+	keep = tier_buf_opened(i->buf);
 	tfs_ns_lock();
+	if (f->readable && tfs_atime_due_locked(i))
+		keep = false;
 	i->nopen++;
 	tfs_file_link_locked(f);
 	tfs_ns_unlock();
-	set_open_flags(fi, f);
+	set_open_flags(fi, f, keep);
 	if (fuse_reply_open(req, fi)) {
 		struct tfs_inode *reap = NULL;
+
+		if (!keep)
+			tier_buf_cache_stale(i->buf);
 
 		tfs_ns_lock();
 		i->nopen--;
@@ -1284,7 +1302,6 @@ static void tfs_init(void *userdata, struct fuse_conn_info *conn)
 				  FUSE_CAP_PARALLEL_DIROPS |
 				  FUSE_CAP_READDIRPLUS |
 				  FUSE_CAP_READDIRPLUS_AUTO |
-				  FUSE_CAP_AUTO_INVAL_DATA |
 				  FUSE_CAP_ATOMIC_O_TRUNC;
 
 	conn->want |= want & conn->capable;
@@ -1293,11 +1310,15 @@ static void tfs_init(void *userdata, struct fuse_conn_info *conn)
 	 * tfs_ioctl); the kernel, not tierfs, clears set-id
 	 * bits on write (it sends the mode change as a setattr); no
 	 * writeback cache (see set_open_flags); no splice, since every byte
-	 * is copied out of the store anyway.
+	 * is copied out of the store anyway. No auto_inval_data: it drops a
+	 * file's pages whenever a refreshed mtime differs from the cached
+	 * one, which after our own writes it always does; tierfs notifies
+	 * the changes the kernel cannot see instead (inval.c).
 	 */
 	conn->want &= ~(FUSE_CAP_HANDLE_KILLPRIV |
 			FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_SPLICE_READ |
-			FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+			FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
+			FUSE_CAP_AUTO_INVAL_DATA);
 	conn->max_write = TFS_IO_MAX;
 	/*
 	 * The kernel sets the bdi's readahead to the smaller of what it had

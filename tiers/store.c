@@ -297,6 +297,17 @@ int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg)
 	return rc;
 }
 
+void tier_store_set_inval(struct tier_store *s, tier_inval_fn fn, void *ctx)
+{
+	s->inval_fn = fn;
+	s->inval_ctx = ctx;
+}
+
+void tier_buf_set_cookie(struct tier_buf *b, uint64_t cookie)
+{
+	atomic_store_explicit(&b->cookie, cookie, memory_order_relaxed);
+}
+
 int tier_buf_new(struct tier_store *s, struct tier_buf **out)
 {
 	struct tier_buf *b = calloc(1, sizeof(*b));

@@ -111,8 +111,57 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len);
 void tier_store_capacity(struct tier_store *s, uint64_t *total,
 			 uint64_t *avail);
 
+/*
+ * What changed behind the back of whoever caches a buffer's bytes and
+ * attributes (the kernel, for tierfs), as bits of tier_inval_fn's @what.
+ */
+/* Its tier changed, and with it st_blocks. */
+#define TIER_INVAL_ATTR 0x1u
+/* Its bytes or size changed other than through tier_buf_write(),
+ * tier_buf_truncate(), tier_buf_fallocate() or tier_buf_copy(): a GPU
+ * program wrote it (commit, the end of a write export), or it was sized on
+ * the device (tier_buf_alloc_device()). */
+#define TIER_INVAL_DATA 0x2u
+/* No copy is left in device or host memory: it went to disk, and a cached
+ * copy of its bytes is all that still takes memory. */
+#define TIER_INVAL_GONE 0x4u
+
+/*
+ * Called with the buffer's lock held and never the store's, from whichever
+ * thread changed the buffer: a request, the spiller. It must not call into
+ * the store, block, or do the invalidation itself (the kernel's waits on
+ * locked pages, whose reads may be waiting on this buffer): queue @cookie
+ * and @what, and return.
+ */
+typedef void (*tier_inval_fn)(void *ctx, uint64_t cookie, unsigned int what);
+
+/*
+ * Call @fn (NULL: nobody) for every change above of a buffer with a cookie.
+ * Set it before the first tier_buf_new(); it is read without a lock.
+ */
+void tier_store_set_inval(struct tier_store *s, tier_inval_fn fn, void *ctx);
+
 /* A new empty buffer in the host tier. */
 int tier_buf_new(struct tier_store *s, struct tier_buf **out);
+
+/* What tier_inval_fn is called with for @b (tierfs: the inode number); 0,
+ * the default, means it is not called for @b. No lock; any time. */
+void tier_buf_set_cookie(struct tier_buf *b, uint64_t cookie);
+
+/*
+ * An open of @b. It counts as an access for the eviction policy: reads the
+ * kernel serves from its page cache never reach the store, and without it a
+ * file read only from there would look cold and be spilled. Returns true
+ * when the pages cached for @b may be kept, false when they must be
+ * dropped: its bytes changed behind them (TIER_INVAL_DATA) since the last
+ * open that returned false, or a GPU program may be writing it now (a write
+ * export is held).
+ */
+bool tier_buf_opened(struct tier_buf *b);
+
+/* The false of tier_buf_opened() never reached the kernel (the open was
+ * interrupted): the next open must drop the pages again. */
+void tier_buf_cache_stale(struct tier_buf *b);
 
 /* Free the buffer and every copy. Leases must be gone. */
 void tier_buf_destroy(struct tier_buf *b);

@@ -46,12 +46,50 @@ static bool over_high(struct tier_store *s, int t)
 	return u->limit && (double)u->used > s->high_wm * (double)u->limit;
 }
 
+void st_inval(struct tier_buf *b, unsigned int what)
+{
+	struct tier_store *s = b->s;
+	uint64_t cookie = atomic_load_explicit(&b->cookie,
+					       memory_order_relaxed);
+
+	if (what && cookie && s->inval_fn)
+		s->inval_fn(s->inval_ctx, cookie, what);
+}
+
+/* The tier of the fastest copy in @present, or -1 when there is none. */
+static int top_of(uint8_t present)
+{
+	for (int t = 0; t < TFS_TIER_COUNT; t++)
+		if (present & (1u << t))
+			return t;
+	return -1;
+}
+
+/*
+ * What the kernel's caches of a buffer miss when its copies go from @old to
+ * @now: st_blocks follows the fastest copy, and once none is left in memory
+ * the pages the kernel cached are the only copy there, which spilling was
+ * meant to free.
+ */
+static unsigned int moved_what(uint8_t old, uint8_t now)
+{
+	const uint8_t mem = (1u << TFS_TIER_DEVICE) | (1u << TFS_TIER_HOST);
+	unsigned int what = 0;
+
+	if (top_of(old) != top_of(now))
+		what |= TIER_INVAL_ATTR;
+	if ((old & mem) && !(now & mem) && now)
+		what |= TIER_INVAL_GONE;
+	return what;
+}
+
 /* Copy the [B] state that stat and the scan need into [S] mirrors. Called
  * with b->lock held for writing, takes s->lock. */
 void st_publish(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;
 	uint8_t present = 0;
+	unsigned int what;
 
 	if (b->dmem)
 		present |= 1u << TFS_TIER_DEVICE;
@@ -64,12 +102,14 @@ void st_publish(struct tier_buf *b)
 		if ((present ^ b->present) & (1u << t))
 			s->use[t].buffers += (present & (1u << t)) ? 1 : -1;
 	}
+	what = b->dead ? 0 : moved_what(b->present, present);
 	b->present = present;
 	b->staging = b->dirty;
 	s->logical += b->size - b->pi.size;
 	b->pi.size = b->size;
 	st_sync_links(s, b);
 	pthread_mutex_unlock(&s->lock);
+	st_inval(b, what);
 }
 
 void st_uncharge_all(struct tier_buf *b, int t)

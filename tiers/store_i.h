@@ -21,6 +21,7 @@
 #define TFS_TIERS_STORE_I_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -95,6 +96,9 @@ struct tier_store {
 	size_t ngraves, graves_cap;
 	bool persistent; /* set at init */
 	bool keep_files; /* [S] going down: destroy keeps committed files */
+	/* Set before the first buffer, read-only after. */
+	tier_inval_fn inval_fn;
+	void *inval_ctx;
 
 	pthread_t spiller;
 	pthread_cond_t spill_wake; /* with lock */
@@ -109,6 +113,7 @@ struct tier_buf {
 	struct tier_store *s;
 	pthread_rwlock_t lock;
 	uint64_t id;
+	_Atomic uint64_t cookie; /* for inval_fn; 0: none */
 
 	uint64_t size; /* [B]; pi.size is its [S] mirror */
 	void **chunks; /* [B] host copy; NULL entries are holes */
@@ -141,7 +146,14 @@ struct tier_buf {
 	bool staging; /* [S] mirror of dirty: being written, not placed */
 	bool synced; /* [B] pobj holds exactly these bytes */
 	bool sync_pending; /* [B] synced with TIER_SYNC_DEFER, to commit */
+	/* [S] The bytes changed behind the kernel's page cache since an open
+	 * last told it to drop its pages (tier_buf_opened()). */
+	bool cache_stale;
 };
+
+/* b->lock held, s->lock not. Tell inval_fn that @what changed in @b, when
+ * there is a callback and @b has a cookie. */
+void st_inval(struct tier_buf *b, unsigned int what);
 
 /*
  * store_evict.c: accounting, the policy's lists, making room, moving up.

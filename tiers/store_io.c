@@ -163,6 +163,29 @@ ssize_t tier_buf_read_iov(struct tier_buf *b, size_t len, off_t off,
 	return (ssize_t)len;
 }
 
+bool tier_buf_opened(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	bool keep;
+
+	pthread_mutex_lock(&s->lock);
+	keep = !b->cache_stale;
+	for (uint32_t i = 0; i < b->nleases; i++)
+		if (b->leases[i].writable)
+			keep = false;
+	b->cache_stale = false;
+	pol_touch(&s->pol, &b->pi, st_now_ns());
+	pthread_mutex_unlock(&s->lock);
+	return keep;
+}
+
+void tier_buf_cache_stale(struct tier_buf *b)
+{
+	pthread_mutex_lock(&b->s->lock);
+	b->cache_stale = true;
+	pthread_mutex_unlock(&b->s->lock);
+}
+
 void tier_buf_read_done(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;

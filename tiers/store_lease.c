@@ -114,15 +114,23 @@ int tier_buf_unexport(struct tier_buf *b, uint64_t owner)
 	pthread_mutex_lock(&s->lock);
 	struct lease *l = find_lease(b, owner);
 
+	/* A GPU program may have written through a write export without a
+	 * commit: what the kernel cached is not to be trusted any more. */
+	bool wrote = l && l->writable;
+
 	if (l) {
 		*l = b->leases[--b->nleases];
 		rc = 0;
 	}
 	bool last = !rc && !b->nleases;
+	if (wrote)
+		b->cache_stale = true;
 	st_sync_links(s, b);
 	pthread_mutex_unlock(&s->lock);
 	if (last && b->dmem)
 		s->dev->ops->unexport(s->dev, b->dmem);
+	if (wrote)
+		st_inval(b, TIER_INVAL_DATA);
 	pthread_rwlock_unlock(&b->lock);
 	return rc;
 }
@@ -138,8 +146,10 @@ int tier_buf_commit(struct tier_buf *b, uint64_t owner)
 
 	if (l && l->writable)
 		rc = 0;
-	if (!rc)
+	if (!rc) {
 		b->generation++;
+		b->cache_stale = true;
+	}
 	pthread_mutex_unlock(&s->lock);
 	if (!rc && b->dmem) {
 		if (b->has_host)
@@ -150,6 +160,8 @@ int tier_buf_commit(struct tier_buf *b, uint64_t owner)
 	if (!rc)
 		b->synced = false;
 	st_publish(b);
+	if (!rc)
+		st_inval(b, TIER_INVAL_DATA);
 	pthread_rwlock_unlock(&b->lock);
 	if (!rc)
 		st_touch(b);
@@ -183,8 +195,13 @@ int tier_buf_alloc_device(struct tier_buf *b, uint64_t size)
 	b->size = size;
 	b->dirty = false;
 	b->synced = false;
+	pthread_mutex_lock(&s->lock);
+	b->cache_stale = true;
+	pthread_mutex_unlock(&s->lock);
 out:
 	st_publish(b);
+	if (!rc)
+		st_inval(b, TIER_INVAL_DATA);
 	pthread_rwlock_unlock(&b->lock);
 	return rc;
 }

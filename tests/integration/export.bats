@@ -128,6 +128,38 @@ mkfile() {
 	cmp "$TFS_TMP/expected" "$MNT/f"
 }
 
+@test "a descriptor that cached the bytes before a commit sees the committed ones" {
+	mkfile f 1500000
+	ec pattern 1500000 5 >"$TFS_TMP/expected"
+	python3 - "$MNT/f" "$TFS_TMP/f" "$TFS_TMP/expected" "$TFS_TMP/fifo" <<'EOF' &
+import os, sys, time
+path, old, new, fifo = sys.argv[1:]
+fd = os.open(path, os.O_RDONLY)
+assert os.pread(fd, 1500000, 0) == open(old, "rb").read()
+os.mkfifo(fifo)
+with open(fifo) as f:
+    f.read()
+want = open(new, "rb").read()
+# the kernel learns of the commit from the daemon's notification thread,
+# a moment after the ioctl returned
+for _ in range(400):
+    if os.pread(fd, 1500000, 0) == want:
+        print("ok")
+        sys.exit(0)
+    time.sleep(0.05)
+sys.exit("still the old bytes through a descriptor opened before the commit")
+EOF
+	local py=$! i
+	for i in $(seq 1 200); do
+		[ -p "$TFS_TMP/fifo" ] && break
+		sleep 0.05
+	done
+	ec fill "$MNT/f" 5
+	echo go >"$TFS_TMP/fifo"
+	wait "$py"
+	cmp "$TFS_TMP/expected" "$MNT/f"
+}
+
 @test "commit bumps the generation and mtime" {
 	mkfile f 65536
 	touch -d '2001-01-01' "$MNT/f"

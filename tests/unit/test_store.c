@@ -596,6 +596,116 @@ static void test_export_sim(void)
 	tier_store_destroy(s);
 }
 
+/* What the inval callback was told, per cookie (cookies 1..4 here). */
+static unsigned int inval_seen[5];
+static pthread_mutex_t inval_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void record_inval(void *ctx, uint64_t cookie, unsigned int what)
+{
+	CHECK(ctx == inval_seen);
+	pthread_mutex_lock(&inval_lock);
+	if (cookie < 5)
+		inval_seen[cookie] |= what;
+	pthread_mutex_unlock(&inval_lock);
+}
+
+static unsigned int inval_take(uint64_t cookie)
+{
+	pthread_mutex_lock(&inval_lock);
+	unsigned int what = inval_seen[cookie];
+
+	inval_seen[cookie] = 0;
+	pthread_mutex_unlock(&inval_lock);
+	return what;
+}
+
+static void test_inval_callback(void)
+{
+	struct tier_store *s = mk_store("sim", 4 * MiB, 4 * MiB, 0);
+	struct tier_buf *b, *c, *none;
+	struct tfs_ioc_export ex = { 0 };
+
+	tier_store_set_inval(s, record_inval, inval_seen);
+	b = mk_file(s, 1, MiB);
+	tier_buf_set_cookie(b, 1);
+	CHECK_EQ(tier_of(b), TFS_TIER_DEVICE);
+	CHECK_EQ(inval_take(1), 0); /* no cookie yet when it was placed */
+
+	/* Down to host: st_blocks changes, the bytes stay in memory. */
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_HOST, 0), 0);
+	CHECK_EQ(inval_take(1), TIER_INVAL_ATTR);
+	/* Down to disk: out of memory, so the kernel's pages must go. */
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	CHECK_EQ(inval_take(1), TIER_INVAL_ATTR | TIER_INVAL_GONE);
+	/* Back up: no page is stale, only st_blocks. */
+	CHECK(verify(b, 1, MiB));
+	CHECK(!(inval_take(1) & ~TIER_INVAL_ATTR));
+	CHECK(tier_buf_opened(b));
+
+	/* Writes and truncates pass through the kernel's cache: nothing but
+	 * the new tier (the truncate brings it down to host). */
+	char x = 'x';
+	CHECK_EQ(tier_buf_write(b, &x, 1, 5), 1);
+	CHECK_EQ(tier_buf_truncate(b, MiB - 7), 0);
+	CHECK_EQ(inval_take(1) & ~TIER_INVAL_ATTR, 0);
+	CHECK(tier_buf_opened(b));
+
+	/* A write export: every open drops the pages while it is held, and
+	 * a commit changes the bytes behind them. */
+	CHECK_EQ(tier_buf_export(b, 9, getuid(), getgid(), true, &ex), 0);
+	inval_take(1);
+	CHECK(!tier_buf_opened(b));
+	CHECK(!tier_buf_opened(b));
+	CHECK_EQ(tier_buf_commit(b, 9), 0);
+	CHECK(inval_take(1) & TIER_INVAL_DATA);
+	CHECK_EQ(tier_buf_unexport(b, 9), 0);
+	CHECK(inval_take(1) & TIER_INVAL_DATA);
+	CHECK(!tier_buf_opened(b));
+	CHECK(tier_buf_opened(b));
+	/* A read-only export changes nothing. */
+	CHECK_EQ(tier_buf_export(b, 10, getuid(), getgid(), false, &ex), 0);
+	CHECK(tier_buf_opened(b));
+	CHECK_EQ(tier_buf_unexport(b, 10), 0);
+	CHECK_EQ(inval_take(1) & TIER_INVAL_DATA, 0);
+	CHECK(tier_buf_opened(b));
+
+	/* An open whose answer was lost leaves the mark for the next. */
+	CHECK_EQ(tier_buf_commit(b, 9), -EPERM);
+	tier_buf_cache_stale(b);
+	CHECK(!tier_buf_opened(b));
+	CHECK(tier_buf_opened(b));
+
+	/* A device allocation sizes the file behind the kernel's back. */
+	CHECK_EQ(tier_buf_new(s, &c), 0);
+	tier_buf_set_cookie(c, 2);
+	CHECK_EQ(tier_buf_alloc_device(c, 8192), 0);
+	CHECK(inval_take(2) & TIER_INVAL_DATA);
+	CHECK(!tier_buf_opened(c));
+
+	/* The spiller's evictions are reported too, and a buffer without a
+	 * cookie never is. */
+	none = mk_file(s, 3, MiB);
+	inval_take(1);
+	struct tier_buf *more[6];
+
+	for (int i = 0; i < 6; i++) {
+		more[i] = mk_file(s, 4 + i, MiB);
+		tier_buf_set_cookie(more[i], 3 + (i & 1));
+	}
+	CHECK_EQ(tier_of(b), TFS_TIER_DISK);
+	CHECK(inval_take(1) & TIER_INVAL_GONE);
+	CHECK_EQ(inval_take(0), 0);
+	for (int i = 0; i < 6; i++)
+		tier_buf_destroy(more[i]);
+	tier_buf_destroy(none);
+	tier_buf_destroy(c);
+	/* Destroying reports nothing: the inode is gone. */
+	inval_take(1);
+	tier_buf_destroy(b);
+	CHECK_EQ(inval_take(1), 0);
+	tier_store_destroy(s);
+}
+
 static void test_reconfigure_shrinks(void)
 {
 	struct tier_store *s = mk_store("none", 0, 16 * MiB, 0);
@@ -958,6 +1068,7 @@ int main(void)
 	TAP_RUN(test_larger_than_host);
 	TAP_RUN(test_concurrent_under_spilling);
 	TAP_RUN(test_export_sim);
+	TAP_RUN(test_inval_callback);
 	TAP_RUN(test_reconfigure_shrinks);
 	TAP_RUN(test_stats_format);
 	TAP_RUN(test_bad_backend);
