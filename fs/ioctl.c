@@ -2,7 +2,9 @@
 /*
  * The TFS_IOC_* commands of include/tierfs.h. FUSE only passes restricted
  * ioctls: the kernel copies _IOC_SIZE(cmd) bytes each way, so every command
- * is a fixed struct, checked here field by field before the store sees it.
+ * is a fixed struct, checked field by field (tfs_ioc_check(), fs/args.c,
+ * which the fuzzer tests/fuzz/fuzz_ioctl.c drives) before the store sees
+ * it.
  *
  * Errors: an unknown command, a directory or a 32-bit compat caller get
  * ENOTTY (the ABI is only promised to 64-bit callers); a wrong version,
@@ -23,26 +25,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "fs/args.h"
 #include "fs/fs_i.h"
-
-static bool all_zero(const void *p, size_t len)
-{
-	const unsigned char *c = p;
-	size_t k;
-
-	for (k = 0; k < len; k++) {
-		if (c[k])
-			return false;
-	}
-	return true;
-}
-
-static int check_head(uint32_t version, uint32_t flags, uint32_t allowed)
-{
-	if (version != TFS_ABI_VERSION || (flags & ~allowed))
-		return -EINVAL;
-	return 0;
-}
 
 static void mark_changed(struct tfs_inode *i)
 {
@@ -68,29 +52,19 @@ static void invalidate_attr(fuse_ino_t ino)
 			 (unsigned long long)ino, strerror(-rc));
 }
 
-static int ioc_export(fuse_req_t req, struct tfs_file *f, const void *in,
-		      struct tfs_ioc_export *out)
+static int ioc_export(fuse_req_t req, struct tfs_file *f,
+		      const struct tfs_ioc_export *a, struct tfs_ioc_export *out)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	struct tfs_ioc_export a;
-	bool writable;
+	bool writable = a->flags & TFS_EXPORT_WRITE;
 	int rc;
 
-	memcpy(&a, in, sizeof(a));
-	rc = check_head(a.version, a.flags, TFS_EXPORT_WRITE);
-	if (rc)
-		return rc;
-	if (a.reserved0 || !all_zero(a.reserved, sizeof(a.reserved)))
-		return -EINVAL;
-	writable = a.flags & TFS_EXPORT_WRITE;
-	if (!f->readable || (writable && !f->writable))
-		return -EBADF;
 	/* A GPU writes anywhere in the buffer: not an append. */
 	if (writable && tfs_deny_sealed(f->inode))
 		return -EPERM;
 	memset(out, 0, sizeof(*out));
 	out->version = TFS_ABI_VERSION;
-	out->flags = a.flags;
+	out->flags = a->flags;
 	rc = tier_buf_export(f->inode->buf, f->owner, ctx->uid, ctx->gid,
 			     writable, out);
 	if (rc < 0)
@@ -103,31 +77,15 @@ static int ioc_export(fuse_req_t req, struct tfs_file *f, const void *in,
 
 /* The generation is informational: a lease is per open file, and a commit
  * in between bumps it, so a mismatch must not keep the lease alive. */
-static int ioc_release(struct tfs_file *f, const void *in)
+static int ioc_release(struct tfs_file *f)
 {
-	struct tfs_ioc_release a;
-	int rc;
-
-	memcpy(&a, in, sizeof(a));
-	rc = check_head(a.version, a.flags, 0);
-	if (rc)
-		return rc;
-	if (!all_zero(a.reserved, sizeof(a.reserved)))
-		return -EINVAL;
 	return tier_buf_unexport(f->inode->buf, f->owner);
 }
 
-static int ioc_commit(struct tfs_file *f, const void *in)
+static int ioc_commit(struct tfs_file *f)
 {
-	struct tfs_ioc_commit a;
 	int rc;
 
-	memcpy(&a, in, sizeof(a));
-	rc = check_head(a.version, a.flags, 0);
-	if (rc)
-		return rc;
-	if (!all_zero(a.reserved, sizeof(a.reserved)))
-		return -EINVAL;
 	if (tfs_deny_sealed(f->inode))
 		return -EPERM;
 	rc = tier_buf_commit(f->inode->buf, f->owner);
@@ -137,59 +95,33 @@ static int ioc_commit(struct tfs_file *f, const void *in)
 	return 0;
 }
 
-static int ioc_alloc(struct tfs_file *f, const void *in)
+static int ioc_alloc(struct tfs_file *f, const struct tfs_ioc_alloc *a)
 {
-	struct tfs_ioc_alloc a;
 	int rc;
 
-	memcpy(&a, in, sizeof(a));
-	rc = check_head(a.version, a.flags, 0);
-	if (rc)
-		return rc;
-	if (!all_zero(a.reserved, sizeof(a.reserved)) || !a.size)
-		return -EINVAL;
-	if (!f->writable)
-		return -EBADF;
 	if (tfs_deny_sealed(f->inode))
 		return -EPERM;
-	rc = tier_buf_alloc_device(f->inode->buf, a.size);
+	rc = tier_buf_alloc_device(f->inode->buf, a->size);
 	if (rc < 0)
 		return rc;
 	mark_changed(f->inode);
 	return 0;
 }
 
-static int ioc_move(fuse_req_t req, struct tfs_file *f, const void *in)
+static int ioc_move(fuse_req_t req, struct tfs_file *f,
+		    const struct tfs_ioc_move *a)
 {
-	struct tfs_ioc_move a;
-	int rc;
+	int rc = tfs_may_write(req, f->inode);
 
-	memcpy(&a, in, sizeof(a));
-	rc = check_head(a.version, a.flags, 0);
-	if (rc)
-		return rc;
-	if (a.reserved0 || !all_zero(a.reserved, sizeof(a.reserved)) ||
-	    a.tier >= TFS_TIER_COUNT)
-		return -EINVAL;
-	rc = tfs_may_write(req, f->inode);
 	if (rc < 0)
 		return rc;
-	return tier_buf_move(f->inode->buf, (enum tfs_tier)a.tier, f->owner);
+	return tier_buf_move(f->inode->buf, (enum tfs_tier)a->tier, f->owner);
 }
 
-static int ioc_stat(struct tfs_file *f, const void *in,
-		    struct tfs_ioc_stat *out)
+static void ioc_stat(struct tfs_file *f, struct tfs_ioc_stat *out)
 {
 	struct tier_buf_stat st;
-	struct tfs_ioc_stat a;
-	int rc;
 
-	memcpy(&a, in, sizeof(a));
-	rc = check_head(a.version, a.flags, 0);
-	if (rc)
-		return rc;
-	if (a.reserved0 || !all_zero(a.reserved, sizeof(a.reserved)))
-		return -EINVAL;
 	tier_buf_stat(f->inode->buf, &st);
 	memset(out, 0, sizeof(*out));
 	out->version = TFS_ABI_VERSION;
@@ -200,7 +132,6 @@ static int ioc_stat(struct tfs_file *f, const void *in,
 	out->stored_size = st.stored_size;
 	out->last_access_ns = st.last_access_ns;
 	out->generation = st.generation;
-	return 0;
 }
 
 void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
@@ -208,11 +139,23 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	       const void *in_buf, size_t in_bufsz, size_t out_bufsz)
 {
 	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
+	struct tfs_ioc_req r = {
+		.cmd = cmd,
+		.compat = flags & FUSE_IOCTL_COMPAT,
+		.dir = flags & FUSE_IOCTL_DIR,
+		.has_file = f != NULL,
+		.readable = f && f->readable,
+		.writable = f && f->writable,
+		.in = in_buf,
+		.in_len = in_bufsz,
+		.out_len = out_bufsz,
+	};
+	union tfs_ioc_args a;
 	union {
 		struct tfs_ioc_export exp;
 		struct tfs_ioc_stat st;
 	} out;
-	size_t size = _IOC_SIZE(cmd), out_len = 0;
+	size_t out_len = 0;
 	bool inval = false;
 	int rc;
 
@@ -221,52 +164,33 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		tfs_fileattr_ioctl(req, ino, cmd, in_buf, in_bufsz, out_bufsz);
 		return;
 	}
+	rc = tfs_ioc_check(&r, &a);
+	if (rc < 0) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
 	switch (cmd) {
 	case TFS_IOC_EXPORT:
-	case TFS_IOC_RELEASE:
-	case TFS_IOC_COMMIT:
-	case TFS_IOC_ALLOC:
-	case TFS_IOC_MOVE:
-	case TFS_IOC_STAT:
-		break;
-	default:
-		fuse_reply_err(req, ENOTTY);
-		return;
-	}
-	if ((flags & (FUSE_IOCTL_COMPAT | FUSE_IOCTL_DIR)) || !f) {
-		fuse_reply_err(req, ENOTTY);
-		return;
-	}
-	if (((_IOC_DIR(cmd) & _IOC_WRITE) && in_bufsz != size) ||
-	    (!(_IOC_DIR(cmd) & _IOC_WRITE) && in_bufsz) ||
-	    ((_IOC_DIR(cmd) & _IOC_READ) && out_bufsz != size) ||
-	    (!(_IOC_DIR(cmd) & _IOC_READ) && out_bufsz)) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
-
-	switch (cmd) {
-	case TFS_IOC_EXPORT:
-		rc = ioc_export(req, f, in_buf, &out.exp);
+		rc = ioc_export(req, f, &a.exp, &out.exp);
 		out_len = sizeof(out.exp);
 		break;
 	case TFS_IOC_RELEASE:
-		rc = ioc_release(f, in_buf);
+		rc = ioc_release(f);
 		break;
 	case TFS_IOC_COMMIT:
-		rc = ioc_commit(f, in_buf);
+		rc = ioc_commit(f);
 		inval = true;
 		break;
 	case TFS_IOC_ALLOC:
-		rc = ioc_alloc(f, in_buf);
+		rc = ioc_alloc(f, &a.alloc);
 		inval = true;
 		break;
 	case TFS_IOC_MOVE:
-		rc = ioc_move(req, f, in_buf);
+		rc = ioc_move(req, f, &a.move);
 		inval = true;
 		break;
 	default:
-		rc = ioc_stat(f, in_buf, &out.st);
+		ioc_stat(f, &out.st);
 		out_len = sizeof(out.st);
 		break;
 	}

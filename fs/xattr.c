@@ -36,6 +36,7 @@
 #include <linux/limits.h>
 #include <sys/xattr.h>
 
+#include "fs/args.h"
 #include "fs/fs_i.h"
 
 #define USER_PREFIX "user."
@@ -68,14 +69,6 @@ static struct tfs_xattr **xattr_find_locked(struct tfs_inode *i,
 			return pp;
 	}
 	return NULL;
-}
-
-/* A value as written by setfattr -v or echo: one trailing newline allowed. */
-static size_t trim_value(const char *value, size_t size)
-{
-	if (size && value[size - 1] == '\n')
-		size--;
-	return size;
 }
 
 /* Format a virtual attribute of @i into @buf; returns its length or -errno. */
@@ -122,23 +115,24 @@ static int virtual_set(struct tfs_inode *i, const char *name,
 		       const char *value, size_t size)
 {
 	enum tfs_tier tier;
-	size_t len = trim_value(value, size);
+	bool pin;
 	int rc;
 
 	if (!S_ISREG(i->mode))
 		return -EPERM;
+	/* The values are parsed in fs/args.c, which the fuzzer
+	 * tests/fuzz/fuzz_xattr.c drives. */
 	if (!strcmp(name, TFS_XATTR_TIER)) {
-		rc = tier_parse(value, len, &tier);
+		rc = tfs_xattr_parse_tier(value, size, &tier);
 		if (rc < 0)
 			return rc;
 		return tier_buf_move(i->buf, tier, 0);
 	}
 	if (!strcmp(name, TFS_XATTR_PIN)) {
-		if (len == 1 && value[0] == '1')
-			return tier_buf_pin(i->buf);
-		if (len == 1 && value[0] == '0')
-			return tier_buf_unpin(i->buf);
-		return -EINVAL;
+		rc = tfs_xattr_parse_pin(value, size, &pin);
+		if (rc < 0)
+			return rc;
+		return pin ? tier_buf_pin(i->buf) : tier_buf_unpin(i->buf);
 	}
 	/* The counters, the stats and names not (yet) defined. */
 	return -EPERM;

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * See args.h. No FUSE header here: what the kernel's ioctl request says
+ * arrives as plain fields of struct tfs_ioc_req.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "fs/args.h"
+#include "tiers/store.h"
+
+static bool all_zero(const void *p, size_t len)
+{
+	const unsigned char *c = p;
+
+	for (size_t k = 0; k < len; k++) {
+		if (c[k])
+			return false;
+	}
+	return true;
+}
+
+static int check_head(uint32_t version, uint32_t flags, uint32_t allowed)
+{
+	if (version != TFS_ABI_VERSION || (flags & ~allowed))
+		return -EINVAL;
+	return 0;
+}
+
+static bool known_cmd(unsigned int cmd)
+{
+	switch (cmd) {
+	case TFS_IOC_EXPORT:
+	case TFS_IOC_RELEASE:
+	case TFS_IOC_COMMIT:
+	case TFS_IOC_ALLOC:
+	case TFS_IOC_MOVE:
+	case TFS_IOC_STAT:
+		return true;
+	}
+	return false;
+}
+
+int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out)
+{
+	unsigned int cmd = req->cmd, dir = _IOC_DIR(cmd);
+	size_t size = _IOC_SIZE(cmd);
+	union tfs_ioc_args *a = out;
+	int rc;
+
+	if (!known_cmd(cmd) || req->compat || req->dir || !req->has_file)
+		return -ENOTTY;
+	/* The kernel copies _IOC_SIZE bytes each way the command says. */
+	if (((dir & _IOC_WRITE) && req->in_len != size) ||
+	    (!(dir & _IOC_WRITE) && req->in_len) ||
+	    ((dir & _IOC_READ) && req->out_len != size) ||
+	    (!(dir & _IOC_READ) && req->out_len))
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	/* Every command writes its struct in; size == sizeof that struct. */
+	memcpy(out, req->in, size);
+
+	switch (cmd) {
+	case TFS_IOC_EXPORT:
+		rc = check_head(a->exp.version, a->exp.flags, TFS_EXPORT_WRITE);
+		if (rc)
+			return rc;
+		if (a->exp.reserved0 ||
+		    !all_zero(a->exp.reserved, sizeof(a->exp.reserved)))
+			return -EINVAL;
+		if (!req->readable ||
+		    ((a->exp.flags & TFS_EXPORT_WRITE) && !req->writable))
+			return -EBADF;
+		return 0;
+	case TFS_IOC_RELEASE:
+		rc = check_head(a->rel.version, a->rel.flags, 0);
+		if (rc)
+			return rc;
+		return all_zero(a->rel.reserved, sizeof(a->rel.reserved)) ?
+			       0 :
+			       -EINVAL;
+	case TFS_IOC_COMMIT:
+		rc = check_head(a->commit.version, a->commit.flags, 0);
+		if (rc)
+			return rc;
+		return all_zero(a->commit.reserved,
+				sizeof(a->commit.reserved)) ?
+			       0 :
+			       -EINVAL;
+	case TFS_IOC_ALLOC:
+		rc = check_head(a->alloc.version, a->alloc.flags, 0);
+		if (rc)
+			return rc;
+		if (!all_zero(a->alloc.reserved, sizeof(a->alloc.reserved)) ||
+		    !a->alloc.size)
+			return -EINVAL;
+		return req->writable ? 0 : -EBADF;
+	case TFS_IOC_MOVE:
+		rc = check_head(a->move.version, a->move.flags, 0);
+		if (rc)
+			return rc;
+		if (a->move.reserved0 ||
+		    !all_zero(a->move.reserved, sizeof(a->move.reserved)) ||
+		    a->move.tier >= TFS_TIER_COUNT)
+			return -EINVAL;
+		return 0;
+	default: /* TFS_IOC_STAT */
+		rc = check_head(a->stat.version, a->stat.flags, 0);
+		if (rc)
+			return rc;
+		if (a->stat.reserved0 ||
+		    !all_zero(a->stat.reserved, sizeof(a->stat.reserved)))
+			return -EINVAL;
+		return 0;
+	}
+}
+
+/* A value as written by setfattr -v or echo: one trailing newline allowed. */
+static size_t trim_value(const char *value, size_t size)
+{
+	if (size && value[size - 1] == '\n')
+		size--;
+	return size;
+}
+
+int tfs_xattr_parse_tier(const char *value, size_t size, enum tfs_tier *out)
+{
+	return tier_parse(value, trim_value(value, size), out);
+}
+
+int tfs_xattr_parse_pin(const char *value, size_t size, bool *pin)
+{
+	size_t len = trim_value(value, size);
+
+	if (len != 1 || (value[0] != '0' && value[0] != '1'))
+		return -EINVAL;
+	*pin = value[0] == '1';
+	return 0;
+}

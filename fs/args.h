@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The checks the ioctl and xattr interfaces make on what a caller hands
+ * in, kept apart from FUSE so that unit tests and the fuzzers in tests/fuzz
+ * call them directly. Nothing here touches a file or the store: each
+ * function says whether a request is well formed and what it asks for.
+ * fs/ioctl.c and fs/xattr.c act on the answer.
+ */
+#ifndef TFS_FS_ARGS_H
+#define TFS_FS_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "tierfs.h"
+
+/* A TFS_IOC_* request as the kernel hands it over. */
+struct tfs_ioc_req {
+	unsigned int cmd;
+	bool compat; /* a 32-bit caller (FUSE_IOCTL_COMPAT) */
+	bool dir; /* on a directory (FUSE_IOCTL_DIR) */
+	bool has_file; /* through an open file (fi->fh set) */
+	bool readable, writable; /* how that file was opened */
+	const void *in; /* in_len bytes, not aligned */
+	size_t in_len, out_len;
+};
+
+/* Its argument once checked: the struct of req.cmd, copied out. */
+union tfs_ioc_args {
+	struct tfs_ioc_export exp;
+	struct tfs_ioc_release rel;
+	struct tfs_ioc_commit commit;
+	struct tfs_ioc_alloc alloc;
+	struct tfs_ioc_move move;
+	struct tfs_ioc_stat stat;
+};
+
+/*
+ * Check @req, in this order:
+ *   -ENOTTY  an unknown command; a 32-bit or directory caller, or no open
+ *            file (the ABI is promised to 64-bit callers of a file only);
+ *   -EINVAL  buffer sizes other than the command's; a version other than
+ *            TFS_ABI_VERSION, flags the command does not define, nonzero
+ *            reserved words, a tier >= TFS_TIER_COUNT, an alloc of 0 bytes;
+ *   -EBADF   an export through a file not open for reading, a write export
+ *            through one not open for reading and writing, an alloc
+ *            through one not open for writing (as read(2) and write(2)
+ *            would answer: the descriptor is what is wrong).
+ * Returns 0 with @out holding the argument. A move's write permission
+ * depends on who asks and is the caller's to check.
+ */
+int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out);
+
+/*
+ * A user.tierfs.tier value: a tier name in any case; newlines and NUL
+ * bytes at its end are ignored (setfattr -v and echo add a newline, some
+ * callers the NUL). Returns 0 with *@out set, or -EINVAL.
+ */
+int tfs_xattr_parse_tier(const char *value, size_t size, enum tfs_tier *out);
+
+/* A user.tierfs.pin value: "1" pins, "0" unpins, one trailing newline
+ * allowed. Returns 0 with *@pin set, or -EINVAL. */
+int tfs_xattr_parse_pin(const char *value, size_t size, bool *pin);
+
+#endif

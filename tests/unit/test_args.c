@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The ioctl and xattr argument checks of fs/args.c without a mount: one
+ * case per documented answer (tests/fuzz/fuzz_ioctl.c and fuzz_xattr.c
+ * try everything else against the same contract).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fs/args.h"
+#include "tap.h"
+
+static int check(unsigned int cmd, const void *in, size_t in_len,
+		 size_t out_len, bool readable, bool writable)
+{
+	struct tfs_ioc_req r = {
+		.cmd = cmd,
+		.has_file = true,
+		.readable = readable,
+		.writable = writable,
+		.in = in,
+		.in_len = in_len,
+		.out_len = out_len,
+	};
+	union tfs_ioc_args a;
+
+	return tfs_ioc_check(&r, &a);
+}
+
+static void test_ioctl_answers(void)
+{
+	struct tfs_ioc_export e = { .version = TFS_ABI_VERSION };
+	struct tfs_ioc_alloc al = { .version = TFS_ABI_VERSION, .size = 1 };
+	struct tfs_ioc_move m = { .version = TFS_ABI_VERSION, .tier = 2 };
+	struct tfs_ioc_req r = { .cmd = TFS_IOC_EXPORT, .has_file = true,
+				 .readable = true, .in = &e,
+				 .in_len = sizeof(e), .out_len = sizeof(e) };
+	union tfs_ioc_args a;
+
+	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, false),
+		 0);
+	/* Unknown command, 32-bit caller, directory, no open file. */
+	CHECK_EQ(check(_IOW(TFS_IOC_MAGIC, 9, struct tfs_ioc_move), &m,
+		       sizeof(m), 0, true, true),
+		 -ENOTTY);
+	r.compat = true;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -ENOTTY);
+	r.compat = false;
+	r.dir = true;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -ENOTTY);
+	r.dir = false;
+	r.has_file = false;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -ENOTTY);
+	/* Sizes, version, flags, reserved words, tier, size 0. */
+	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), 0, true, true), -EINVAL);
+	e.version = 2;
+	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, true),
+		 -EINVAL);
+	e.version = TFS_ABI_VERSION;
+	e.flags = 2;
+	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, true),
+		 -EINVAL);
+	e.flags = 0;
+	e.reserved[3] = 1;
+	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, true),
+		 -EINVAL);
+	e.reserved[3] = 0;
+	m.tier = TFS_TIER_COUNT;
+	CHECK_EQ(check(TFS_IOC_MOVE, &m, sizeof(m), 0, true, true), -EINVAL);
+	m.tier = TFS_TIER_DISK;
+	CHECK_EQ(check(TFS_IOC_MOVE, &m, sizeof(m), 0, false, false), 0);
+	al.size = 0;
+	CHECK_EQ(check(TFS_IOC_ALLOC, &al, sizeof(al), 0, true, true), -EINVAL);
+	al.size = 1;
+	/* The descriptor: exports read, write exports read and write,
+	 * allocs write. */
+	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), false, true),
+		 -EBADF);
+	e.flags = TFS_EXPORT_WRITE;
+	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, false),
+		 -EBADF);
+	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, true),
+		 0);
+	CHECK_EQ(check(TFS_IOC_ALLOC, &al, sizeof(al), 0, true, false), -EBADF);
+	/* A bad argument is EINVAL even through the wrong descriptor. */
+	al.size = 0;
+	CHECK_EQ(check(TFS_IOC_ALLOC, &al, sizeof(al), 0, true, false),
+		 -EINVAL);
+	/* What was checked comes back as it came in. */
+	CHECK_EQ(check(TFS_IOC_MOVE, &m, sizeof(m), 0, true, true), 0);
+	r = (struct tfs_ioc_req){ .cmd = TFS_IOC_MOVE, .has_file = true,
+				  .in = &m, .in_len = sizeof(m) };
+	CHECK_EQ(tfs_ioc_check(&r, &a), 0);
+	CHECK(!memcmp(&a.move, &m, sizeof(m)));
+}
+
+static void test_xattr_values(void)
+{
+	enum tfs_tier t;
+	bool pin;
+
+	CHECK_EQ(tfs_xattr_parse_tier("disk", 4, &t), 0);
+	CHECK_EQ(t, TFS_TIER_DISK);
+	CHECK_EQ(tfs_xattr_parse_tier("Device\n", 7, &t), 0);
+	CHECK_EQ(t, TFS_TIER_DEVICE);
+	CHECK_EQ(tfs_xattr_parse_tier("host\0", 5, &t), 0);
+	CHECK_EQ(t, TFS_TIER_HOST);
+	CHECK_EQ(tfs_xattr_parse_tier("dis", 3, &t), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_tier("disk ", 5, &t), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_tier("", 0, &t), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_pin("1", 1, &pin), 0);
+	CHECK(pin);
+	CHECK_EQ(tfs_xattr_parse_pin("0\n", 2, &pin), 0);
+	CHECK(!pin);
+	CHECK_EQ(tfs_xattr_parse_pin("1\n\n", 3, &pin), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_pin("yes", 3, &pin), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_pin("", 0, &pin), -EINVAL);
+}
+
+int main(void)
+{
+	TAP_RUN(test_ioctl_answers);
+	TAP_RUN(test_xattr_values);
+	return tap_done();
+}
