@@ -65,8 +65,10 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 sym=/usr/lib/llvm-14/bin/llvm-symbolizer
 [ -x "$sym" ] && export ASAN_SYMBOLIZER_PATH=$sym
-export TMPDIR=$ROOT/$build/tmp
-mkdir -p "$TMPDIR" "$build/artifacts"
+# Each run its own: two runs at once must not remove each other's files.
+mkdir -p "$build/artifacts"
+TMPDIR=$(mktemp -d "$ROOT/$build/tmp.XXXXXX") || exit 1
+export TMPDIR
 passed=0 failed=0 n=0
 for t in $targets; do
 	n=$((n + 1))
