@@ -2,12 +2,16 @@
 /*
  * The disk tier: spill files of independent, checksummed chunks.
  *
- * On-disk format. Chunk i of a spill file sits at i * (chunk_size + 32): a
- * 32-byte little-endian header, then the stored bytes (nothing for a chunk
- * of zeroes, the lz4 block, or the raw bytes). Only header and stored bytes
- * are written, so the rest of the slot stays a hole. The header carries the
- * chunk index, both lengths, the encoding, a CRC32C of the stored bytes and
- * a CRC32C of itself; a read checks all of them before decoding.
+ * On-disk format. Chunk i of a spill file sits at i * (chunk_size + block),
+ * block being the file system's (at least 4 KiB), so that a chunk takes
+ * whole blocks of its own and is charged exactly those: a 32-byte
+ * little-endian header, for a chunk with holes a page map (one bit per 4 KiB
+ * page, rounded up to 8 bytes), then the stored bytes (nothing for a chunk
+ * of zeroes, the lz4 block, or the raw bytes; with a map, only the pages it
+ * sets, packed). Only these are written, so the rest of the slot stays a
+ * hole. The header carries the chunk index, both lengths, the encoding, a
+ * flag for the map, a CRC32C of the map and stored bytes and a CRC32C of
+ * itself; a read checks all of them before decoding.
  *
  * In memory an object is a file descriptor, the stored total and one uint32
  * per chunk (its slot's used length and encoding), inline for buffers of up
@@ -42,6 +46,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -66,7 +71,7 @@ struct chunk_hdr {
 	uint32_t magic;
 	uint8_t version;
 	uint8_t encoding;
-	uint16_t reserved;
+	uint16_t flags; /* HDR_F_* */
 	uint32_t raw_len;
 	uint32_t stored_len;
 	uint64_t index;
@@ -77,12 +82,19 @@ struct chunk_hdr {
 #define HDR ((uint32_t)sizeof(struct chunk_hdr))
 _Static_assert(sizeof(struct chunk_hdr) == 32, "chunk header is 32 bytes");
 
+/*
+ * The header is followed by a page map: the payload holds only the pages
+ * set in it (a chunk with holes), and the data CRC covers the map too.
+ */
+#define HDR_F_MAP 0x1u
+
 /* One chunk in tier_dobj_map(): index, slot, meta word. */
 #define DOBJ_MAP_ENTRY 12
 
-/* meta word: slot bytes used (header + stored) in the low 30 bits, the
- * encoding in the top two; 0 is an absent chunk. */
-#define META_LEN_MASK ((1u << 30) - 1)
+/* meta word: slot bytes used (header, map, stored) in the low 29 bits, a
+ * page map in bit 29, the encoding in the top two; 0 is an absent chunk. */
+#define META_LEN_MASK ((1u << 29) - 1)
+#define META_MAP (1u << 29)
 #define META_ENC_SHIFT 30
 
 /*
@@ -114,6 +126,9 @@ struct tier_disk {
 	bool persistent; /* kept at destroy; see tier_disk_init_persistent() */
 	const char *name; /* the spill directory's name in basefd, in dir */
 	uint32_t chunk_size;
+	/* Slots start on this boundary and a chunk costs whole units of it:
+	 * the file system's block, at least a page. */
+	uint32_t blk;
 	enum cfg_compression compression;
 	int accel;
 	int fd_budget; /* descriptors objects may still keep open; atomic */
@@ -145,7 +160,7 @@ struct tier_dobj {
 	 * with a compare-and-swap: concurrent readers may race to open. */
 	int fd;
 	uint32_t cap; /* meta entries */
-	uint64_t stored;
+	uint64_t stored; /* the blocks the chunks take, in bytes */
 	union {
 		uint32_t inl[2];
 		uint32_t *arr;
@@ -352,6 +367,26 @@ static uint32_t meta_total(uint32_t m)
 	return m & META_LEN_MASK;
 }
 
+/* Bytes of the page map of a chunk with holes. */
+static uint32_t map_len(const struct tier_disk *d)
+{
+	uint32_t bits = d->chunk_size / TIER_PAGE;
+
+	return (bits + 63) / 64 * 8;
+}
+
+/* What a slot using @total bytes takes on disk: whole blocks. */
+static uint64_t slot_cost(const struct tier_disk *d, uint32_t total)
+{
+	return ((uint64_t)total + d->blk - 1) / d->blk * d->blk;
+}
+
+static uint64_t meta_cost(const struct tier_disk *d, uint32_t m)
+{
+	return m ? slot_cost(d, meta_total(m)) : 0;
+}
+
+
 static bool bit_get(const uint64_t *bits, uint32_t nwords, uint64_t s)
 {
 	return s / 64 < nwords && (bits[s / 64] >> (s % 64) & 1);
@@ -490,7 +525,9 @@ static int meta_grow(struct tier_dobj *o, uint64_t n)
 
 static off_t chunk_off(const struct tier_disk *d, uint64_t idx)
 {
-	uint64_t slot = (uint64_t)d->chunk_size + HDR;
+	/* Block-aligned slots: a chunk's bytes then take exactly the blocks
+	 * it is charged for, shared with no other chunk. */
+	uint64_t slot = (uint64_t)d->chunk_size + d->blk;
 
 	if (idx > ((uint64_t)INT64_MAX - slot) / slot)
 		return -1;
@@ -656,20 +693,23 @@ static uint32_t hdr_crc(const struct chunk_hdr *h)
 
 /*
  * Encode and write chunk @idx into @slot, which held @old (a meta word; 0
- * for a free slot). Sets *@meta to the new meta word. Leaves no trace of
- * @old on failure.
+ * for a free slot): @len bytes of payload at @src, laid out as @desc says
+ * (NULL: the chunk's first bytes). Sets *@meta to the new meta word.
+ * Leaves no trace of @old on failure.
  */
 static int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
 		       uint64_t idx, uint64_t slot, const void *src,
-		       size_t len, uint32_t old, uint32_t *meta)
+		       size_t len, const struct tier_chunk_desc *desc,
+		       uint32_t old, uint32_t *meta)
 {
 	struct chunk_hdr *h;
 	struct scratch *s;
-	struct iovec iov[2];
+	struct iovec iov[3];
 	const void *data = src;
-	uint32_t stored = 0;
+	uint32_t stored = 0, mlen = 0, crc;
 	int enc, cnt = 1, rc;
 	off_t off = chunk_off(d, slot);
+	bool raw_only = desc && desc->raw;
 
 	if (off < 0)
 		return -EFBIG;
@@ -677,9 +717,16 @@ static int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
 	if (!s)
 		return -ENOMEM;
 	h = (struct chunk_hdr *)s->in;
+	if (desc && desc->map)
+		mlen = map_len(d);
 
-	if (all_zero(src, len)) {
+	if (raw_only) {
+		/* Room that fallocate took must stay taken. */
+		enc = ENC_RAW;
+	} else if (all_zero(src, len)) {
+		/* Where the zeroes are does not matter then. */
 		enc = ENC_ZERO;
+		mlen = 0;
 	} else if (d->compression == CFG_COMPRESS_LZ4) {
 		/* Keep lz4 only when it saves more than 1/64: decoding a
 		 * barely smaller block costs more than reading raw bytes
@@ -707,35 +754,45 @@ static int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
 	if (enc == ENC_RAW)
 		stored = (uint32_t)len;
 
+	crc = mlen ? tfs_crc32c(0, desc->map, mlen) : 0;
 	h->magic = htole32(CHUNK_MAGIC);
 	h->version = CHUNK_VERSION;
 	h->encoding = (uint8_t)enc;
-	h->reserved = 0;
+	h->flags = htole16(mlen ? HDR_F_MAP : 0);
 	h->raw_len = htole32((uint32_t)len);
 	h->stored_len = htole32(stored);
 	h->index = htole64(idx);
-	h->data_crc = htole32(tfs_crc32c(0, data, stored));
+	h->data_crc = htole32(tfs_crc32c(crc, data, stored));
 	h->hdr_crc = htole32(hdr_crc(h));
 
+	/* The lz4 block sits right after the header in scratch; the map
+	 * goes between them. */
 	iov[0].iov_base = h;
-	iov[0].iov_len = HDR + (enc == ENC_LZ4 ? stored : 0);
-	if (enc == ENC_RAW) {
-		iov[1].iov_base = (void *)src;
-		iov[1].iov_len = stored;
-		cnt = 2;
+	iov[0].iov_len = HDR;
+	if (mlen) {
+		iov[cnt].iov_base = (void *)desc->map;
+		iov[cnt++].iov_len = mlen;
+	}
+	if (stored) {
+		iov[cnt].iov_base = (void *)data;
+		iov[cnt++].iov_len = stored;
 	}
 	rc = pwritev_full(fd, iov, cnt, off);
 	if (rc < 0) {
 		count(&d->stats.write_errors);
 		tfs_err("cannot write chunk %" PRIu64 " of spill file '%s': %s",
 			idx, o->path, strerror(-rc));
-		punch(d, o, fd, off, (off_t)d->chunk_size + HDR);
+		punch(d, o, fd, off, (off_t)d->chunk_size + d->blk);
 		return rc;
 	}
-	if (meta_total(old) > HDR + stored)
-		punch(d, o, fd, off + HDR + stored,
-		      (off_t)(meta_total(old) - HDR - stored));
-	*meta = (HDR + stored) | ((uint32_t)enc << META_ENC_SHIFT);
+	/* Give back the blocks the old content took past the new. */
+	uint64_t now = slot_cost(d, HDR + mlen + stored);
+
+	if (meta_cost(d, old) > now)
+		punch(d, o, fd, off + (off_t)now,
+		      (off_t)(meta_cost(d, old) - now));
+	*meta = (HDR + mlen + stored) | (mlen ? META_MAP : 0) |
+		((uint32_t)enc << META_ENC_SHIFT);
 	return 0;
 }
 
@@ -765,7 +822,8 @@ static const char *hdr_check(const struct tier_disk *d,
 			     uint32_t meta)
 {
 	uint32_t enc = meta >> META_ENC_SHIFT;
-	uint32_t stored = meta_total(meta) - HDR;
+	uint32_t mlen = (meta & META_MAP) ? map_len(d) : 0;
+	uint32_t stored = meta_total(meta) - HDR - mlen;
 	uint32_t raw = le32toh(h->raw_len);
 
 	if (le32toh(h->magic) != CHUNK_MAGIC)
@@ -776,24 +834,75 @@ static const char *hdr_check(const struct tier_disk *d,
 		return "unknown version";
 	if (le64toh(h->index) != idx)
 		return "chunk index mismatch";
-	if (h->encoding != enc || le32toh(h->stored_len) != stored)
+	if (h->encoding != enc || le32toh(h->stored_len) != stored ||
+	    !(le16toh(h->flags) & HDR_F_MAP) != !mlen)
 		return "header does not match what was written";
 	if (raw > d->chunk_size || (enc == ENC_RAW && raw != stored))
 		return "bad length";
 	return NULL;
 }
 
+/* The rank of page @p among the pages set in @map: its place in the
+ * payload. */
+static size_t map_rank(const uint64_t *map, size_t p)
+{
+	size_t r = 0, w;
+
+	for (w = 0; w < p / 64; w++)
+		r += (size_t)__builtin_popcountll(map[w]);
+	if (p % 64)
+		r += (size_t)__builtin_popcountll(map[w] &
+						  ((1ull << (p % 64)) - 1));
+	return r;
+}
+
 /*
- * Fill @out with @n bytes of chunk @idx from its byte @lo on. @m is the
- * chunk's meta word, nonzero.
+ * Bytes [@lo, @lo + @n) of a chunk with holes whose page map is @map and
+ * whose @raw bytes of payload are at @pay, into @out.
+ */
+static void scatter_pages(const uint64_t *map, const char *pay, size_t raw,
+			  char *out, size_t lo, size_t n)
+{
+	size_t p = lo / TIER_PAGE, r = map_rank(map, p);
+
+	while (n) {
+		size_t in = lo % TIER_PAGE, part = TIER_PAGE - in;
+
+		if (part > n)
+			part = n;
+		if (map[p / 64] & (1ull << (p % 64))) {
+			size_t at = r * TIER_PAGE + in;
+			size_t have = at < raw ? raw - at : 0;
+
+			if (have > part)
+				have = part;
+			memcpy(out, pay + at, have);
+			memset(out + have, 0, part - have);
+			r++;
+		} else {
+			memset(out, 0, part);
+		}
+		out += part;
+		lo += part;
+		n -= part;
+		p++;
+	}
+}
+
+/*
+ * Fill @out with @n bytes of chunk @idx from its byte @lo on, or of its
+ * payload when @payload (the same bytes unless the chunk has holes). @m
+ * is the chunk's meta word, nonzero.
  */
 static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
-		      uint64_t idx, uint32_t m, char *out, size_t lo, size_t n)
+		      uint64_t idx, uint32_t m, char *out, size_t lo, size_t n,
+		      bool payload)
 {
 	/* The header names the chunk, not the slot: a stale slot of another
 	 * chunk fails the index check. */
 	uint32_t enc = m >> META_ENC_SHIFT, total = meta_total(m);
-	uint32_t stored = total - HDR, raw;
+	uint32_t mlen = (m & META_MAP) ? map_len(d) : 0;
+	uint32_t stored = total - HDR - mlen, raw;
 	const struct chunk_hdr *h;
 	const char *why, *src;
 	struct scratch *s;
@@ -802,7 +911,7 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 	off_t off = chunk_off(d, slot_of(o, idx));
 	int rc;
 
-	if (enc == ENC_RAW && lo == 0 && n >= stored) {
+	if (enc == ENC_RAW && !mlen && lo == 0 && n >= stored) {
 		/* Straight into the caller's buffer: no copy. */
 		iov[0].iov_base = &hb;
 		iov[0].iov_len = HDR;
@@ -820,7 +929,7 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 		return 0;
 	}
 
-	s = scratch_get(d->chunk_size, false);
+	s = scratch_get(d->chunk_size, mlen != 0);
 	if (!s)
 		return -ENOMEM;
 	iov[0].iov_base = s->in;
@@ -829,14 +938,43 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 	if (rc < 0)
 		return read_failed(d, o, idx, rc);
 	h = (const struct chunk_hdr *)s->in;
-	src = s->in + HDR;
+	src = s->in + HDR + mlen;
 	why = hdr_check(d, h, idx, m);
-	if (!why && tfs_crc32c(0, src, stored) != le32toh(h->data_crc))
+	if (!why && tfs_crc32c(0, s->in + HDR, mlen + stored) !=
+			    le32toh(h->data_crc))
 		why = "checksum mismatch";
 	if (why)
 		return chunk_corrupt(d, o, idx, why);
 	raw = le32toh(h->raw_len);
-	if (enc == ENC_ZERO || lo >= raw) {
+	if (enc == ENC_ZERO) {
+		memset(out, 0, n);
+		return 0;
+	}
+	if (mlen && !payload) {
+		/* The whole payload, then the pages the range covers. The
+		 * map is not aligned in the file: copy it out. */
+		uint64_t map[MAX_CHUNK_SIZE / TIER_PAGE / 64];
+
+		memcpy(map, s->in + HDR, mlen);
+		if (enc == ENC_LZ4) {
+			int r = LZ4_decompress_safe(src, s->out, (int)stored,
+						    (int)raw);
+
+			if (r < 0 || (uint32_t)r != raw) {
+				char why_buf[64];
+
+				snprintf(why_buf, sizeof(why_buf),
+					 "lz4 decode failed (%d)", r);
+				return chunk_corrupt(d, o, idx, why_buf);
+			}
+			src = s->out;
+		}
+		if (map_rank(map, d->chunk_size / TIER_PAGE) * TIER_PAGE < raw)
+			return chunk_corrupt(d, o, idx, "map and length differ");
+		scatter_pages(map, src, raw, out, lo, n);
+		return 0;
+	}
+	if (lo >= raw) {
 		memset(out, 0, n);
 		return 0;
 	}
@@ -880,7 +1018,7 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
  * @off). */
 static int range_chunk(struct tier_disk *d, const struct tier_dobj *o,
 		       int fd, char *dst, size_t len, uint64_t off,
-		       uint64_t idx)
+		       uint64_t idx, bool payload)
 {
 	uint64_t cs = d->chunk_size, start = idx * cs;
 	uint64_t lo = off > start ? off - start : 0;
@@ -892,7 +1030,7 @@ static int range_chunk(struct tier_disk *d, const struct tier_dobj *o,
 		memset(out, 0, end - lo);
 		return 0;
 	}
-	return chunk_load(d, o, fd, idx, m, out, lo, end - lo);
+	return chunk_load(d, o, fd, idx, m, out, lo, end - lo, payload);
 }
 
 /* --- jobs --- */
@@ -906,6 +1044,7 @@ struct write_job {
 	const void *const *srcs;
 	const size_t *lens;
 	const uint32_t *old; /* per item: what its slot held, 0 when free */
+	const struct tier_chunk_desc *descs; /* or NULL */
 	int err; /* first failure; atomic */
 };
 
@@ -918,7 +1057,8 @@ static void write_item(struct pool_job *job, size_t i)
 
 	/* Items write different meta words and different slots. */
 	rc = chunk_store(w->d, w->o, w->fd, idx, slot_of(w->o, idx),
-			 w->srcs[i], w->lens[i], w->old[i], &nm);
+			 w->srcs[i], w->lens[i], w->descs ? &w->descs[i] : NULL,
+			 w->old[i], &nm);
 	meta[idx] = rc < 0 ? 0 : nm;
 	if (rc < 0)
 		__atomic_compare_exchange_n(&w->err, &zero, rc, false,
@@ -948,10 +1088,10 @@ static void read_item(struct pool_job *job, size_t i)
 	if (r->dsts)
 		rc = range_chunk(r->d, r->o, r->fd, r->dsts[i], r->lens[i],
 				 (r->first + i) * r->d->chunk_size,
-				 r->first + i);
+				 r->first + i, true);
 	else
 		rc = range_chunk(r->d, r->o, r->fd, r->dst, r->len, r->off,
-				 r->first + i);
+				 r->first + i, false);
 	if (rc < 0)
 		__atomic_compare_exchange_n(&r->err, &zero, rc, false,
 					    __ATOMIC_RELAXED,
@@ -1435,6 +1575,15 @@ static int disk_init(struct tier_disk **out, const char *path,
 	}
 	d->dirlen = (size_t)snprintf(d->dir, (size_t)len + 1, "%s/%s",
 				     base_path, name);
+	d->blk = TIER_PAGE;
+	{
+		struct statvfs sv;
+
+		if (!fstatvfs(d->dirfd, &sv) && sv.f_frsize > TIER_PAGE &&
+		    sv.f_frsize <= chunk_size &&
+		    !(sv.f_frsize & (sv.f_frsize - 1)))
+			d->blk = (uint32_t)sv.f_frsize;
+	}
 	d->name = d->dir + d->dirlen - strlen(name);
 
 	/* Objects keep their descriptor while half the limit is free; past
@@ -1639,16 +1788,17 @@ void tier_dobj_destroy(struct tier_disk *d, struct tier_dobj *o)
 static bool meta_valid(const struct tier_disk *d, uint32_t m)
 {
 	uint32_t enc = m >> META_ENC_SHIFT, total = meta_total(m);
+	uint32_t mlen = (m & META_MAP) ? map_len(d) : 0;
 
-	if (total < HDR)
+	if (total < HDR + mlen)
 		return false;
 	switch (enc) {
 	case ENC_ZERO:
-		return total == HDR;
+		return total == HDR && !mlen;
 	case ENC_RAW:
-		return total - HDR <= d->chunk_size;
+		return total - HDR - mlen <= d->chunk_size;
 	case ENC_LZ4:
-		return total - HDR <=
+		return total - HDR - mlen <=
 		       (uint32_t)LZ4_compressBound((int)d->chunk_size);
 	default:
 		return false;
@@ -1719,7 +1869,7 @@ int tier_dobj_adopt(struct tier_disk *d, uint64_t id, uint64_t size,
 		c->slot[e[0]] = e[1];
 		bit_put(c->used, e[1], true);
 		bit_put(c->pin, e[1], true);
-		o->stored += meta_total(e[2]);
+		o->stored += meta_cost(d, e[2]);
 	}
 	c->cmeta = malloc(o->cap * sizeof(*c->cmeta));
 	c->cslot = malloc(o->cap * sizeof(*c->cslot));
@@ -1750,6 +1900,15 @@ int tier_dobj_write_chunks(struct tier_disk *d, struct tier_dobj *o,
 			   uint64_t first_idx, const void *const *srcs,
 			   const size_t *lens, size_t n)
 {
+	return tier_dobj_write_chunks_desc(d, o, first_idx, srcs, lens, NULL,
+					   n);
+}
+
+int tier_dobj_write_chunks_desc(struct tier_disk *d, struct tier_dobj *o,
+				uint64_t first_idx, const void *const *srcs,
+				const size_t *lens,
+				const struct tier_chunk_desc *descs, size_t n)
+{
 	struct write_job w = {
 		.job = { .fn = write_item, .n = n },
 		.d = d,
@@ -1757,6 +1916,7 @@ int tier_dobj_write_chunks(struct tier_disk *d, struct tier_dobj *o,
 		.first = first_idx,
 		.srcs = srcs,
 		.lens = lens,
+		.descs = descs,
 	};
 	uint32_t old_small[SMALL_BATCH], *old = old_small, *meta;
 	struct dobj_cow *c = o->cow;
@@ -1790,13 +1950,13 @@ int tier_dobj_write_chunks(struct tier_disk *d, struct tier_dobj *o,
 		uint64_t idx = first_idx + i;
 		uint32_t m = meta[idx];
 
-		o->stored -= meta_total(m);
+		o->stored -= meta_cost(d, m);
 		old[i] = m;
 		if (!c || (m && !bit_get(c->pin, c->nwords, c->slot[idx])))
 			continue;
 		/* The committed version's slot stays as it is. */
 		if (m) {
-			c->extra += meta_total(m);
+			c->extra += meta_cost(d, m);
 			bit_put(c->used, c->slot[idx], false);
 		}
 		cow_alloc(c, idx, &c->slot[idx]);
@@ -1810,7 +1970,7 @@ int tier_dobj_write_chunks(struct tier_disk *d, struct tier_dobj *o,
 	for (size_t i = 0; i < n; i++) {
 		uint64_t idx = first_idx + i;
 
-		o->stored += meta_total(meta[idx]);
+		o->stored += meta_cost(d, meta[idx]);
 		/* A failed chunk's slot was punched: free it. */
 		if (c && !meta[idx] && bit_get(c->used, c->nwords,
 					       c->slot[idx])) {
@@ -1902,7 +2062,8 @@ static void cow_release(struct tier_disk *d, struct tier_dobj *o, int *fd,
 	if (*fd == -1)
 		*fd = obj_fd_get(d, o);
 	if (*fd >= 0)
-		punch(d, o, *fd, chunk_off(d, sl), (off_t)d->chunk_size + HDR);
+		punch(d, o, *fd, chunk_off(d, sl),
+		      (off_t)d->chunk_size + d->blk);
 }
 
 /* Truncate an object with a committed version: the committed chunks stay
@@ -1919,9 +2080,9 @@ static int cow_truncate(struct tier_disk *d, struct tier_dobj *o,
 
 		if (!meta[i])
 			continue;
-		o->stored -= meta_total(meta[i]);
+		o->stored -= meta_cost(d, meta[i]);
 		if (bit_get(c->pin, c->nwords, sl)) {
-			c->extra += meta_total(meta[i]);
+			c->extra += meta_cost(d, meta[i]);
 			bit_put(c->used, sl, false);
 		} else {
 			cow_release(d, o, &fd, sl);
@@ -1946,7 +2107,7 @@ int tier_dobj_truncate(struct tier_disk *d, struct tier_dobj *o,
 
 	for (uint64_t i = nchunks; i < o->cap; i++) {
 		if (meta[i]) {
-			o->stored -= meta_total(meta[i]);
+			o->stored -= meta_cost(d, meta[i]);
 			meta[i] = 0;
 			any = true;
 		}
@@ -1975,6 +2136,46 @@ int tier_dobj_truncate(struct tier_disk *d, struct tier_dobj *o,
 		free(arr);
 	}
 	return 0;
+}
+
+int tier_dobj_drop_chunk(struct tier_disk *d, struct tier_dobj *o,
+			 uint64_t idx)
+{
+	uint32_t *meta = meta_of(o);
+	struct dobj_cow *c = o->cow;
+	int fd = -1;
+
+	if (idx >= o->cap || !meta[idx])
+		return 0;
+	o->stored -= meta_cost(d, meta[idx]);
+	if (c && bit_get(c->pin, c->nwords, c->slot[idx])) {
+		/* The committed version's slot stays as it is. */
+		c->extra += meta_cost(d, meta[idx]);
+		bit_put(c->used, c->slot[idx], false);
+	} else if (c) {
+		cow_release(d, o, &fd, c->slot[idx]);
+	} else {
+		fd = obj_fd_get(d, o);
+		if (fd >= 0)
+			punch(d, o, fd, chunk_off(d, idx),
+			      (off_t)meta_cost(d, meta[idx]));
+	}
+	if (fd >= 0)
+		obj_fd_put(o, fd);
+	meta[idx] = 0;
+	return 0;
+}
+
+uint64_t tier_dobj_chunk_cost(const struct tier_disk *d,
+			      const struct tier_dobj *o, uint64_t idx)
+{
+	return meta_cost(d, meta_get(o, idx));
+}
+
+uint64_t tier_disk_chunk_bound(const struct tier_disk *d, size_t len,
+			       bool map)
+{
+	return slot_cost(d, HDR + (map ? map_len(d) : 0) + (uint32_t)len);
 }
 
 uint64_t tier_dobj_stored(const struct tier_dobj *o)
@@ -2103,7 +2304,7 @@ int tier_dobj_commit(struct tier_disk *d, struct tier_dobj *o)
 			if (fd >= 0)
 				punch(d, o, fd, chunk_off(d, (uint64_t)w * 64 +
 							       (uint64_t)b),
-				      (off_t)d->chunk_size + HDR);
+				      (off_t)d->chunk_size + d->blk);
 		}
 		c->pin[w] = c->used[w];
 	}
@@ -2145,7 +2346,7 @@ void tier_dobj_revert(struct tier_disk *d, struct tier_dobj *o)
 	for (uint32_t i = 0; i < o->cap; i++) {
 		meta[i] = i < c->ccap ? c->cmeta[i] : 0;
 		c->slot[i] = i < c->ccap ? c->cslot[i] : 0;
-		o->stored += meta_total(meta[i]);
+		o->stored += meta_cost(d, meta[i]);
 	}
 	c->extra = 0;
 	c->hint = 0;

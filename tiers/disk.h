@@ -2,10 +2,11 @@
 /*
  * The disk tier: one spill file per buffer in a private directory, holding
  * independent chunks. Chunk i lives in a fixed slot at i * (chunk_size +
- * header); only the bytes it needs are written, so the rest of the slot is a
- * hole and the file takes on disk about what its chunks compress to. Each
- * chunk has a header with its lengths, its encoding (lz4, raw when lz4 does
- * not shrink it, or zero) and a CRC32C of the stored bytes.
+ * block), block-aligned; only the bytes it needs are written, so the rest of
+ * the slot is a hole and the file takes on disk about what its chunks
+ * compress to. Each chunk has a header with its lengths, its encoding (lz4,
+ * raw when lz4 does not shrink it, or zero) and a CRC32C of the stored
+ * bytes. A chunk with holes stores a page map and only its pages.
  *
  * Thread safety: different objects may be used concurrently; calls on one
  * object must be serialised by the caller, except tier_dobj_read(), which
@@ -22,6 +23,24 @@
 
 struct tier_disk;
 struct tier_dobj;
+
+/* The granularity of holes inside a chunk. */
+#define TIER_PAGE 4096u
+
+/*
+ * How a chunk's payload maps onto the chunk. Without a map (or without a
+ * desc) the payload is the chunk's first bytes and the rest reads as
+ * zeroes. With @map (chunk_size / TIER_PAGE bits, bit p for page p, in
+ * uint64 words), the payload holds only the pages set there, in order: the
+ * k-th TIER_PAGE bytes of it go to the k-th page set, a payload shorter
+ * than its pages leaves the rest zero, and pages not set are holes, stored
+ * as nothing. @raw stores the payload as it is, never compressed and never
+ * as a header alone: pages fallocate took must keep their room on disk.
+ */
+struct tier_chunk_desc {
+	const uint64_t *map;
+	bool raw;
+};
 
 /* What went wrong with the spill files since init; each is also logged. */
 struct tier_disk_stats {
@@ -185,6 +204,13 @@ int tier_dobj_write_chunks(struct tier_disk *d, struct tier_dobj *o,
 			   uint64_t first_idx, const void *const *srcs,
 			   const size_t *lens, size_t n);
 
+/* tier_dobj_write_chunks() with a layout per chunk (@descs may be NULL;
+ * see struct tier_chunk_desc). */
+int tier_dobj_write_chunks_desc(struct tier_disk *d, struct tier_dobj *o,
+				uint64_t first_idx, const void *const *srcs,
+				const size_t *lens,
+				const struct tier_chunk_desc *descs, size_t n);
+
 /*
  * Read @len bytes at @off, decompressing only the chunks the range touches.
  * Chunks never written read as zeroes. Returns 0, or -EIO after logging the
@@ -196,9 +222,10 @@ int tier_dobj_read(struct tier_disk *d, struct tier_dobj *o, void *dst,
 		   size_t len, uint64_t off);
 
 /*
- * Read the first @lens[i] bytes of chunks @first_idx + i into @dsts[i], for
- * i < @n, decompressing in parallel on the worker pool. Same errors as
- * tier_dobj_read().
+ * Read the first @lens[i] bytes of the payload of chunks @first_idx + i
+ * into @dsts[i], for i < @n, decompressing in parallel on the worker pool:
+ * the chunk's bytes, or for a chunk stored with a page map the packed pages
+ * as they were given. Same errors as tier_dobj_read().
  */
 int tier_dobj_read_chunks(struct tier_disk *d, struct tier_dobj *o,
 			  uint64_t first_idx, void *const *dsts,
@@ -209,8 +236,22 @@ int tier_dobj_read_chunks(struct tier_disk *d, struct tier_dobj *o,
 int tier_dobj_truncate(struct tier_disk *d, struct tier_dobj *o,
 		       uint64_t nchunks);
 
-/* Bytes the object's chunks take: headers plus stored data. */
+/* Forget chunk @idx, which then reads as zeroes, and punch it out. */
+int tier_dobj_drop_chunk(struct tier_disk *d, struct tier_dobj *o,
+			 uint64_t idx);
+
+/* Bytes of disk the object's chunks take: their blocks (header, map and
+ * stored bytes, rounded up to the block each slot starts on). */
 uint64_t tier_dobj_stored(const struct tier_dobj *o);
+
+/* What chunk @idx of @o takes now, in the same unit; 0 when absent. */
+uint64_t tier_dobj_chunk_cost(const struct tier_disk *d,
+			      const struct tier_dobj *o, uint64_t idx);
+
+/* The most a chunk of @len bytes of payload can take (stored raw), with a
+ * page map when @map: charge this before writing it. */
+uint64_t tier_disk_chunk_bound(const struct tier_disk *d, size_t len,
+			       bool map);
 
 /* Path of the spill file, for log lines and tests. */
 const char *tier_dobj_path(const struct tier_dobj *o);

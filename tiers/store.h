@@ -57,6 +57,10 @@ struct tier_usage {
 	 * unspills from below, placements. A move that only drops a copy
 	 * whose lower copy is clean counts in spill_bytes, not here. */
 	uint64_t written_bytes;
+	/* Writes refused with ENOSPC because this tier, the last that could
+	 * take the bytes, had no room: write(2), fallocate, and the flush at
+	 * close or fsync. */
+	uint64_t enospc;
 };
 
 struct tier_store_stats {

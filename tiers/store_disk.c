@@ -84,7 +84,7 @@ int st_disk_spill(struct tier_buf *b)
 			} else {
 				srcs[k] = b->chunks[i + k];
 			}
-			room += lens[k] + DISK_CHUNK_OVERHEAD;
+			room += tier_disk_chunk_bound(s->disk, lens[k], false);
 			k++;
 		} while (k < SPILL_BATCH && i + k < n && !is_hole(b, i + k));
 		uint64_t before = tier_dobj_stored(b->dobj);
@@ -122,8 +122,7 @@ void st_disk_recharge(struct tier_buf *b)
 	struct tier_dobj *o = b->dobj ? b->dobj : b->pobj;
 	uint64_t want = o ? tier_dobj_stored(o) : 0;
 
-	if (b->wc_reserved)
-		want += s->chunk_size + DISK_CHUNK_OVERHEAD;
+	want += b->wc_resv;
 	pthread_mutex_lock(&s->lock);
 	st_charge(s, b, TFS_TIER_DISK,
 		  (int64_t)(want - b->charged[TFS_TIER_DISK]));
@@ -133,13 +132,12 @@ void st_disk_recharge(struct tier_buf *b)
 /* Drop the write cache without writing it. */
 void st_wc_free(struct tier_buf *b)
 {
-	if (b->wc_reserved)
-		st_unreserve(b, TFS_TIER_DISK,
-			     b->s->chunk_size + DISK_CHUNK_OVERHEAD);
+	if (b->wc_resv)
+		st_unreserve(b, TFS_TIER_DISK, b->wc_resv);
+	b->wc_resv = 0;
 	free(b->wc);
 	b->wc = NULL;
 	b->wc_dirty = false;
-	b->wc_reserved = false;
 }
 
 void st_disk_drop(struct tier_buf *b)
@@ -172,16 +170,41 @@ int st_wc_flush(struct tier_buf *b)
 	len = b->size - off < s->chunk_size ? b->size - off : s->chunk_size;
 	uint64_t before = tier_dobj_stored(b->dobj);
 
-	/* st_wc_load() already charged the room this write may take. */
+	/* st_wc_load() charged the most this write can add; now the real
+	 * cost takes its place. */
 	rc = tier_dobj_write_chunk(s->disk, b->dobj, b->wc_idx, b->wc, len);
 	pthread_mutex_lock(&s->lock);
 	st_charge(s, b, TFS_TIER_DISK,
 		  (int64_t)(tier_dobj_stored(b->dobj) - before));
-	if (!rc)
+	/* A failed write keeps the charge for the next try. */
+	if (!rc) {
+		st_charge(s, b, TFS_TIER_DISK, -(int64_t)b->wc_resv);
+		b->wc_resv = 0;
 		s->use[TFS_TIER_DISK].written_bytes += len;
+	}
 	pthread_mutex_unlock(&s->lock);
 	if (!rc)
 		b->wc_dirty = false;
+	return rc;
+}
+
+/*
+ * Charge the most that writing the cached chunk back can add to the disk
+ * copy, so that a full disk fails the write(2) that needs the room rather
+ * than the flush at close that nobody sees fail.
+ */
+static int wc_reserve(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	uint64_t most = tier_disk_chunk_bound(s->disk, s->chunk_size, false);
+	uint64_t now = tier_dobj_chunk_cost(s->disk, b->dobj, b->wc_idx);
+	int rc;
+
+	if (b->wc_resv || most <= now)
+		return 0;
+	rc = st_reserve(b, TFS_TIER_DISK, most - now);
+	if (!rc)
+		b->wc_resv = most - now;
 	return rc;
 }
 
@@ -192,30 +215,19 @@ int st_wc_load(struct tier_buf *b, uint64_t idx)
 	int rc;
 
 	if (b->wc && b->wc_idx == idx)
-		return 0;
+		return wc_reserve(b);
 	if ((rc = st_wc_flush(b)))
 		return rc;
-	/* Charge the room the chunk may take now, so that a full disk
-	 * fails this write rather than a later flush. */
-	if (!b->wc_reserved) {
-		rc = st_reserve(b, TFS_TIER_DISK,
-				s->chunk_size + DISK_CHUNK_OVERHEAD);
-		if (rc)
-			return rc;
-		b->wc_reserved = true;
-	}
-	if (!b->wc && !(b->wc = malloc(s->chunk_size))) {
-		st_wc_free(b);
+	if (!b->wc && !(b->wc = malloc(s->chunk_size)))
 		return -ENOMEM;
-	}
+	b->wc_idx = (uint32_t)idx;
 	rc = tier_dobj_read(s->disk, b->dobj, b->wc, s->chunk_size,
 			    idx * s->chunk_size);
-	if (rc) {
+	if (!rc)
+		rc = wc_reserve(b);
+	if (rc)
 		st_wc_free(b);
-		return rc;
-	}
-	b->wc_idx = (uint32_t)idx;
-	return 0;
+	return rc;
 }
 
 /* Read from the disk copy, seeing the write cache; b->lock held. */

@@ -275,7 +275,19 @@ int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
 			pthread_cond_signal(&s->spill_wake);
 	}
 	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		b->refused = (uint8_t)t;
 	return rc;
+}
+
+void st_count_enospc(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+
+	pthread_mutex_lock(&s->lock);
+	s->use[b->refused < TFS_TIER_COUNT ? b->refused : TFS_TIER_DISK]
+		.enospc++;
+	pthread_mutex_unlock(&s->lock);
 }
 
 void st_unreserve(struct tier_buf *b, int t, uint64_t bytes)

@@ -34,8 +34,6 @@
 #include "tiers/host.h"
 #include "tiers/store.h"
 
-/* Headroom reserved on disk per chunk before its compressed size is known. */
-#define DISK_CHUNK_OVERHEAD 64
 /* Device allocations that fail with ENOMEM below our limit (fragmentation,
  * another process) evict this many more buffers before giving up. */
 #define DEV_ALLOC_RETRIES 8
@@ -130,6 +128,9 @@ struct tier_buf {
 	 * in place on disk (read-modify-write). */
 	void *wc;
 	uint64_t charged[TFS_TIER_COUNT]; /* [S] */
+	/* [B] Disk room charged for writing wc back, beyond what its chunk
+	 * takes now; part of charged[TFS_TIER_DISK]. */
+	uint64_t wc_resv;
 	uint64_t generation; /* [S] */
 	struct lease *leases; /* [S] */
 	uint32_t nleases; /* [S] */
@@ -139,8 +140,10 @@ struct tier_buf {
 	/* Flags, packed: files are many and small. */
 	bool has_host; /* [B] */
 	bool dirty; /* [B] written since the last register */
-	bool wc_dirty; /* [B] */
-	bool wc_reserved; /* [B] disk room for one chunk is charged */
+	bool wc_dirty; /* [B] only ever with wc_resv charged */
+	/* [B] The tier whose room a reservation for @b last failed to find,
+	 * for the enospc counters. */
+	uint8_t refused;
 	uint8_t present; /* [S] bit t: a copy in tier t */
 	bool dead; /* [S] destroy has begun */
 	bool staging; /* [S] mirror of dirty: being written, not placed */
@@ -189,6 +192,9 @@ int st_shrink(struct tier_store *s, int t, uint64_t goal,
 /* b->lock held for writing; takes s->lock. Charge @bytes to @b in tier @t,
  * evicting others first if needed. 0 or -ENOSPC. */
 int st_reserve(struct tier_buf *b, int t, uint64_t bytes);
+/* b->lock held for writing; takes s->lock. Count a write to @b refused
+ * with ENOSPC against the tier that had no room. */
+void st_count_enospc(struct tier_buf *b);
 /* Takes s->lock. Give back @bytes that st_reserve() charged. */
 void st_unreserve(struct tier_buf *b, int t, uint64_t bytes);
 /* Takes s->lock. Tier @t's limit in bytes. */
@@ -250,8 +256,9 @@ void st_disk_drop(struct tier_buf *b);
 void st_disk_recharge(struct tier_buf *b);
 /* Write the cached chunk to the disk copy if it is dirty. */
 int st_wc_flush(struct tier_buf *b);
-/* Load chunk @idx of the disk copy into the write cache, flushing the one
- * there and charging the room it may take on disk. */
+/* Load chunk @idx of the disk copy into the write cache for writing,
+ * flushing the one there, and charge the room writing it back may take.
+ * 0, or -ENOSPC (the cache then holds nothing) or another -errno. */
 int st_wc_load(struct tier_buf *b, uint64_t idx);
 /* b->lock held for reading. Read from the disk copy, seeing the write
  * cache. */

@@ -209,6 +209,7 @@ ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
 	if (st_nchunks_for(s, (uint64_t)off + len) > UINT32_MAX)
 		return -EFBIG;
 	pthread_rwlock_wrlock(&b->lock);
+	b->refused = TFS_TIER_COUNT;
 	if (b->dmem && (st_lease_count(b) || (uint64_t)off + len <= b->size)) {
 		/* In place on the device: O(bytes written), and the only
 		 * choice while a GPU program maps the buffer. */
@@ -262,6 +263,8 @@ out_dirty:
 out:
 	if (rc > 0)
 		b->synced = false;
+	if (rc == -ENOSPC)
+		st_count_enospc(b);
 	st_publish(b);
 	pthread_rwlock_unlock(&b->lock);
 	st_touch(b);
@@ -417,9 +420,12 @@ int tier_buf_register(struct tier_buf *b)
 	int rc = 0;
 
 	pthread_rwlock_wrlock(&b->lock);
+	b->refused = TFS_TIER_COUNT;
 	rc = st_wc_flush(b);
 	if (!rc)
 		st_wc_free(b);
+	else if (rc == -ENOSPC)
+		st_count_enospc(b);
 	if (b->dirty && s->dev && b->size && !b->dmem && b->has_host &&
 	    b->size <= st_tier_limit(s, TFS_TIER_DEVICE)) {
 		/* Not fitting on the device is fine: the buffer stays on

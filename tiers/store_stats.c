@@ -98,6 +98,7 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 		EMIT("%s.spills=%" PRIu64 "\n", nm, u->spills);
 		EMIT("%s.unspills=%" PRIu64 "\n", nm, u->unspills);
 		EMIT("%s.written_bytes=%" PRIu64 "\n", nm, u->written_bytes);
+		EMIT("%s.enospc=%" PRIu64 "\n", nm, u->enospc);
 	}
 #undef EMIT
 	return n;

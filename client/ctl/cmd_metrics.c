@@ -40,6 +40,9 @@ static const struct metric metrics[] = {
 	{ "tierfs_tier_written_bytes_total", "counter",
 	  "Bytes copied into the tier to make copies (spills, unspills, "
 	  "placements).", "written_bytes", true },
+	{ "tierfs_tier_enospc_total", "counter",
+	  "Writes refused with ENOSPC because the tier, the last that could "
+	  "take them, had no room.", "enospc", true },
 	{ "tierfs_tier_spills_total", "counter",
 	  "Buffers moved out of the tier to a lower one.", "spills", true },
 	{ "tierfs_tier_unspills_total", "counter",

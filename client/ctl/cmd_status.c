@@ -150,7 +150,7 @@ static void status_text(FILE *f, const char *mount,
 	const char *backend = ctl_stats_get(s, "backend");
 	const char *model = ctl_stats_get(s, "device_model");
 	const char *reload;
-	int bar = term_columns() - 56;
+	int bar = term_columns() - 65;
 	char a[32], b[32], c[32];
 	uint64_t v;
 
@@ -177,8 +177,10 @@ static void status_text(FILE *f, const char *mount,
 			   ", this tierfsctl knows version 1\n",
 			v);
 
-	fprintf(f, "\n%-7s %10s  %10s  %-*s %5s %8s\n", "TIER", "USED",
-		"LIMIT", bar + 2, "USAGE", "", "BUFFERS");
+	/* ENOSPC: writes refused because this tier, the last that could
+	 * take them, was full. */
+	fprintf(f, "\n%-7s %10s  %10s  %-*s %5s %8s %8s\n", "TIER", "USED",
+		"LIMIT", bar + 2, "USAGE", "", "BUFFERS", "ENOSPC");
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
 		uint64_t used = tier_u64(s, t, "used");
 		uint64_t limit = tier_u64(s, t, "limit");
@@ -199,7 +201,8 @@ static void status_text(FILE *f, const char *mount,
 			put_bar(f, frac, bar, unicode);
 			fprintf(f, " %4.0f%%", frac * 100);
 		}
-		fprintf(f, " %8" PRIu64 "\n", bufs);
+		fprintf(f, " %8" PRIu64 " %8" PRIu64 "\n", bufs,
+			tier_u64(s, t, "enospc"));
 	}
 
 	fprintf(f, "\n%-7s %22s %22s", "TIER", "SPILLED OUT (BUFFERS)",

@@ -30,6 +30,8 @@
 
 #define MAXCH 5
 #define HDR 32u
+/* Slots start on a block: 4 KiB where the fuzzer runs. */
+#define BLK 4096u
 #define MAGIC 0x43534654u
 
 enum { ENC_ZERO = 1, ENC_RAW = 2, ENC_LZ4 = 3 };
@@ -172,7 +174,7 @@ static void ref_chunk(int fd, uint32_t cs, uint64_t i, struct ref_chunk *r,
 {
 	uint8_t h[HDR];
 	uint32_t raw, stored;
-	off_t off = (off_t)(i * (cs + HDR));
+	off_t off = (off_t)(i * (cs + BLK));
 
 	memset(out, 0, cs);
 	r->state = REF_OK;
@@ -185,8 +187,9 @@ static void ref_chunk(int fd, uint32_t cs, uint64_t i, struct ref_chunk *r,
 
 	raw = get32(h + 8);
 	stored = get32(h + 12);
+	/* h[6..7]: flags, none for chunks written without a page map */
 	if (magic != MAGIC ||
-	    get32(h + 28) != crc(h, 28) || h[4] != 1 ||
+	    get32(h + 28) != crc(h, 28) || h[4] != 1 || h[6] || h[7] ||
 	    get64(h + 16) != i || h[5] != r->enc ||
 	    stored != r->stored || raw > cs ||
 	    (r->enc == ENC_RAW && raw != stored))
@@ -272,20 +275,20 @@ static void corrupt(struct fuzz_in *in, int fd, uint32_t cs)
 				abort();
 			break;
 		case 3:
-			len = 1 + fuzz_u32(in) % (2 * (cs + HDR));
+			len = 1 + fuzz_u32(in) % (2 * (cs + BLK));
 			fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 				  off, (off_t)len);
 			break;
 		default: { /* one slot copied over another */
 			uint64_t from = a % MAXCH, to = fuzz_u8(in) % MAXCH;
-			char *slot = malloc(cs + HDR);
+			char *slot = malloc(cs + BLK);
 			ssize_t got;
 
 			if (!slot)
 				abort();
-			got = pread(fd, slot, cs + HDR, (off_t)(from * (cs + HDR)));
+			got = pread(fd, slot, cs + BLK, (off_t)(from * (cs + BLK)));
 			if (got > 0 && pwrite(fd, slot, (size_t)got,
-					      (off_t)(to * (cs + HDR))) != got)
+					      (off_t)(to * (cs + BLK))) != got)
 				abort();
 			free(slot);
 			break;
@@ -364,7 +367,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		if (!ref[i].present)
 			continue;
-		FUZZ_CHECK(pread(fd, h, HDR, (off_t)(i * (cs + HDR))) == HDR,
+		FUZZ_CHECK(pread(fd, h, HDR, (off_t)(i * (cs + BLK))) == HDR,
 			   "chunk %lu: no header", (unsigned long)i);
 		ref[i].enc = h[5];
 		ref[i].stored = get32(h + 12);

@@ -60,14 +60,15 @@ settle() {
 	[[ "$output" == *"tierfs on $MNT"* ]]
 	[[ "$output" == *"backend  sim"* ]]
 	[[ "$output" == *"simulated"* ]]
-	local stats t used limit bufs
+	local stats t used limit bufs refused
 	stats=$(getfattr --only-values -n user.tierfs.stats "$MNT")
 	for t in device host disk; do
 		used=$(tfs_stat $t.used)
 		limit=$(tfs_stat $t.limit)
 		bufs=$(tfs_stat $t.buffers)
-		# the tier's row ends with its buffer count
-		echo "$output" | grep -E "^$t +.* $bufs\$"
+		refused=$(tfs_stat $t.enospc)
+		# the tier's row ends with its buffer count and its refusals
+		echo "$output" | grep -E "^$t +.* $bufs +$refused\$"
 		# the ASCII bar is drawn from used/limit
 		if [ "$limit" -gt 0 ]; then
 			pct=$(( (used * 100 + limit / 2) / limit ))
@@ -110,7 +111,7 @@ for k in ("files", "logical_bytes", "evict_nothing_movable",
     assert j[k] == int(kv[k]), k
 for t in ("device", "host", "disk"):
     for f in ("used", "limit", "buffers", "spill_bytes", "unspill_bytes",
-              "spills", "unspills"):
+              "spills", "unspills", "enospc"):
         assert j["tiers"][t][f] == int(kv[t + "." + f]), (t, f)
 assert j["tiers"]["device"]["limit"] == 4 << 20
 assert j["tiers"]["host"]["limit"] == 8 << 20
@@ -166,7 +167,7 @@ for t in ("device", "host", "disk"):
 	settle
 	run ctl status --ascii "$MNT"
 	[ "$status" -eq 0 ]
-	echo "$output" | grep -E '^device +0 B +- +\(no device tier\) +0$'
+	echo "$output" | grep -E '^device +0 B +- +\(no device tier\) +0 +0$'
 	[[ "$output" == *"backend  none"* ]]
 	run ctl status --json "$MNT"
 	echo "$output" | "$PY" -c '
@@ -365,6 +366,7 @@ want = ["tierfs_tier_used_bytes", "tierfs_tier_limit_bytes",
         "tierfs_tier_buffers", "tierfs_files", "tierfs_logical_bytes",
         "tierfs_tier_spill_bytes_total", "tierfs_tier_unspill_bytes_total",
         "tierfs_tier_spills_total", "tierfs_tier_unspills_total",
+        "tierfs_tier_enospc_total",
         "tierfs_evict_nothing_movable_total",
         "tierfs_evict_move_errors_total", "tierfs_checksum_errors_total",
         "tierfs_spill_read_errors_total", "tierfs_spill_write_errors_total",

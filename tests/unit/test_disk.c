@@ -26,6 +26,11 @@
 
 #define HDR 32
 #define CS (64u * 1024)
+/* Slots start on a block (4 KiB on the file systems the tests run on) and
+ * a chunk costs whole blocks. */
+#define BLK 4096u
+#define SLOT (CS + BLK)
+#define COST(n) (((uint64_t)(n) + BLK - 1) / BLK * BLK)
 
 static char tmpdir[64];
 
@@ -326,12 +331,12 @@ static void test_stored_sizes(void)
 	/* Rewrites change the count to the new encoding. */
 	fill_random(buf, CS);
 	CHECK_EQ(tier_dobj_write_chunk(d, o, 0, buf, CS), 0);
-	CHECK_EQ(tier_dobj_stored(o), CS + HDR);
+	CHECK_EQ(tier_dobj_stored(o), COST(CS + HDR));
 	check_read(d, o, buf, CS, 0);
 
 	memset(buf, 0, CS);
 	CHECK_EQ(tier_dobj_write_chunk(d, o, 0, buf, CS), 0);
-	CHECK_EQ(tier_dobj_stored(o), HDR);
+	CHECK_EQ(tier_dobj_stored(o), COST(HDR));
 	check_read(d, o, buf, CS, 0);
 
 	fill_text(buf, CS);
@@ -356,7 +361,7 @@ static void test_stored_sizes(void)
 		fill_random(buf, CS);
 		CHECK_EQ(tier_dobj_write_chunk(d, o, (uint64_t)i, buf, CS), 0);
 	}
-	CHECK(tier_dobj_stored(o) <= 8ull * (CS + HDR));
+	CHECK(tier_dobj_stored(o) <= 8ull * COST(CS + HDR));
 	tier_dobj_destroy(d, o);
 	tier_disk_destroy(d);
 	free(buf);
@@ -373,7 +378,7 @@ static void test_no_compression(void)
 	CHECK_EQ(tier_dobj_create(d, 3, &o), 0);
 	fill_text(buf, CS);
 	CHECK_EQ(tier_dobj_write_chunk(d, o, 0, buf, CS), 0);
-	CHECK_EQ(tier_dobj_stored(o), CS + HDR);
+	CHECK_EQ(tier_dobj_stored(o), COST(CS + HDR));
 	check_read(d, o, buf, CS, 0);
 	check_read(d, o, buf, 100, 50);
 	tier_dobj_destroy(d, o);
@@ -412,6 +417,102 @@ static void test_holes(void)
 	free(img);
 }
 
+/*
+ * Chunks with holes: only the pages of the map are stored, the others
+ * read as zeroes and take no block; the payload reads back packed; a raw
+ * chunk of zeroes keeps its blocks; a dropped chunk frees them.
+ */
+static void test_page_maps(void)
+{
+	struct tier_disk *d = disk_new(CS, CFG_COMPRESS_LZ4);
+	unsigned char *img = calloc(1, 4 * CS), *pay = malloc(CS);
+	unsigned char *got = malloc(CS);
+	uint64_t map[1] = { 0 }, before;
+	const unsigned int pages = CS / TIER_PAGE;
+	struct tier_chunk_desc desc = { .map = map };
+	struct tier_dobj *o;
+	size_t paylen = 0;
+	struct stat st;
+
+	if (!d)
+		return;
+	CHECK_EQ(tier_dobj_create(d, 9, &o), 0);
+	/* Pages 1, 2 and 9 of chunk 0, the last one short. */
+	for (unsigned int p = 0; p < pages; p++) {
+		if (p != 1 && p != 2 && p != 9)
+			continue;
+		size_t n = p == 9 ? 100 : TIER_PAGE;
+
+		map[0] |= 1ull << p;
+		fill_random(img + (size_t)p * TIER_PAGE, n);
+		memcpy(pay + paylen, img + (size_t)p * TIER_PAGE, n);
+		paylen += n;
+	}
+	{
+		const void *src = pay;
+
+		CHECK_EQ(tier_dobj_write_chunks_desc(d, o, 0, &src, &paylen,
+						     &desc, 1), 0);
+	}
+	check_read(d, o, img, CS, 0);
+	check_read(d, o, img, 3 * TIER_PAGE, TIER_PAGE / 2);
+	check_read(d, o, img, 50, 9 * TIER_PAGE + 80);
+	/* header, map and three pages of random bytes: one block each */
+	CHECK_EQ(tier_dobj_stored(o), COST(HDR + 8 + paylen));
+	CHECK(tier_dobj_stored(o) <= tier_disk_chunk_bound(d, paylen, true));
+	CHECK_EQ(tier_dobj_chunk_cost(d, o, 0), tier_dobj_stored(o));
+	memset(got, 0xee, CS);
+	{
+		void *dst = got;
+
+		CHECK_EQ(tier_dobj_read_chunks(d, o, 0, &dst, &paylen, 1), 0);
+	}
+	CHECK(!memcmp(got, pay, paylen));
+
+	/* Compressible pages with a map: lz4, still only those pages. */
+	fill_text(img + CS + 4 * TIER_PAGE, 2 * TIER_PAGE);
+	{
+		const void *src = img + CS + 4 * TIER_PAGE;
+		size_t len = 2 * TIER_PAGE;
+		uint64_t m2[1] = { 3ull << 4 };
+		struct tier_chunk_desc d2 = { .map = m2 };
+
+		CHECK_EQ(tier_dobj_write_chunks_desc(d, o, 1, &src, &len, &d2,
+						     1), 0);
+		CHECK(tier_dobj_chunk_cost(d, o, 1) < COST(HDR + 8 + len));
+	}
+	check_read(d, o, img, 2 * CS, 0);
+
+	/* Raw: zeroes that keep their room. */
+	memset(pay, 0, CS);
+	{
+		const void *src = pay;
+		size_t len = CS;
+		struct tier_chunk_desc raw = { .raw = true };
+
+		CHECK_EQ(tier_dobj_write_chunks_desc(d, o, 2, &src, &len, &raw,
+						     1), 0);
+		CHECK_EQ(tier_dobj_chunk_cost(d, o, 2), COST(HDR + CS));
+	}
+	check_read(d, o, img, 4 * CS, 0);
+	CHECK_EQ(stat(tier_dobj_path(o), &st), 0);
+	CHECK_EQ((uint64_t)st.st_blocks * 512, tier_dobj_stored(o));
+
+	/* Dropping a chunk gives its blocks back and reads zeroes. */
+	before = tier_dobj_stored(o);
+	CHECK_EQ(tier_dobj_drop_chunk(d, o, 2), 0);
+	CHECK_EQ(tier_dobj_stored(o), before - COST(HDR + CS));
+	CHECK_EQ(tier_dobj_drop_chunk(d, o, 3), 0);
+	CHECK_EQ(stat(tier_dobj_path(o), &st), 0);
+	CHECK_EQ((uint64_t)st.st_blocks * 512, tier_dobj_stored(o));
+	check_read(d, o, img, 4 * CS, 0);
+	tier_dobj_destroy(d, o);
+	tier_disk_destroy(d);
+	free(img);
+	free(pay);
+	free(got);
+}
+
 static void test_truncate(void)
 {
 	struct tier_disk *d = disk_new(CS, CFG_COMPRESS_LZ4);
@@ -440,7 +541,7 @@ static void test_truncate(void)
 	memset(img + 3 * CS, 0, 3 * CS);
 	check_read(d, o, img, 8 * CS, 0);
 	CHECK_EQ(stat(tier_dobj_path(o), &st), 0);
-	CHECK(st.st_size <= 3 * (CS + HDR));
+	CHECK(st.st_size <= 3 * SLOT);
 
 	CHECK_EQ(tier_dobj_truncate(d, o, 1), 0);
 	memset(img + CS, 0, 2 * CS);
@@ -491,7 +592,7 @@ static void test_corruption(void)
 			 0);
 
 	/* Chunk 1 (lz4): a byte of its stored data. */
-	corrupt_at(tier_dobj_path(o), (CS + HDR) + HDR + 100);
+	corrupt_at(tier_dobj_path(o), SLOT + HDR + 100);
 	log_capture();
 	CHECK_EQ(tier_dobj_read(d, o, got, CS, CS), -EIO);
 	CHECK_EQ(log_lines, 1);
@@ -505,7 +606,7 @@ static void test_corruption(void)
 	check_read(d, o, img, CS, 0);
 
 	/* Chunk 2 (raw, read straight into the caller's buffer). */
-	corrupt_at(tier_dobj_path(o), 2 * (CS + HDR) + HDR + CS - 1);
+	corrupt_at(tier_dobj_path(o), 2 * SLOT + HDR + CS - 1);
 	log_capture();
 	CHECK_EQ(tier_dobj_read(d, o, got, CS, 2 * CS), -EIO);
 	CHECK_EQ(log_lines, 1);
@@ -513,7 +614,7 @@ static void test_corruption(void)
 	CHECK_EQ(tier_dobj_read(d, o, got, 1, 2 * CS + 7), -EIO);
 
 	/* Chunk 3 (zero): its header. */
-	corrupt_at(tier_dobj_path(o), 3 * (CS + HDR) + 17);
+	corrupt_at(tier_dobj_path(o), 3 * SLOT + 17);
 	log_capture();
 	CHECK_EQ(tier_dobj_read(d, o, got, CS, 3 * CS), -EIO);
 	CHECK_EQ(log_lines, 1);
@@ -527,7 +628,7 @@ static void test_corruption(void)
 		ssize_t n = pread(fd, tmp, CS + HDR, 0);
 
 		CHECK(n > HDR);
-		CHECK_EQ(pwrite(fd, tmp, (size_t)n, CS + HDR), n);
+		CHECK_EQ(pwrite(fd, tmp, (size_t)n, SLOT), n);
 		close(fd);
 		free(tmp);
 	}
@@ -543,7 +644,7 @@ static void test_corruption(void)
 	{
 		int fd = open(tier_dobj_path(o), O_RDWR | O_CLOEXEC);
 
-		CHECK_EQ(ftruncate(fd, CS + HDR + 100), 0);
+		CHECK_EQ(ftruncate(fd, SLOT + 100), 0);
 		close(fd);
 	}
 	log_capture();
@@ -989,7 +1090,7 @@ static void test_enospc(void)
 				 0);
 			free(got);
 		}
-		CHECK(tier_dobj_stored(o) <= (uint64_t)n_ok * (CS + HDR));
+		CHECK(tier_dobj_stored(o) <= (uint64_t)n_ok * COST(CS + HDR));
 		/* Parallel writes fail the same way. */
 		{
 			const void *srcs[8];
@@ -1318,7 +1419,7 @@ static void test_committed_versions(void)
 	map1 = malloc(len1);
 	tier_dobj_map(o, map1, len1);
 	stored = tier_dobj_stored(o);
-	CHECK_EQ(stored, 4 * (CS + HDR));
+	CHECK_EQ(stored, 4 * COST(CS + HDR));
 
 	/* Version 2: chunk 1 rewritten twice (the second time in place),
 	 * chunk 3 cut off. */
@@ -1328,7 +1429,7 @@ static void test_committed_versions(void)
 	CHECK_EQ(tier_dobj_truncate(d, o, 3), 0);
 	CHECK(chunk_is(d, o, 2, 1) && chunk_is(d, o, 1, 0));
 	/* Both versions take room: 3 current chunks, plus 1 and 3 of v1. */
-	CHECK_EQ(tier_dobj_stored(o), 5 * (CS + HDR));
+	CHECK_EQ(tier_dobj_stored(o), 5 * COST(CS + HDR));
 	c1 = NULL;
 	CHECK_EQ(tier_dobj_adopt(d, 9, 4 * CS, map1, len1, &c1), 0);
 	if (c1) {
@@ -1340,7 +1441,7 @@ static void test_committed_versions(void)
 	/* Committing version 2 frees version 1's chunks 1 and 3. */
 	CHECK_EQ(tier_dobj_sync(d, o), 0);
 	CHECK_EQ(tier_dobj_commit(d, o), 0);
-	CHECK_EQ(tier_dobj_stored(o), 3 * (CS + HDR));
+	CHECK_EQ(tier_dobj_stored(o), 3 * COST(CS + HDR));
 	c2 = adopt(d, 9, 3 * CS, o);
 	if (c2) {
 		CHECK(chunk_is(d, c2, 1, 0) && chunk_is(d, c2, 2, 1) &&
@@ -1363,7 +1464,7 @@ static void test_committed_versions(void)
 	CHECK(chunk_is(d, o, 3, 0));
 	tier_dobj_revert(d, o);
 	CHECK(chunk_is(d, o, 1, 0) && chunk_is(d, o, 2, 1));
-	CHECK_EQ(tier_dobj_stored(o), 3 * (CS + HDR));
+	CHECK_EQ(tier_dobj_stored(o), 3 * COST(CS + HDR));
 	memset(buf, 1, CS);
 	CHECK_EQ(tier_dobj_read(d, o, buf, CS, 5 * (uint64_t)CS), 0);
 	CHECK(all_zero_buf(buf, CS));
@@ -1371,7 +1472,7 @@ static void test_committed_versions(void)
 	/* Truncate to nothing and rewrite (a re-spill): the committed
 	 * version stays readable until the next commit. */
 	CHECK_EQ(tier_dobj_truncate(d, o, 0), 0);
-	CHECK_EQ(tier_dobj_stored(o), 3 * (CS + HDR));
+	CHECK_EQ(tier_dobj_stored(o), 3 * COST(CS + HDR));
 	for (uint64_t i = 0; i < 2; i++) {
 		fill_chunk(buf, 4, i);
 		CHECK_EQ(tier_dobj_write_chunks(d, o, i,
@@ -1450,6 +1551,7 @@ int main(void)
 	TAP_RUN(test_stored_sizes);
 	TAP_RUN(test_no_compression);
 	TAP_RUN(test_holes);
+	TAP_RUN(test_page_maps);
 	TAP_RUN(test_truncate);
 	TAP_RUN(test_corruption);
 	TAP_RUN(test_init_and_modes);
