@@ -43,9 +43,11 @@ class TierfsWorker(Worker):
     """A distributed.Worker whose data lives in a TierfsStore.
 
     tierfs_dir and tierfs_cache default to $TIERFS_DASK_DIR and
-    $TIERFS_DASK_CACHE. An explicit ``data=`` wins over both. Directories of
-    killed workers on the same host are removed when a worker starts, and the
-    worker's own directory when it closes or gets SIGTERM.
+    $TIERFS_DASK_CACHE. An explicit ``data=`` wins over both. The worker's
+    directory goes however the worker ends (see tierfs.lifetime); those of
+    killed workers that outlived their reaper go when a worker starts. The
+    worker reports where its data is as the metrics tierfs_device_bytes,
+    tierfs_host_bytes and tierfs_disk_bytes (TierfsStore.tier_bytes).
     """
 
     def __init__(self, *args, tierfs_dir=None, tierfs_cache=None, **kwargs):
@@ -68,6 +70,7 @@ class TierfsWorker(Worker):
             )
         super().__init__(*args, **kwargs)
         if isinstance(self.data, TierfsStore):
+            self.data.attach(self)
             remove_on_sigterm()
 
     async def close(self, *args, **kwargs):

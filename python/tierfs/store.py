@@ -5,11 +5,11 @@ The mapping is what a Dask worker stores its results in (``Worker(data=...)``),
 but nothing here needs Dask: any process can use it as a dict whose values
 live in tierfs, where the daemon moves them between device, host and disk.
 
-Layout on the mount::
+Layout on the mount (see tierfs.lifetime for how directories go away)::
 
     <root>/tfsdask-<host>-<pid>-<token>/      one directory per store
-        .owner                                 JSON: pid, host, process start
-        <readable-prefix>.<hash>               one file per key
+        .lock                                  owner JSON, flock()ed while open
+        <readable-prefix>.<hash>[~N]           one file per key
 
 File format (little endian), one file per value::
 
@@ -22,24 +22,24 @@ File format (little endian), one file per value::
     each buffer followed by padding to 64
 
 The pickle stream is protocol 5; large contiguous buffers (numpy and pandas
-data) go out of band so they are written straight from the object's memory
-and read back into one allocation without a copy per buffer. Nothing is
-compressed here: tierfs compresses on its disk tier.
+data) go out of band, so a value is written with one writev straight from
+the object's memory and read back with one read into one allocation that
+the buffers then share. Nothing is compressed here: tierfs compresses on its
+disk tier. Where the filesystem takes O_DIRECT at any alignment (tierfs
+does), files are opened with it: the bytes go between the worker and the
+daemon without a copy in the page cache, which would also count against the
+worker's memory.
 """
 
 from __future__ import annotations
 
 import collections
 import errno
-import json
 import logging
 import os
 import pickle
-import secrets
-import shutil
-import signal
-import socket
 import struct
+import sys
 import threading
 import time
 import weakref
@@ -47,15 +47,17 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from hashlib import blake2b
 from typing import Any, Hashable, NamedTuple
 
+from .lifetime import (DIR_PREFIX, LOCK, MARKER, OwnedDir, cleanup_stale,
+                       remove_on_sigterm)
+
 __all__ = ["TierfsStore", "cleanup_stale", "cleanup", "remove_on_sigterm",
-           "DIR_PREFIX", "MARKER"]
+           "DIR_PREFIX", "LOCK", "MARKER", "TIERS"]
 
 logger = logging.getLogger("tierfs.store")
 
 ENV_DIR = "TIERFS_DASK_DIR"
-DIR_PREFIX = "tfsdask-"
-MARKER = ".owner"
-TMP_PREFIX = ".tmp."
+TIERS = ("device", "host", "disk")
+_XATTR_TIER = "user.tierfs.tier"
 
 _MAGIC = b"TFSDASK1"
 _HEAD = struct.Struct("<8sIIQ")
@@ -65,6 +67,8 @@ _ZEROS = bytes(_ALIGN)
 _MAX_IOV = 512
 _MAX_WRITE = 1 << 30
 _PREFIX_MAX = 96
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+_MISSING = object()
 
 
 class SpilledSize(NamedTuple):
@@ -173,17 +177,21 @@ def _writev_all(fd: int, views: list[memoryview]) -> None:
                 n = 0
 
 
-def _read_all(path: str) -> bytearray:
-    with open(path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
+def _read_file(path: str, size: int, flags: int) -> bytearray:
+    """The size bytes of path in one new buffer; size is known from the
+    write, so there is no stat, and the read goes straight into the buffer."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | flags)
+    try:
         buf = bytearray(size)
         mv = memoryview(buf)
         got = 0
         while got < size:
-            n = f.readinto(mv[got:])
+            n = os.readv(fd, [mv[got:]])
             if not n:
-                raise OSError(errno.EIO, "short read", path)
+                raise OSError(errno.EIO, "tierfs store: file shorter than written", path)
             got += n
+    finally:
+        os.close(fd)
     return buf
 
 
@@ -200,63 +208,12 @@ def _key_name(key: Hashable) -> str:
     return "%s.%s" % (safe or "_", digest)
 
 
-def _proc_start(pid: int) -> int | None:
-    """Start time of pid in clock ticks since boot, or None if unknown."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # comm may hold spaces and parentheses: fields start after the last ')'.
-    fields = data[data.rindex(b")") + 2 :].split()
-    return int(fields[19])
-
-
-def _alive(pid: int, start: int | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    if start is not None:
-        now = _proc_start(pid)
-        if now is not None and now != start:
-            return False  # the pid was reused by another process
-    return True
-
-
-_live_dirs: set[str] = set()  # directories of this process's open stores
-
-
-def _remove_dir(path: str) -> None:
-    _live_dirs.discard(path)
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def remove_on_sigterm() -> bool:
-    """Make SIGTERM remove this process's store directories before it ends
-    the process as before. Only where SIGTERM has its default action and from
-    the main thread; returns whether the handler is installed.
-
-    A worker stopped by systemd, ``timeout`` or a terminal's process group
-    signal gets SIGTERM with no chance to close its store; TierfsWorker calls
-    this so those directories go too.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return signal.getsignal(signal.SIGTERM) is _on_sigterm
-
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    return True
-
-
-def _on_sigterm(signum, frame) -> None:
-    for path in list(_live_dirs):
-        shutil.rmtree(path, ignore_errors=True)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
+def _drops_result(frame) -> bool:
+    """Whether frame is Dask's WorkerState._purge_state, which frees a key
+    with data.pop(key, None) and ignores what pop returns (distributed
+    before 2023.3.1; later versions call del)."""
+    return (frame is not None and frame.f_code.co_name == "_purge_state"
+            and frame.f_globals.get("__name__") == "distributed.worker_state_machine")
 
 
 class _Entry:
@@ -266,6 +223,83 @@ class _Entry:
         self.name = name  # None: held in memory only (it failed to write)
         self.disk = disk  # file bytes
         self.memory = memory  # sizeof() of the value
+
+
+class _Unlinker:
+    """Removes the files of deleted keys in a thread of its own.
+
+    An unlink is a round trip to the daemon, milliseconds when it is busy,
+    and Dask frees keys from its event loop: a worker freeing a thousand
+    results at the end of a computation would not answer its nanny's close
+    in time. The thread holds no reference to the store.
+    """
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._queue: collections.deque[str] = collections.deque()
+        self._pending: set[str] = set()  # paths queued or being unlinked
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def pending(self, path: str) -> bool:
+        with self._cond:
+            return path in self._pending
+
+    def put(self, path: str) -> None:
+        with self._cond:
+            if self._stopped:
+                return
+            self._queue.append(path)
+            self._pending.add(path)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="tierfs-unlink")
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                path = self._queue.popleft()
+            _unlink_quiet(path)
+            with self._cond:
+                self._pending.discard(path)
+                self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending or self._stopped,
+                                       timeout)
+
+    def stop(self) -> None:
+        """Drop what is queued (the directory goes as a whole) and end."""
+        with self._cond:
+            self._stopped = True
+            self._queue.clear()
+            self._pending.clear()
+            self._cond.notify_all()
+
+
+def _finalize(owned: OwnedDir, unlinker: _Unlinker) -> None:
+    unlinker.stop()
+    owned.release()
+
+
+class _TierMetric:
+    """A Worker metric (a callable of the worker): bytes of the store's
+    files in one tier. Holds the store weakly; 0 once it is gone."""
+
+    def __init__(self, store: "TierfsStore", tier: str):
+        self._store = weakref.ref(store)
+        self._tier = tier
+
+    def __call__(self, worker=None) -> int:
+        s = self._store()
+        return 0 if s is None else s.tier_bytes().get(self._tier, 0)
 
 
 class _View(Mapping):
@@ -317,8 +351,9 @@ class TierfsStore(MutableMapping):
     root:
         Directory on a tierfs mount (any directory works, which is how the
         unit tests run); defaults to ``$TIERFS_DASK_DIR``. The store makes its
-        own subdirectory there and removes it on :meth:`close`, when it is
-        garbage collected, or at interpreter exit.
+        own subdirectory there and removes it however its process ends: on
+        :meth:`close`, garbage collection, interpreter exit, a signal, or a
+        SIGKILL (see :mod:`tierfs.lifetime`).
     cache_bytes:
         Size of an in-memory LRU cache of deserialized values, by ``sizeof``.
         0 (the default) keeps nothing in the process: every read comes from
@@ -331,7 +366,8 @@ class TierfsStore(MutableMapping):
         raising from ``__setitem__``.
     clean_stale:
         Remove the directories of dead stores under root (see
-        :func:`cleanup_stale`) before making this one.
+        :func:`cleanup_stale`), in the background, before making this one.
+        On by default: a live store's directory is never touched.
     name:
         Subdirectory name; by default ``tfsdask-<host>-<pid>-<random>``.
     write_back:
@@ -340,11 +376,19 @@ class TierfsStore(MutableMapping):
         SpillBuffer does; short-lived values are then never written. The
         write happens under the store's lock. Off by default: every value is
         written at once, and ``evict()`` never writes.
+    direct_io:
+        Open files with O_DIRECT. None (the default) uses it where the
+        filesystem takes it at any alignment, as tierfs does; True insists.
 
     Dask's worker memory manager uses the ``fast`` mapping (what is cached in
     memory) and ``evict()`` to shed memory, and reports ``spilled_total``:
     sizeof() and file bytes of the values that are on tierfs only.
     """
+
+    #: seconds for which tier_bytes() answers from what it last read
+    metrics_interval = 2.0
+    #: most files whose tier one tier_bytes() refresh reads
+    metrics_budget = 256
 
     def __init__(
         self,
@@ -352,9 +396,10 @@ class TierfsStore(MutableMapping):
         *,
         cache_bytes: int = 0,
         keep_on_error: bool = True,
-        clean_stale: bool = False,
+        clean_stale: bool = True,
         name: str | None = None,
         write_back: bool = False,
+        direct_io: bool | None = None,
     ):
         if root is None:
             root = os.environ.get(ENV_DIR)
@@ -368,31 +413,26 @@ class TierfsStore(MutableMapping):
         self.keep_on_error = keep_on_error
         self.write_back = bool(write_back)
         if clean_stale:
-            cleanup_stale(self.root)
-        host = socket.gethostname().split(".")[0] or "host"
-        if name is None:
-            name = "%s%s-%d-%s" % (DIR_PREFIX, host, os.getpid(), secrets.token_hex(4))
-        self.path = os.path.join(self.root, name)
-        os.makedirs(self.path)
-        self._finalizer = weakref.finalize(self, _remove_dir, self.path)
-        _live_dirs.add(self.path)
-        marker = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "start": _proc_start(os.getpid()),
-            "created": time.time(),
-        }
-        tmp = os.path.join(self.path, TMP_PREFIX + MARKER)
-        with open(tmp, "w") as f:
-            json.dump(marker, f)
-        os.rename(tmp, os.path.join(self.path, MARKER))
+            cleanup_stale(self.root, wait=False)
+        self._dir = OwnedDir(self.root, name)
+        self.path = self._dir.path
+        self._unlinker = _Unlinker()
+        self._finalizer = weakref.finalize(self, _finalize, self._dir, self._unlinker)
+        try:
+            self.direct_io = self._write_owner(direct_io)
+        except BaseException:
+            self._finalizer()
+            raise
+        self._oflags = _O_DIRECT if self.direct_io else 0
 
-        # Lock order: only this lock. It guards every field below. File
-        # writes and reads run outside it; renames and unlinks run under it so
-        # that a delete never removes a newer value of the same key.
+        # Lock order: this lock, then the unlinker's. It guards every field
+        # below. File writes, reads and unlinks run outside it; a name is
+        # not reused while the unlinker still has its old file.
         self._lock = threading.RLock()
         self._index: dict[Hashable, _Entry] = {}
-        self._names: dict[str, Hashable] = {}
+        # File name -> key, for every file there is or being written
+        # (_MISSING until its key is installed).
+        self._names: dict[str, Any] = {}
         self._cache: collections.OrderedDict[Hashable, Any] = collections.OrderedDict()
         self._cache_weight = 0
         self._pinned: dict[Hashable, Any] = {}
@@ -401,6 +441,48 @@ class TierfsStore(MutableMapping):
         self._all_memory = self._all_disk = 0
         self._mem_memory = self._mem_disk = 0
         self._m = collections.Counter()
+        # Where the files are, for tier_bytes(): names whose tier was never
+        # read (oldest first) and their bytes; names read, least recently
+        # read first, with the tier and bytes counted in _tier_sum.
+        self._tier_new: dict[str, int] = {}
+        self._tier_new_bytes = 0
+        self._tier_seen: collections.OrderedDict[str, tuple[str, int]] = \
+            collections.OrderedDict()
+        self._tier_sum = collections.Counter()
+        self._tier_at = -float("inf")
+        self._tier_ok = True  # False once the files show no tierfs xattrs
+        self._hooked = False
+        self._hook_at = -float("inf")
+
+    def _write_owner(self, direct_io: bool | None) -> bool:
+        """Write the owner marker, probing O_DIRECT with it (an unaligned
+        write, which tierfs takes and block filesystems refuse)."""
+        if direct_io is False or not _O_DIRECT:
+            if direct_io:
+                raise ValueError("tierfs store: no O_DIRECT on this platform")
+            self._dir.write_owner()
+            return False
+        try:
+            fd = os.open(os.path.join(self.path, LOCK),
+                         os.O_WRONLY | os.O_CLOEXEC | _O_DIRECT)
+        except OSError as e:
+            if e.errno != errno.EINVAL or direct_io:
+                raise
+            self._dir.write_owner()
+            return False
+        try:
+            self._dir.write_owner(fd)
+            return True
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+            if direct_io:
+                raise ValueError("tierfs store: %r does not take unaligned O_DIRECT "
+                                 "writes" % self.root) from e
+            self._dir.write_owner()
+            return False
+        finally:
+            os.close(fd)
 
     # -- the mapping --------------------------------------------------------
 
@@ -417,7 +499,7 @@ class TierfsStore(MutableMapping):
                     self._remember(key, value)
                 return
         try:
-            tmp, nbytes, t_pickle, t_write = self._write_tmp(value)
+            name, nbytes, t_pickle, t_write = self._write_file(key, value)
         except Exception as e:
             if not self.keep_on_error or self._closed:
                 raise
@@ -434,46 +516,47 @@ class TierfsStore(MutableMapping):
         memory = _sizeof(value, nbytes)
         with self._lock:
             if self._closed:
-                _unlink_quiet(tmp)
+                self._names.pop(name, None)
                 raise RuntimeError("tierfs store %r is closed" % self.path)
-            old = self._index.get(key)
-            name = self._install(key, tmp, old.name if old is not None else None)
-            self._discard(key, unlink=False)
-            self._index[key] = _Entry(name, nbytes, memory)
-            self._names[name] = key
-            self._all_memory += memory
-            self._all_disk += nbytes
+            self._discard(key)
+            self._install(key, _Entry(name, nbytes, memory))
             self._remember(key, value)
             self._count_write(memory, t_pickle, t_write)
+        if not self._hooked:
+            self._maybe_attach()
 
-    def _write_tmp(self, value: Any) -> tuple[str, int, float, float]:
-        """Serialize value into a new temporary file; return its path, size
-        and the seconds spent pickling and writing. Removes it on failure."""
+    def _write_file(self, key: Hashable, value: Any) -> tuple[str, int, float, float]:
+        """Serialize value into a new file of its own; return its name, size
+        and the seconds spent pickling and writing. The name is reserved in
+        _names (the caller installs or drops it); the file is removed on
+        failure."""
         t0 = time.perf_counter()
         views, nbytes = _serialize(value)
         t1 = time.perf_counter()
-        tmp = os.path.join(self.path, "%s%s" % (TMP_PREFIX, secrets.token_hex(8)))
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("tierfs store %r is closed" % self.path)
+            name = self._new_name(key)
+            self._names[name] = _MISSING
+        path = os.path.join(self.path, name)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            # A new name every time, never a rename over the old file: a
+            # reader of the old value keeps reading whole bytes, and the
+            # rename's round trip to the daemon is saved.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+                         | self._oflags, 0o600)
             try:
                 _writev_all(fd, views)
-            finally:
+            except BaseException:
                 os.close(fd)
+                raise
+            os.close(fd)  # tierfs places the buffer here: it can fail
         except BaseException:
-            _unlink_quiet(tmp)
+            _unlink_quiet(path)
+            with self._lock:
+                self._names.pop(name, None)
             raise
-        return tmp, nbytes, t1 - t0, time.perf_counter() - t1
-
-    def _install(self, key: Hashable, tmp: str, name: str | None) -> str:
-        """Rename tmp to key's file (name, or a new one); lock held."""
-        if name is None:
-            name = self._new_name(key)
-        try:
-            os.rename(tmp, os.path.join(self.path, name))
-        except BaseException:
-            _unlink_quiet(tmp)
-            raise
-        return name
+        return name, nbytes, t1 - t0, time.perf_counter() - t1
 
     def _count_write(self, memory: int, t_pickle: float, t_write: float) -> None:
         m = self._m
@@ -488,17 +571,17 @@ class TierfsStore(MutableMapping):
         value stays in memory (pinned) and False is returned."""
         entry = self._index[key]
         try:
-            tmp, nbytes, t_pickle, t_write = self._write_tmp(value)
-            entry.name = self._install(key, tmp, None)
+            name, nbytes, t_pickle, t_write = self._write_file(key, value)
         except Exception as e:
             logger.warning("tierfs store: keeping %r in memory: %s: %s",
                            key, type(e).__name__, e)
             self._pinned[key] = value
             self._mem_memory += entry.memory
             return False
-        self._names[entry.name] = key
-        entry.disk = nbytes
+        entry.name, entry.disk = name, nbytes
+        self._names[name] = key
         self._all_disk += nbytes
+        self._tier_add_new(name, nbytes)
         self._count_write(entry.memory, t_pickle, t_write)
         return True
 
@@ -515,7 +598,8 @@ class TierfsStore(MutableMapping):
                 entry = self._index[key]  # KeyError if absent
             t0 = time.perf_counter()
             try:
-                buf = _read_all(os.path.join(self.path, entry.name))
+                buf = _read_file(os.path.join(self.path, entry.name), entry.disk,
+                                 self._oflags)
             except FileNotFoundError:
                 # Deleted or closed under us; try again if the key is back.
                 continue
@@ -538,6 +622,57 @@ class TierfsStore(MutableMapping):
             if key not in self._index:
                 raise KeyError(key)
             self._discard(key)
+
+    def discard(self, key: Hashable) -> None:
+        """Delete key if it is there, without reading its value."""
+        with self._lock:
+            self._discard(key)
+
+    def pop(self, key: Hashable, default: Any = _MISSING) -> Any:
+        """As dict.pop. A value held only on tierfs is read back to be
+        returned, except when Dask's worker frees a key (it ignores the
+        value): then the file is just removed."""
+        with self._lock:
+            entry = self._index.get(key)
+            if entry is None:
+                if default is _MISSING:
+                    raise KeyError(key)
+                return default
+            if key in self._cache:
+                value = self._cache[key]
+            elif key in self._pinned:
+                value = self._pinned[key]
+            elif _drops_result(sys._getframe(1)):
+                # Reading the value back only to drop it cost a full read
+                # (and a decompression on the disk tier) per freed key.
+                self._discard(key)
+                return None if default is _MISSING else default
+            else:
+                value = _MISSING
+            if value is not _MISSING:
+                self._discard(key)
+                return value
+        try:
+            value = self[key]
+        except KeyError:
+            if default is _MISSING:
+                raise
+            return default
+        with self._lock:
+            if self._index.get(key) is entry:
+                self._discard(key)
+        return value
+
+    def clear(self) -> None:
+        """Delete every key without reading any value."""
+        with self._lock:
+            for key in list(self._index):
+                self._discard(key)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the files of deleted keys are gone (they are removed
+        in the background); False if timeout seconds passed first."""
+        return self._unlinker.flush(timeout)
 
     def __contains__(self, key: object) -> bool:
         with self._lock:
@@ -598,7 +733,9 @@ class TierfsStore(MutableMapping):
                                self._all_disk - self._mem_disk)
 
     def get_metrics(self) -> dict[str, float]:
-        """The counters SpillBuffer.get_metrics reports, for Prometheus."""
+        """The counters SpillBuffer.get_metrics reports, for Prometheus, and
+        tierfs_<tier>_bytes: where the store's files are (tier_bytes())."""
+        tiers = self.tier_bytes()
         with self._lock:
             out = {
                 "memory_count": len(self._cache) + len(self._pinned),
@@ -612,12 +749,108 @@ class TierfsStore(MutableMapping):
                       "disk_write_bytes_total", "disk_write_time_total",
                       "pickle_time_total", "unpickle_time_total"):
                 out[k] = self._m[k]
+        for tier, n in tiers.items():
+            out["tierfs_%s_bytes" % tier] = n
+        return out
+
+    # -- where the files are --------------------------------------------------
+
+    def tier_bytes(self) -> dict[str, int]:
+        """Bytes of this store's files by the tier tierfs keeps them in:
+        ``device``, ``host``, ``disk``, and ``unread`` for files whose tier
+        has not been read yet. {} when the files are not on tierfs.
+
+        Cheap enough for every heartbeat: the answer is reused for
+        metrics_interval seconds; a refresh reads the ``user.tierfs.tier``
+        of at most metrics_budget files, the never-read newest first, then
+        those read longest ago, and no stat. So the figures trail the
+        daemon's moves by a few refreshes on a store with many files.
+        """
+        now = time.monotonic()
+        with self._lock:
+            if not self._tier_ok:
+                return {}
+            todo = []
+            if now - self._tier_at >= self.metrics_interval and not self._closed:
+                self._tier_at = now
+                budget = self.metrics_budget
+                for name in reversed(self._tier_new):
+                    if len(todo) >= budget:
+                        break
+                    todo.append(name)
+                for name in self._tier_seen:
+                    if len(todo) >= budget:
+                        break
+                    todo.append(name)
+        if todo:
+            self._read_tiers(todo)
+        with self._lock:
+            if not self._tier_ok:
+                return {}
+            out = {t: self._tier_sum[t] for t in TIERS}
+            out["unread"] = self._tier_new_bytes
             return out
+
+    def _read_tiers(self, names: list[str]) -> None:
+        got = []
+        for name in names:
+            try:
+                tier = os.getxattr(os.path.join(self.path, name), _XATTR_TIER)
+            except FileNotFoundError:
+                continue  # deleted since
+            except OSError as e:
+                if e.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    with self._lock:
+                        self._tier_ok = False
+                    return
+                continue
+            got.append((name, tier.decode("ascii", "replace").strip("\0 \n")))
+        with self._lock:
+            for name, tier in got:
+                key = self._names.get(name, _MISSING)
+                entry = self._index.get(key) if key is not _MISSING else None
+                if entry is None or entry.name != name:
+                    continue  # deleted or rewritten since
+                self._tier_forget(name)
+                self._tier_seen[name] = (tier, entry.disk)
+                self._tier_sum[tier] += entry.disk
+
+    def attach(self, worker) -> None:
+        """Report tier_bytes() as the worker's metrics tierfs_device_bytes,
+        tierfs_host_bytes and tierfs_disk_bytes: they go with each heartbeat
+        and show as columns of the dashboard's worker table. TierfsWorker
+        calls it; a store given as Worker(data=...) finds its worker itself
+        on its first write."""
+        self._hooked = True
+        for tier in TIERS:
+            worker.metrics.setdefault("tierfs_%s_bytes" % tier, _TierMetric(self, tier))
+
+    def _maybe_attach(self) -> None:
+        now = time.monotonic()
+        if now - self._hook_at < 1.0:
+            return
+        self._hook_at = now
+        mod = sys.modules.get("distributed.worker")
+        if mod is None:
+            return
+        for w in list(getattr(mod.Worker, "_instances", ())):
+            try:
+                mine = w.data is self
+            except Exception:
+                continue
+            if mine:
+                self.tier_bytes()
+                if self._tier_ok:
+                    self.attach(w)
+                else:
+                    self._hooked = True  # not on tierfs: nothing to show
+                return
 
     # -- lifetime ------------------------------------------------------------
 
     def close(self) -> None:
-        """Forget every key and remove this store's directory. Idempotent."""
+        """Forget every key and remove this store's directory: it is renamed
+        aside at once and its files are removed in the background. Idempotent."""
         with self._lock:
             self._closed = True
             self._index.clear()
@@ -627,6 +860,10 @@ class TierfsStore(MutableMapping):
             self._cache_weight = 0
             self._all_memory = self._all_disk = 0
             self._mem_memory = self._mem_disk = 0
+            self._tier_new.clear()
+            self._tier_seen.clear()
+            self._tier_sum.clear()
+            self._tier_new_bytes = 0
             self._finalizer()
 
     @property
@@ -650,10 +887,29 @@ class TierfsStore(MutableMapping):
     def _new_name(self, key: Hashable) -> str:
         base = _key_name(key)
         name, i = base, 0
-        while name in self._names and self._names[name] != key:
+        while name in self._names or self._unlinker.pending(os.path.join(self.path, name)):
             i += 1
             name = "%s~%d" % (base, i)
         return name
+
+    def _install(self, key: Hashable, entry: _Entry) -> None:
+        self._index[key] = entry
+        self._names[entry.name] = key
+        self._all_memory += entry.memory
+        self._all_disk += entry.disk
+        self._tier_add_new(entry.name, entry.disk)
+
+    def _tier_add_new(self, name: str, nbytes: int) -> None:
+        self._tier_new[name] = nbytes
+        self._tier_new_bytes += nbytes
+
+    def _tier_forget(self, name: str) -> None:
+        nbytes = self._tier_new.pop(name, None)
+        if nbytes is not None:
+            self._tier_new_bytes -= nbytes
+        seen = self._tier_seen.pop(name, None)
+        if seen is not None:
+            self._tier_sum[seen[0]] -= seen[1]
 
     def _forget_weight(self, entry: _Entry) -> None:
         self._cache_weight -= entry.memory
@@ -675,7 +931,7 @@ class TierfsStore(MutableMapping):
         self._mem_memory += entry.memory
         self._mem_disk += entry.disk
 
-    def _discard(self, key: Hashable, unlink: bool = True) -> None:
+    def _discard(self, key: Hashable) -> None:
         entry = self._index.pop(key, None)
         if entry is None:
             return
@@ -688,9 +944,9 @@ class TierfsStore(MutableMapping):
             del self._pinned[key]
             self._mem_memory -= entry.memory
         if entry.name is not None:
+            self._tier_forget(entry.name)
             del self._names[entry.name]
-            if unlink:
-                _unlink_quiet(os.path.join(self.path, entry.name))
+            self._unlinker.put(os.path.join(self.path, entry.name))
 
 
 def _unlink_quiet(path: str) -> None:
@@ -698,52 +954,6 @@ def _unlink_quiet(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def cleanup_stale(root: str | os.PathLike, max_age: float | None = None) -> list[str]:
-    """Remove the directories that dead stores left under root.
-
-    A directory is removed when its ``.owner`` marker names a process on this
-    host that no longer runs (or whose pid now belongs to another process).
-    With max_age (seconds), a directory is also removed when its owner cannot
-    be checked (another host, or no readable marker) and it has not changed
-    for max_age seconds. Only ``tfsdask-*`` directories are considered, so
-    root may be shared with other files. Returns the paths removed.
-    """
-    root = os.fspath(root)
-    here = socket.gethostname()
-    removed = []
-    now = time.time()
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return removed
-    for name in names:
-        if not name.startswith(DIR_PREFIX):
-            continue
-        path = os.path.join(root, name)
-        if not os.path.isdir(path) or os.path.islink(path):
-            continue
-        try:
-            with open(os.path.join(path, MARKER)) as f:
-                owner = json.load(f)
-            pid, host, start = int(owner["pid"]), owner["host"], owner.get("start")
-        except (OSError, ValueError, KeyError, TypeError):
-            owner = None
-        if owner is not None and host == here:
-            dead = not _alive(pid, start)
-        elif max_age is not None:
-            try:
-                dead = now - os.stat(path).st_mtime > max_age
-            except FileNotFoundError:
-                continue
-        else:
-            dead = False
-        if dead:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-            logger.info("tierfs store: removed stale %r", path)
-    return removed
 
 
 cleanup = cleanup_stale

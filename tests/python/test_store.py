@@ -4,20 +4,47 @@
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from tierfs import lifetime
 from tierfs import store as st
 from tierfs.store import TierfsStore, cleanup_stale
 
 
+PYDIR = os.path.join(os.path.dirname(__file__), "..", "..", "python")
+
+
 def files(s):
-    return sorted(n for n in os.listdir(s.path) if n != st.MARKER)
+    assert s.flush(30)  # deleted keys' files go in the background
+    return sorted(n for n in os.listdir(s.path) if n != st.LOCK)
+
+
+def wait_for(cond, timeout=30.0):
+    """Poll cond until it is true; the reaper and background removals run
+    in other processes."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def child(code, root, **kw):
+    """A python3 child that made a TierfsStore s in root and printed its path."""
+    pre = ("import os, sys, time; sys.path.insert(0, %r)\n"
+           "from tierfs import lifetime\n"
+           "from tierfs.store import TierfsStore\n" % PYDIR)
+    return subprocess.Popen([sys.executable, "-c", pre + code % {"root": str(root)}],
+                            stdout=subprocess.PIPE, text=True, **kw)
 
 
 @pytest.fixture
@@ -128,10 +155,11 @@ def test_name_collision_resolved(store, monkeypatch):
     store["a"], store["b"] = 1, 2
     assert store["a"] == 1 and store["b"] == 2
     assert files(store) == ["same", "same~1"]
-    store["a"] = 3  # overwriting keeps its own name
-    assert files(store) == ["same", "same~1"]
+    store["a"] = 3  # a new file under a free name; the old one goes
+    assert files(store) == ["same~1", "same~2"]
+    assert store["a"] == 3 and store["b"] == 2
     del store["a"]
-    assert store["b"] == 2
+    assert store["b"] == 2 and files(store) == ["same~1"]
 
 
 def test_overwrite_and_delete(store):
@@ -148,10 +176,12 @@ def test_overwrite_and_delete(store):
     assert files(store) == []
 
 
-def test_no_temp_files_left(store):
+def test_one_file_per_key(store):
     for i in range(20):
         store[i] = np.arange(i)
-    assert not [n for n in files(store) if n.startswith(st.TMP_PREFIX)]
+    for i in range(0, 20, 2):
+        store[i] = "again"
+    assert files(store) == sorted(os.path.basename(store.file_of(i)) for i in range(20))
 
 
 def test_evict_without_cache(store):
@@ -273,10 +303,14 @@ def test_threads(tmp_path):
 def test_close_removes_dir(tmp_path):
     s = TierfsStore(tmp_path, cache_bytes=1 << 20)
     s["a"] = np.ones(10)
+    for i in range(200):
+        s[i] = i
     path = s.path
     assert os.path.isdir(path)
     s.close()
-    assert not os.path.exists(path) and os.listdir(tmp_path) == []
+    # Renamed aside at once, removed in the background.
+    assert not os.path.exists(path)
+    assert wait_for(lambda: os.listdir(tmp_path) == [])
     assert len(s) == 0 and s.closed
     with pytest.raises(Exception):
         s["b"] = 1
@@ -292,38 +326,122 @@ def test_dir_removed_at_exit(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], check=True,
                          capture_output=True, text=True).stdout.strip()
     assert out.startswith(str(tmp_path))
-    assert os.listdir(tmp_path) == []
+    assert wait_for(lambda: os.listdir(tmp_path) == [])
 
 
 def test_marker(store):
-    with open(os.path.join(store.path, st.MARKER)) as f:
+    with open(os.path.join(store.path, st.LOCK)) as f:
         owner = json.load(f)
     assert owner["pid"] == os.getpid()
     assert os.path.basename(store.path).startswith(st.DIR_PREFIX)
 
 
-def test_cleanup_dead_worker(tmp_path):
-    # A worker killed with SIGKILL leaves its directory behind.
-    code = ("import os, sys; sys.path.insert(0, %r)\n"
-            "from tierfs import TierfsStore\n"
-            "s = TierfsStore(%r); s['a'] = 1; print(s.path, flush=True)\n"
-            "os.kill(os.getpid(), 9)\n"
-            % (os.path.join(os.path.dirname(__file__), "..", "..", "python"),
-               str(tmp_path)))
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert p.returncode == -9
-    dead = p.stdout.strip()
-    assert os.path.isdir(dead)
-    live = TierfsStore(tmp_path)
+def test_sigkill_reaper_removes_dir(tmp_path):
+    # Nothing in the killed process runs; its reaper sees the lock go.
+    p = child("s = TierfsStore(%(root)r); s['a'] = b'x' * 100\n"
+              "print(s.path, flush=True); os.kill(os.getpid(), 9)\n", tmp_path)
+    dead = p.stdout.readline().strip()
+    assert p.wait(30) == -9
+    assert dead.startswith(str(tmp_path))
+    assert wait_for(lambda: os.listdir(tmp_path) == [])
+
+
+def test_sigkill_without_reaper_cleaned_at_next_start(tmp_path):
+    # The reaper killed too (a whole cgroup stopped): the next store on the
+    # root removes the directory at its start, and only that one.
+    p = child("lifetime._have_tools = lambda: False\n"
+              "s = TierfsStore(%(root)r); s['a'] = 1; print(s.path, flush=True)\n"
+              "os.kill(os.getpid(), 9)\n", tmp_path)
+    dead = p.stdout.readline().strip()
+    assert p.wait(30) == -9 and os.path.isdir(dead)
+    live = child("s = TierfsStore(%(root)r, clean_stale=False); print(s.path, flush=True)\n"
+                 "sys.stdin.read()\n", tmp_path, stdin=subprocess.PIPE)
+    live_path = live.stdout.readline().strip()
     other = tmp_path / "not-ours"
     other.mkdir()
     try:
-        assert cleanup_stale(tmp_path) == [dead]
-        assert not os.path.exists(dead)
-        assert os.path.isdir(live.path) and other.is_dir()
+        with TierfsStore(tmp_path) as s:  # clean_stale is the default
+            assert not os.path.exists(dead)
+            assert os.path.isdir(live_path) and other.is_dir() and os.path.isdir(s.path)
+        assert wait_for(lambda: sorted(os.listdir(tmp_path)) ==
+                        sorted([os.path.basename(live_path), "not-ours"]))
         assert cleanup_stale(tmp_path) == []
     finally:
-        live.close()
+        live.stdin.close()
+        assert live.wait(30) == 0
+    assert wait_for(lambda: os.listdir(tmp_path) == ["not-ours"])
+
+
+def test_live_store_never_removed(tmp_path):
+    # Another live store on the same root, whatever its pid or age says.
+    live = child("s = TierfsStore(%(root)r); print(s.path, flush=True)\n"
+                 "sys.stdin.read()\n", tmp_path, stdin=subprocess.PIPE)
+    path = live.stdout.readline().strip()
+    try:
+        os.utime(path, (0, 0))
+        assert cleanup_stale(tmp_path, max_age=1) == []
+        with TierfsStore(tmp_path):
+            pass
+        assert os.path.isdir(path)
+        # The lock, not the pid, decides: a wrong pid in the marker is ignored.
+        with open(os.path.join(path, st.LOCK), "r+") as f:
+            f.write(json.dumps({"pid": 1 << 30, "host": lifetime.socket.gethostname()}))
+            f.truncate()
+        assert cleanup_stale(tmp_path) == [] and os.path.isdir(path)
+    finally:
+        live.stdin.close()
+        assert live.wait(30) == 0
+    assert wait_for(lambda: os.listdir(tmp_path) == [])
+
+
+def test_reused_name_survives_old_reaper(tmp_path):
+    # A store closed and made again under the same name at once: the first
+    # one's reaper must not remove the second's directory.
+    for _ in range(5):
+        TierfsStore(tmp_path, name="fixed").close()
+        s = TierfsStore(tmp_path, name="fixed", clean_stale=False)
+        s["a"] = 1
+        assert wait_for(lambda: os.listdir(tmp_path) == ["fixed"])
+        time.sleep(0.1)
+        assert s["a"] == 1 and os.listdir(tmp_path) == ["fixed"]
+        s.close()
+    assert wait_for(lambda: os.listdir(tmp_path) == [])
+
+
+def test_forked_child_neither_holds_nor_removes(tmp_path):
+    s = TierfsStore(tmp_path)
+    s["a"] = 1
+    pid = os.fork()
+    if pid == 0:  # the child closes and garbage collects its copy
+        try:
+            s.close()
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert os.path.isdir(s.path) and s["a"] == 1
+    # Without the child's copy of the lock, the parent's close still frees it.
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.read(r, 1)  # outlives the parent's close
+        os._exit(0)
+    s.close()
+    assert wait_for(lambda: os.listdir(tmp_path) == [])
+    os.write(w, b"x")
+    os.waitpid(pid, 0)
+
+
+def test_leftover_new_and_trash_dirs(tmp_path):
+    young = tmp_path / (lifetime.NEW_PREFIX + "young")
+    young.mkdir()
+    old = tmp_path / (lifetime.NEW_PREFIX + "old")
+    old.mkdir()
+    (old / st.LOCK).write_text("")
+    os.utime(old, (0, 0))
+    trash = tmp_path / (lifetime.TRASH_PREFIX + "x")
+    (trash / "sub").mkdir(parents=True)
+    assert cleanup_stale(tmp_path) == []
+    assert os.listdir(tmp_path) == [young.name]
 
 
 def test_cleanup_reused_pid_and_max_age(tmp_path):
@@ -331,7 +449,7 @@ def test_cleanup_reused_pid_and_max_age(tmp_path):
     d = tmp_path / (st.DIR_PREFIX + "reused")
     d.mkdir()
     (d / st.MARKER).write_text(json.dumps(
-        {"pid": os.getpid(), "host": st.socket.gethostname(), "start": -1}))
+        {"pid": os.getpid(), "host": lifetime.socket.gethostname(), "start": -1}))
     # Another host: only max_age can remove it.
     far = tmp_path / (st.DIR_PREFIX + "far")
     far.mkdir()
@@ -346,7 +464,7 @@ def test_clean_stale_on_start(tmp_path):
     d = tmp_path / (st.DIR_PREFIX + "dead")
     d.mkdir()
     (d / st.MARKER).write_text(json.dumps(
-        {"pid": os.getpid(), "host": st.socket.gethostname(), "start": -1}))
+        {"pid": os.getpid(), "host": lifetime.socket.gethostname(), "start": -1}))
     with TierfsStore(tmp_path, clean_stale=True):
         assert not d.exists()
 
@@ -380,7 +498,6 @@ def test_worker_memory_manager_accepts_store(tmp_path):
 def test_many_buffers_and_short_writes(store, monkeypatch):
     # More buffers than one writev takes, and a kernel that writes little.
     arrays = [np.full(i % 50, i, dtype=np.int64) for i in range(700)]
-    real = os.writev
     calls = []
 
     def short_writev(fd, bufs):
@@ -476,16 +593,289 @@ def test_write_back_threads(tmp_path):
 
 
 def test_sigterm_removes_dir(tmp_path):
-    code = ("import os, sys, time; sys.path.insert(0, %r)\n"
-            "from tierfs.store import TierfsStore, remove_on_sigterm\n"
-            "s = TierfsStore(%r); s['a'] = 1\n"
-            "assert remove_on_sigterm()\n"
-            "print(s.path, flush=True); time.sleep(30)\n"
-            % (os.path.join(os.path.dirname(__file__), "..", "..", "python"),
-               str(tmp_path)))
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    p = child("from tierfs.store import remove_on_sigterm\n"
+              "s = TierfsStore(%(root)r); s['a'] = 1\n"
+              "assert remove_on_sigterm()\n"
+              "print(s.path, flush=True); time.sleep(30)\n", tmp_path)
     path = p.stdout.readline().strip()
     assert os.path.isdir(path)
     p.terminate()
     assert p.wait(10) == -15  # still dies of SIGTERM
-    assert os.listdir(tmp_path) == []
+    assert wait_for(lambda: os.listdir(tmp_path) == [])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_without_handler(tmp_path, sig):
+    # No handler: the process dies of the signal (or of KeyboardInterrupt)
+    # and the reaper removes the directory.
+    p = child("s = TierfsStore(%(root)r); s['a'] = 1\n"
+              "print(s.path, flush=True); time.sleep(30)\n", tmp_path,
+              stderr=subprocess.DEVNULL)
+    path = p.stdout.readline().strip()
+    assert os.path.isdir(path)
+    p.send_signal(sig)
+    assert p.wait(10) != 0
+    assert wait_for(lambda: os.listdir(tmp_path) == [])
+
+
+# -- speed: what each operation asks of the filesystem ------------------------
+
+def test_one_writev_one_read_no_stat(store, monkeypatch):
+    a = np.arange(1 << 20, dtype=np.float64)
+    df = pd.DataFrame({"x": np.arange(1000), "y": np.ones(1000)})
+    calls = {"writev": 0, "readv": 0, "stat": 0}
+    real_writev, real_readv = os.writev, os.readv
+
+    def writev(fd, bufs):
+        calls["writev"] += 1
+        return real_writev(fd, bufs)
+
+    def readv(fd, bufs):
+        calls["readv"] += 1
+        return real_readv(fd, bufs)
+
+    def no_stat(*a, **k):
+        calls["stat"] += 1
+        raise AssertionError("a stat per key")
+
+    monkeypatch.setattr(st.os, "writev", writev)
+    monkeypatch.setattr(st.os, "readv", readv)
+    store["a"], store["df"] = a, df
+    assert calls["writev"] == 2
+    for name in ("stat", "fstat", "lstat"):
+        monkeypatch.setattr(st.os, name, no_stat)
+    assert np.array_equal(store["a"], a)
+    pd.testing.assert_frame_equal(store["df"], df)
+    assert calls["readv"] == 2 and calls["stat"] == 0
+
+
+def test_read_shares_one_buffer(store):
+    # Out-of-band buffers come back as views at their offsets in the one
+    # buffer read, not copies.
+    store["t"] = (np.arange(1001), np.ones(500))
+    a, b = store["t"]
+    assert b.ctypes.data - a.ctypes.data == a.nbytes + (-a.nbytes % 64)
+    assert a.flags.writeable and b.flags.writeable and not a.flags.owndata
+
+
+def test_short_read_is_an_error(store):
+    store["a"] = np.arange(1000)
+    with open(store.file_of("a"), "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(OSError):
+        store["a"]
+
+
+def test_direct_io_probe(tmp_path):
+    # Block filesystems refuse unaligned O_DIRECT: buffered I/O then.
+    with TierfsStore(tmp_path) as s:
+        if st.os.statvfs(tmp_path).f_bsize and not s.direct_io:
+            with pytest.raises(ValueError):
+                TierfsStore(tmp_path, direct_io=True)
+        with TierfsStore(tmp_path, direct_io=False) as s2:
+            s2["x"] = np.ones(10)
+            assert not s2.direct_io and s2["x"].sum() == 10
+
+
+def test_direct_io_on_tmpfs():
+    # tmpfs (Linux 6.6 on) takes O_DIRECT at any alignment, as tierfs does.
+    root = "/dev/shm"
+    if not os.path.isdir(root):
+        pytest.skip("no /dev/shm")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=root) as d:
+        with TierfsStore(d) as s:
+            if not s.direct_io:
+                pytest.skip("this kernel's tmpfs refuses O_DIRECT")
+            a = np.arange(1_000_003, dtype=np.float64)
+            s["a"], s["odd"] = a, b"x" * 4097
+            assert np.array_equal(s["a"], a) and s["odd"] == b"x" * 4097
+        assert wait_for(lambda: os.listdir(d) == [])
+
+
+def test_pop_and_discard(store, monkeypatch):
+    store["a"] = np.ones(10)
+    store["b"] = 2
+    reads = []
+    real = st._read_file
+    monkeypatch.setattr(st, "_read_file", lambda *a: reads.append(a) or real(*a))
+    assert store.pop("a").sum() == 10 and len(reads) == 1  # dict semantics
+    assert store.pop("a", None) is None
+    with pytest.raises(KeyError):
+        store.pop("a")
+    store.discard("b")
+    store.discard("b")
+    assert len(reads) == 1 and len(store) == 0 and files(store) == []
+    store["c"], store["d"] = 1, 2
+    store.clear()
+    assert len(reads) == 1 and files(store) == []
+
+
+def test_purge_does_not_read_back(store, monkeypatch):
+    # distributed 2022.12 frees a key with data.pop(key, None) from
+    # WorkerState._purge_state and ignores the value.
+    store["a"] = np.ones(1000)
+    reads = []
+    real = st._read_file
+    monkeypatch.setattr(st, "_read_file", lambda *a: reads.append(a) or real(*a))
+    ns = {"__name__": "distributed.worker_state_machine"}
+    exec("def _purge_state(data, key):\n    return data.pop(key, None)\n", ns)
+    assert ns["_purge_state"](store, "a") is None
+    assert reads == [] and "a" not in store and files(store) == []
+    store["b"] = 1
+    exec("def _other(data, key):\n    return data.pop(key, None)\n", ns)
+    assert ns["_other"](store, "b") == 1 and len(reads) == 1
+
+
+def test_worker_frees_without_reading(tmp_path):
+    # The real worker state machine of the distributed installed here.
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None,
+                      data=(TierfsStore, {"root": str(tmp_path)})) as cluster, \
+            Client(cluster) as client:
+        store = next(iter(cluster.workers.values())).data
+        assert isinstance(store, TierfsStore)
+        fut = client.submit(np.ones, 100_000, key="ones")
+        assert fut.result().sum() == 100_000
+        assert "ones" in store and store.file_of("ones")
+        before = store.get_metrics()["disk_read_count_total"]
+        del fut
+        assert wait_for(lambda: "ones" not in store)
+        assert store.get_metrics()["disk_read_count_total"] == before
+        assert files(store) == []
+
+
+# -- where the data is ----------------------------------------------------------
+
+def set_tier(path, tier):
+    os.setxattr(path, "user.tierfs.tier", tier.encode())
+
+
+def test_tier_bytes_from_xattrs(tmp_path, monkeypatch):
+    with TierfsStore(tmp_path) as s:
+        s.metrics_interval = 0
+        for i in range(5):
+            s[i] = np.ones(1000)
+        size = os.path.getsize(s.file_of(0))
+        for i in range(5):
+            set_tier(s.file_of(i), ("device", "host", "disk", "disk", "host")[i])
+        got = s.tier_bytes()
+        assert got == {"device": size, "host": 2 * size, "disk": 2 * size, "unread": 0}
+        m = s.get_metrics()
+        assert m["tierfs_disk_bytes"] == 2 * size and m["tierfs_unread_bytes"] == 0
+        set_tier(s.file_of(0), "disk")
+        del s[4]
+        assert s.tier_bytes() == {"device": 0, "host": size, "disk": 3 * size,
+                                  "unread": 0}
+        s[1] = np.ones(2000)  # a new file, not read yet
+        new = os.path.getsize(s.file_of(1))
+        s.metrics_interval = 3600
+        assert s.tier_bytes() == {"device": 0, "host": 0, "disk": 3 * size,
+                                  "unread": new}
+
+
+def test_tier_bytes_cached_and_bounded(tmp_path, monkeypatch):
+    with TierfsStore(tmp_path) as s:
+        for i in range(10):
+            s[i] = i
+            set_tier(s.file_of(i), "host")
+        size = os.path.getsize(s.file_of(0))
+        calls = []
+        real = os.getxattr
+        monkeypatch.setattr(st.os, "getxattr", lambda p, n: calls.append(p) or real(p, n))
+        s.metrics_budget = 4
+        s.metrics_interval = 3600
+        got = s.tier_bytes()
+        assert len(calls) == 4  # the newest 4
+        assert got == {"device": 0, "host": 4 * size, "disk": 0, "unread": 6 * size}
+        assert {os.path.basename(p) for p in calls} == \
+            {os.path.basename(s.file_of(i)) for i in range(6, 10)}
+        for _ in range(100):
+            s.get_metrics()
+        assert len(calls) == 4  # reused within metrics_interval
+        s.metrics_interval = 0
+        assert s.tier_bytes()["unread"] == 2 * size  # 5..2 read now
+        # The last 2 never read, then the 2 read longest ago (9, 8).
+        assert s.tier_bytes() == {"device": 0, "host": 10 * size, "disk": 0,
+                                  "unread": 0}
+        assert len(calls) == 12
+        calls.clear()
+        s.tier_bytes()  # then round robin: 7..4
+        assert {os.path.basename(p) for p in calls} == \
+            {os.path.basename(s.file_of(i)) for i in range(4, 8)}
+
+
+def test_tier_bytes_off_tierfs(store):
+    store["a"] = 1  # a plain directory: no user.tierfs.tier
+    store.metrics_interval = 0
+    assert store.tier_bytes() == {}
+    assert not [k for k in store.get_metrics() if k.startswith("tierfs_")]
+
+
+def test_attach_adds_worker_metrics(tmp_path):
+    class FakeWorker:
+        metrics = {}
+
+    with TierfsStore(tmp_path) as s:
+        s.metrics_interval = 0
+        s["a"] = np.ones(100)
+        set_tier(s.file_of("a"), "disk")
+        w = FakeWorker()
+        s.attach(w)
+        assert sorted(w.metrics) == ["tierfs_device_bytes", "tierfs_disk_bytes",
+                                     "tierfs_host_bytes"]
+        assert w.metrics["tierfs_disk_bytes"](w) == os.path.getsize(s.file_of("a"))
+        assert w.metrics["tierfs_host_bytes"](w) == 0
+    del s
+    import gc
+
+    gc.collect()
+    assert w.metrics["tierfs_disk_bytes"](w) == 0  # the store is gone
+
+
+def test_worker_heartbeat_carries_tier_bytes(tmp_path, monkeypatch):
+    # A store given as data= finds its worker; the scheduler sees the bytes.
+    from distributed import Client, LocalCluster
+
+    real = os.getxattr
+
+    def getxattr(path, name, *a, **k):
+        if name == "user.tierfs.tier" and str(path).startswith(str(tmp_path)):
+            return b"disk"
+        return real(path, name, *a, **k)
+
+    monkeypatch.setattr(st.os, "getxattr", getxattr)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None,
+                      data=(TierfsStore, {"root": str(tmp_path)})) as cluster, \
+            Client(cluster) as client:
+        worker = next(iter(cluster.workers.values()))
+        fut = client.submit(np.ones, 100_000, key="ones")
+        fut.result()
+        size = os.path.getsize(worker.data.file_of("ones"))
+        assert "tierfs_disk_bytes" in worker.metrics
+        ws = cluster.scheduler.workers[worker.address]
+        assert wait_for(lambda: ws.metrics.get("tierfs_disk_bytes") == size)
+        assert ws.metrics["tierfs_host_bytes"] == 0
+
+
+def test_unlink_in_background(store, monkeypatch):
+    # del returns before the file is gone; the name is not reused until it is.
+    gate = threading.Event()
+    real = st._unlink_quiet
+    monkeypatch.setattr(st, "_unlink_quiet", lambda p: gate.wait(30) and real(p))
+    monkeypatch.setattr(st, "_key_name", lambda key: "same")
+    store["a"] = 1
+    old = store.file_of("a")
+    t = time.monotonic()
+    del store["a"]
+    assert time.monotonic() - t < 5 and os.path.exists(old)
+    store["a"] = 2  # the old name is still being removed
+    assert store.file_of("a") != old and store["a"] == 2
+    assert not store.flush(0.05)
+    gate.set()
+    assert store.flush(30) and not os.path.exists(old)
+    assert files(store) == [os.path.basename(store.file_of("a"))]
