@@ -66,7 +66,7 @@ class Watcher(threading.Thread):
         dirs = 0
         try:
             for d in os.scandir(self.root):
-                if d.is_dir():
+                if d.is_dir() and d.name.startswith("tfsdask-"):
                     dirs += 1
                     files += [e.path for e in os.scandir(d.path)
                               if not e.name.startswith(".")]
@@ -145,7 +145,7 @@ def leftovers(root: str) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("mount")
-    ap.add_argument("--deadline", type=float, default=170,
+    ap.add_argument("--deadline", type=float, default=280,
                     help="seconds before the watchdog dumps state and fails")
     args = ap.parse_args()
     state: dict = {}
@@ -252,6 +252,11 @@ def main() -> int:
         "nothing reached the disk tier"
     if before.get("backend") != "none":
         assert device_spills > 0, "nothing spilled from the device tier"
+    # Closing renames each store's directory aside; its reaper removes the
+    # files in the background.
+    deadline = time.monotonic() + 60
+    while leftovers(root) and time.monotonic() < deadline:
+        time.sleep(0.1)
     left = leftovers(root)
     assert not left, "left after shutdown: %s" % left[:10]
     os.rmdir(root)

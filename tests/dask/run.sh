@@ -1,8 +1,11 @@
 #!/bin/bash
-# End-to-end Dask test: mount a private tierfs with small tier limits (sim
-# device 32M, host 64M, so data goes through every tier), run tests/dask/e2e.py
-# on it with Debian's python, unmount. Prints PASS or FAIL last; exit 0 on
-# PASS, 77 when a prerequisite is missing, 1 otherwise.
+# End-to-end Dask tests: mount a private tierfs with small tier limits (sim
+# device 32M, host 64M, so data goes through every tier), run on it with
+# Debian's python tests/dask/e2e.py (a real cluster's results), then
+# tests/dask/lifecycle.py (every way a worker ends leaves nothing), then
+# examples/dask_localcluster.py (it must leave no file), unmount. Prints
+# PASS or FAIL last; exit 0 on PASS, 77 when a prerequisite is missing, 1
+# otherwise.
 #
 #   TIERFS_BIN=build/fs/tierfs tests/dask/run.sh
 set -u
@@ -58,21 +61,41 @@ if ! mountpoint -q "$MNT"; then
 	exit 1
 fi
 
-start=$(date +%s)
-PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH} timeout 300 \
-	"$PYTHON" tests/dask/e2e.py "$MNT"
-rc=$?
-echo "tests/dask/run.sh: e2e took $(($(date +%s) - start))s, exit $rc"
-if ! kill -0 "$TFS_PID" 2>/dev/null; then
-	echo "tierfs died during the run:"
-	cat "$LOG"
-	echo "FAIL: tests/dask/run.sh: tierfs died"
-	exit 1
+# run NAME CMD...: one part, with the daemon checked afterwards.
+failed=0
+run() {
+	local name=$1 start rc
+	shift
+	start=$(date +%s)
+	PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH} "$@"
+	rc=$?
+	echo "tests/dask/run.sh: $name took $(($(date +%s) - start))s, exit $rc"
+	if ! kill -0 "$TFS_PID" 2>/dev/null; then
+		cat "$LOG"
+		echo "FAIL: tests/dask/run.sh: tierfs died during $name"
+		exit 1
+	fi
+	if [ $rc != 0 ]; then
+		echo "--- tierfs log (last 30 lines)"
+		tail -30 "$LOG"
+		failed=$((failed + 1))
+	fi
+}
+
+run e2e timeout 300 "$PYTHON" tests/dask/e2e.py "$MNT"
+run lifecycle timeout 600 "$PYTHON" tests/dask/lifecycle.py "$MNT"
+
+# The example as a user runs it, smaller; it must leave no file behind.
+run example timeout 300 "$PYTHON" examples/dask_localcluster.py "$MNT" \
+	--gib 0.75 --memory-limit 384MiB
+left=$(find "$MNT" -mindepth 1 -not -path "$MNT/dask" | head -5)
+if [ -n "$left" ]; then
+	echo "left on the mount after the example: $left"
+	failed=$((failed + 1))
 fi
-if [ $rc != 0 ]; then
-	echo "--- tierfs log (last 30 lines)"
-	tail -30 "$LOG"
-	echo "FAIL: tests/dask/run.sh"
+
+if [ $failed != 0 ]; then
+	echo "FAIL: tests/dask/run.sh ($failed parts failed)"
 	exit 1
 fi
 echo "PASS: tests/dask/run.sh"
