@@ -367,6 +367,15 @@ static int apply_data(struct pj_image *img, const char *p, uint32_t len,
 	return 0;
 }
 
+/* A name no directory can hold: the item that carries one is damaged.
+ * "." and ".." would be listed by readdir next to the real ones. */
+static bool bad_name(const char *n, uint32_t nl)
+{
+	return !nl || nl > 255 || memchr(n, '/', nl) || memchr(n, '\0', nl) ||
+	       (nl == 1 && n[0] == '.') ||
+	       (nl == 2 && n[0] == '.' && n[1] == '.');
+}
+
 static int apply_dset(struct pj_image *img, const char *p, uint32_t len,
 		      bool dry)
 {
@@ -379,9 +388,8 @@ static int apply_dset(struct pj_image *img, const char *p, uint32_t len,
 	parent = pj_get64(p);
 	ino = pj_get64(p + 8);
 	nl = pj_get32(p + 16);
-	if (nl != len - PJ_DSET_FIXED || !nl || nl > 255 || !ino ||
-	    memchr(p + PJ_DSET_FIXED, '/', nl) ||
-	    memchr(p + PJ_DSET_FIXED, '\0', nl))
+	if (nl != len - PJ_DSET_FIXED || !ino ||
+	    bad_name(p + PJ_DSET_FIXED, nl))
 		return -EINVAL;
 	if (dry)
 		return 0;

@@ -605,6 +605,14 @@ static void test_malformed(void)
 	pj_rec_dset(&r, 1, "ok", 2, 5);
 	CHECK_EQ(pj_image_apply(img, r.buf, r.len - 1), -EINVAL);
 	CHECK_EQ(img->dcount, 0);
+	/* Names readdir makes itself (found by tests/fuzz/fuzz_journal). */
+	pj_rec_reset(&r);
+	pj_rec_dset(&r, 1, ".", 1, 5);
+	CHECK_EQ(pj_image_apply(img, r.buf, r.len), -EINVAL);
+	pj_rec_reset(&r);
+	pj_rec_dset(&r, 1, "..", 2, 5);
+	CHECK_EQ(pj_image_apply(img, r.buf, r.len), -EINVAL);
+	CHECK_EQ(img->dcount, 0);
 	pj_rec_reset(&r);
 	{
 		struct pj_attr a = attr(4, 0100644);
