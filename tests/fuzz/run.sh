@@ -83,14 +83,14 @@ for t in $targets; do
 		"$work" "$seeds" >"$log" 2>&1
 	rc=$?
 	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-	cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1)
+	cov=$(grep -aoE 'cov: [0-9]+' "$log" | tail -1)
 	if [ $rc = 0 ]; then
 		passed=$((passed + 1))
 		echo "ok $n - fuzz_$t: ${execs:-?} runs in ${seconds}s, ${cov:-cov: ?}"
 	else
 		failed=$((failed + 1))
 		echo "not ok $n - fuzz_$t exited $rc; log $log"
-		grep -A25 -E '^==[0-9]+==ERROR|check failed|runtime error|SUMMARY' \
+		grep -a -A25 -E '^==[0-9]+==ERROR|check failed|runtime error|SUMMARY' \
 			"$log" | head -60 | sed 's/^/# /'
 		ls "$build"/artifacts/"$t"-* 2>/dev/null | sed 's/^/# input: /'
 	fi
