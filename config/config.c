@@ -87,15 +87,19 @@ static const struct cfg_key keys[] = {
 	  .help = "device tier limit (default: 80% of free GPU memory, "
 		  "sim: 1G)" },
 	{ "host", "limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
-	  FIELD(host, limit), .max = UINT64_MAX, .def = "25%",
-	  .arg = "SIZE|N%", .help = "host tier limit, % of RAM" },
+	  FIELD(host, limit), .max = UINT64_MAX, .def = NULL,
+	  .arg = "SIZE|N%",
+	  .help = "host tier limit, % of RAM (default: 25% of RAM, at most "
+		  "half the memory cgroup's limit)" },
 	{ "host", "pinned", CFG_BOOL, 0, FIELD(host, pinned), .def = "yes",
 	  .arg = "yes|no", .help = "page-lock host copies when CUDA is used" },
 	{ "disk", "path", CFG_PATH, 0, FIELD(disk, path), .def = "/var/tmp",
 	  .arg = "DIR", .help = "where the disk tier keeps its spill files" },
 	{ "disk", "limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
-	  FIELD(disk, limit), .max = UINT64_MAX, .def = "50%",
-	  .arg = "SIZE|N%", .help = "disk tier limit, % of the filesystem" },
+	  FIELD(disk, limit), .max = UINT64_MAX, .def = NULL,
+	  .arg = "SIZE|N%",
+	  .help = "disk tier limit, % of the filesystem (default: 50% of it, "
+		  "at most its free space less 5% of its size)" },
 	{ "disk", "compression", CFG_CHOICE_ENUM, 0, FIELD(disk, compression),
 	  .choices = compression_names, .def = "lz4", .arg = "lz4|none",
 	  .help = "how spill chunks are compressed" },
@@ -108,6 +112,10 @@ static const struct cfg_key keys[] = {
 	{ "policy", "unspill", CFG_CHOICE_ENUM, 0, FIELD(policy, unspill),
 	  .choices = unspill_names, .def = "device", .arg = "device|host|none",
 	  .help = "how high a read brings a spilled buffer back" },
+	{ "policy", "overcommit", CFG_BOOL, 0, FIELD(policy, overcommit),
+	  .def = "no", .arg = "no|yes",
+	  .help = "accept limits above what the machine has (RAM, the memory "
+		  "cgroup, device memory, free disk)" },
 	{ "policy", "high_watermark", CFG_FRACTION, 0,
 	  FIELD(policy, high_watermark), .def = "0.95", .arg = "FRACTION",
 	  .help = "background spilling starts above this share of a limit" },
@@ -1126,6 +1134,17 @@ static void key_where(const struct tfs_config *cfg, const struct cfg_key *k,
 		snprintf(buf, len, "%s_%s", k->section, k->name);
 	else
 		snprintf(buf, len, "%s:%u: %s", cfg->config_file, o, k->name);
+}
+
+void cfg_key_where(const struct tfs_config *cfg, const char *section,
+		   const char *key, char *buf, size_t len)
+{
+	const struct cfg_key *k = find_key(section, key);
+
+	if (k)
+		key_where(cfg, k, buf, len);
+	else
+		snprintf(buf, len, "%s_%s", section, key);
 }
 
 /*

@@ -58,12 +58,16 @@ struct tfs_config {
 		struct cfg_size limit; /* default: 80% of free GPU memory; sim: 1G */
 	} device;
 	struct {
-		struct cfg_size limit; /* default: 25% of RAM */
+		/* default (bytes 0): 25% of RAM, at most half the memory
+		 * cgroup's limit */
+		struct cfg_size limit;
 		bool pinned; /* page-lock host copies when CUDA is used */
 	} host;
 	struct {
 		char *path; /* default: /var/tmp */
-		struct cfg_size limit; /* default: 50% of the filesystem's size */
+		/* default (bytes 0): 50% of the filesystem's size, at most its
+		 * free space at mount less 5% of its size */
+		struct cfg_size limit;
 		enum cfg_compression compression;
 		uint32_t chunk_size; /* 64K..64M, power of two; default 1M */
 		enum cfg_persist persist;
@@ -75,6 +79,8 @@ struct tfs_config {
 		enum cfg_unspill unspill;
 		double high_watermark; /* fraction of a limit, default 0.95 */
 		double target; /* fraction of a limit, default 0.85 */
+		/* accept limits above what the machine has */
+		bool overcommit;
 	} policy;
 	struct {
 		unsigned int threads; /* FUSE worker threads, default 0 = libfuse's */
@@ -178,6 +184,13 @@ int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
  * Returns 0 or -EINVAL.
  */
 int cfg_parse_size(const char *s, bool allow_percent, struct cfg_size *out);
+
+/*
+ * Where `[section] key` got its value, to start a message with:
+ * "FILE:LINE: key", "-o section_key", or "section_key" for a default.
+ */
+void cfg_key_where(const struct tfs_config *cfg, const char *section,
+		   const char *key, char *buf, size_t len);
 
 /* The size in bytes: @sz's bytes, or its percentage of @capacity. */
 uint64_t cfg_size_resolve(const struct cfg_size *sz, uint64_t capacity);

@@ -357,10 +357,12 @@ static void reload(void)
 		cfg_free(&nc);
 		return;
 	}
-	rc = tier_store_reconfigure(tfs.store, &nc);
+	rc = tier_store_reconfigure(tfs.store, &nc, err, sizeof(err));
 	if (rc) {
-		snprintf(err, sizeof(err), "cannot apply the configuration: %s",
-			 strerror(-rc));
+		if (!err[0])
+			snprintf(err, sizeof(err),
+				 "cannot apply the configuration: %s",
+				 strerror(-rc));
 		tfs_err("reload failed: %s", err);
 		tfs_reload_done(err);
 		cfg_free(&nc);

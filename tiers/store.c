@@ -31,32 +31,12 @@ static void pool_unpin(void *ctx, void *ptr, size_t len)
 	dev->ops->host_unregister(dev, ptr, len);
 }
 
-static uint64_t ram_bytes(void)
+/* s->lock held. Limits from st_limits_compute(), and the policy. */
+static void apply_limits(struct tier_store *s, const struct tfs_config *cfg,
+			 const uint64_t lim[TFS_TIER_COUNT])
 {
-	return (uint64_t)sysconf(_SC_PHYS_PAGES) *
-	       (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
-static void apply_limits(struct tier_store *s, const struct tfs_config *cfg)
-{
-	uint64_t dev = 0;
-
-	if (s->dev) {
-		if (cfg->device.limit.is_percent)
-			dev = cfg_size_resolve(&cfg->device.limit,
-					       s->dev_info.capacity);
-		else if (cfg->device.limit.bytes)
-			dev = cfg->device.limit.bytes;
-		else if (!strcmp(s->backend, "cuda"))
-			dev = s->dev_info.free / 10 * 8;
-		else
-			dev = s->dev_info.capacity;
-	}
-	s->use[TFS_TIER_DEVICE].limit = dev;
-	s->use[TFS_TIER_HOST].limit =
-		cfg_size_resolve(&cfg->host.limit, s->host_capacity);
-	s->use[TFS_TIER_DISK].limit =
-		cfg_size_resolve(&cfg->disk.limit, s->disk_capacity);
+	for (int t = 0; t < TFS_TIER_COUNT; t++)
+		s->use[t].limit = lim[t];
 	s->high_wm = cfg->policy.high_watermark;
 	s->target = cfg->policy.target;
 	s->unspill = cfg->policy.unspill;
@@ -126,6 +106,7 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 {
 	struct tier_store *s = calloc(1, sizeof(*s));
 	const struct pol_ops *pol = pol_lookup(cfg->policy.eviction);
+	uint64_t lim[TFS_TIER_COUNT];
 	struct statvfs sv;
 	pthread_mutexattr_t ma;
 	int rc;
@@ -175,7 +156,7 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 		goto out_lock;
 	}
 	s->disk_capacity = (uint64_t)sv.f_blocks * sv.f_frsize;
-	s->host_capacity = ram_bytes();
+	st_limits_probe(s);
 
 	rc = open_device(s, cfg, err, errlen);
 	if (rc)
@@ -199,7 +180,10 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	}
 	if (rc)
 		goto out_dev;
-	apply_limits(s, cfg);
+	rc = st_limits_compute(s, cfg, lim, err, errlen);
+	if (rc)
+		goto out_disk;
+	apply_limits(s, cfg, lim);
 	/*
 	 * Keep freed chunks for reuse up to the host limit, memory tierfs may
 	 * hold anyway: in these VMs memory given back to the system costs a
@@ -273,15 +257,23 @@ void tier_store_destroy(struct tier_store *s)
 	free(s);
 }
 
-int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg)
+int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg,
+			   char *err, size_t errlen)
 {
 	const struct pol_ops *pol = pol_lookup(cfg->policy.eviction);
-	int rc = 0;
+	uint64_t lim[TFS_TIER_COUNT];
+	int rc;
 
-	if (!pol)
+	if (!pol) {
+		snprintf(err, errlen, "policy '%s' is unknown",
+			 cfg->policy.eviction);
 		return -EINVAL;
+	}
+	rc = st_limits_compute(s, cfg, lim, err, errlen);
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&s->lock);
-	apply_limits(s, cfg);
+	apply_limits(s, cfg, lim);
 	host_pool_set_keep(s->pool, s->use[TFS_TIER_HOST].limit);
 	for (int t = TFS_TIER_DEVICE; t < TFS_TIER_DISK; t++) {
 		int e = st_shrink(s, t, s->use[t].limit, NULL, true);

@@ -86,7 +86,11 @@ struct tier_store_stats {
  * Create the store for @cfg: open the device backend (auto falls back to
  * none with one log line; an explicit "cuda" that cannot start fails with
  * the CUDA error in @err), create the disk tier's private directory named
- * after @tag, start the background spiller. Call after the daemon forked.
+ * after @tag, set the limits (defaults from RAM, the memory cgroup, free
+ * disk and device memory, each logged with where it came from; a limit
+ * above what the machine has fails with the reason in @err unless
+ * policy.overcommit), start the background spiller. Call after the daemon
+ * forked.
  */
 int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 		    const char *tag, char *err, size_t errlen);
@@ -98,9 +102,12 @@ void tier_store_destroy(struct tier_store *s);
 /*
  * Apply new limits and policy from @cfg (SIGHUP). Backend, disk path and
  * chunk size cannot change live and are ignored. Shrinking a limit spills
- * down to it before this returns.
+ * down to it before this returns. A limit above what the machine has is
+ * refused as at init: -EINVAL with the reason in @err, nothing changed;
+ * -ENOSPC when a tier stays over its new limit (its buffers are in use).
  */
-int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg);
+int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg,
+			   char *err, size_t errlen);
 
 void tier_store_stats(struct tier_store *s, struct tier_store_stats *out);
 

@@ -84,7 +84,10 @@ struct tier_store {
 	struct tier_disk *disk;
 	struct host_pool *pool;
 	uint32_t chunk_size;
-	uint64_t host_capacity, disk_capacity;
+	uint64_t host_capacity, disk_capacity; /* RAM; the disk's size */
+	/* The memory cgroup's limit (0: none) and its path, read at init. */
+	uint64_t cgroup_mem;
+	char cgroup_path[256];
 	char *disk_path;
 	char backend[16];
 
@@ -286,6 +289,16 @@ int st_dev_alloc(struct tier_buf *b, size_t len);
 /* Build a device copy from the host or disk copy; 0 when there is one
  * already, -ENODEV without a device. */
 int st_dev_fill(struct tier_buf *b);
+
+/* store_limits.c */
+
+/* At init: what the machine has (RAM, the memory cgroup). */
+void st_limits_probe(struct tier_store *s);
+/* Takes s->lock. The limits @cfg asks for on this machine, each logged
+ * with where it came from; -EINVAL with the reason in @err for one above
+ * what the machine has (unless policy.overcommit). Changes nothing else. */
+int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
+		      uint64_t lim[TFS_TIER_COUNT], char *err, size_t errlen);
 
 /* store_io.c */
 

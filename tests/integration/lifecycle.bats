@@ -150,7 +150,8 @@ plant() {
 	mkdir -p "$TFS_TMP/small"
 	mount -t tmpfs -o size=4M tmpfs "$TFS_TMP/small"
 	SPILL=$TFS_TMP/small
-	tfs_mount -o device_backend=none,host_limit=2M,disk_limit=1G
+	# a limit above the filesystem's size needs overcommit
+	tfs_mount -o device_backend=none,host_limit=2M,disk_limit=1G,policy_overcommit=yes
 	run dd if=/dev/urandom of="$MNT/big" bs=1M count=16
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"No space left on device"* ]]

@@ -10,6 +10,13 @@ setup() {
 }
 
 teardown() {
+	tfs_unmount
+	if [ -n "${SMALL:-}" ] && mountpoint -q "$SMALL"; then
+		umount "$SMALL"
+	fi
+	if [ -n "${CG:-}" ] && [ -d "$CG" ]; then
+		rmdir "$CG"
+	fi
 	tfs_teardown
 }
 
@@ -58,4 +65,177 @@ within_limits() {
 	cmp -n "$size" "$TFS_TMP/src" "$MNT/big"
 	[ "$(du -sB1 "$SPILL" | cut -f1)" -le $((65 * 1048576)) ]
 	within_limits
+}
+
+# refused MESSAGE OPTS: the daemon, with -o OPTS, exits non-zero with
+# MESSAGE (a substring) as its one line, and leaves no mount.
+refused() {
+	run timeout 20 "$TIERFS_BIN" "$MNT" -f -o "disk_path=$SPILL,$2"
+	echo "status $status, output: $output"
+	[ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+	[[ "$output" == *"$1"* ]]
+	[ "$(printf '%s\n' "$output" | grep -c .)" -eq 1 ]
+	! mountpoint -q "$MNT"
+}
+
+# human BYTES: the size as the daemon's messages write it.
+human() {
+	awk -v v="$1" 'BEGIN { split("B KiB MiB GiB TiB PiB", u, " ");
+		i = 1; while (v >= 1024 && i < 6) { v /= 1024; i++ }
+		if (i == 1) printf "%d B", v; else printf "%.1f %s", v, u[i] }'
+}
+
+@test "every kind of limit above what the machine has is refused with what it has, and overcommit allows it" {
+	local ram
+	ram=$(($(getconf _PHYS_PAGES) * $(getconf PAGE_SIZE)))
+	refused "-o host_limit: 97.7 PiB is more than the $(human "$ram") of RAM this machine has (policy_overcommit=yes allows it)" \
+		device_backend=none,host_limit=99999T
+	refused "-o device_limit: 1.0 TiB is more than the " \
+		device_backend=sim,device_limit=1T,host_limit=8M
+	[[ "$output" == *"of host memory the sim device can have"* ]]
+	# the disk: more than is free on the filesystem under disk_path
+	mkdir "$TFS_TMP/small"
+	mount -t tmpfs -o size=8M tmpfs "$TFS_TMP/small"
+	SMALL=$TFS_TMP/small
+	run timeout 20 "$TIERFS_BIN" "$MNT" -f -o \
+		"disk_path=$SMALL,device_backend=none,host_limit=8M,disk_limit=64M"
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"-o disk_limit: 64.0 MiB is more than the 8.0 MiB free on '$SMALL' (policy_overcommit=yes allows it)"* ]]
+	# a config file names its line
+	printf '[host]\nlimit = 99999T\n' >"$TFS_TMP/c.conf"
+	refused "$TFS_TMP/c.conf:2: limit: 97.7 PiB is more than the " \
+		"config=$TFS_TMP/c.conf,device_backend=none"
+	# zero is no limit either
+	refused "-o host_limit: '0': a limit of zero is not allowed" host_limit=0
+	# with overcommit each one mounts, at the limit asked for
+	tfs_mount -o device_backend=sim,device_limit=1T,host_limit=99999T,policy_overcommit=yes
+	[ "$(tstat host.limit)" -eq $((99999 << 40)) ]
+	[ "$(tstat device.limit)" -eq $((1 << 40)) ]
+	tfs_unmount
+	SPILL=$SMALL tfs_mount -o device_backend=none,host_limit=8M,disk_limit=64M,policy_overcommit=yes
+	[ "$(tstat disk.limit)" -eq $((64 << 20)) ]
+	tfs_unmount
+	umount "$SMALL"
+	SMALL=
+}
+
+@test "a reload asking for more than the machine has changes nothing and says why" {
+	printf '[host]\nlimit = 8M\n' >"$TFS_TMP/c.conf"
+	tfs_mount -o "config=$TFS_TMP/c.conf,device_backend=none"
+	[ "$(tstat host.limit)" -eq $((8 << 20)) ]
+	printf '[host]\nlimit = 99999T\n' >"$TFS_TMP/c.conf"
+	kill -HUP "$TFS_PID"
+	local i
+	for i in $(seq 1 200); do
+		[ -n "$(tstat reload_error)" ] && break
+		sleep 0.05
+	done
+	tstat reload_error
+	[[ "$(tstat reload_error)" == *"c.conf:2: limit: 97.7 PiB is more than the "*"of RAM this machine has"* ]]
+	[ "$(tstat host.limit)" -eq $((8 << 20)) ]
+}
+
+@test "the log says where each limit came from: defaults from RAM and free disk, or the option" {
+	tfs_mount -o device_backend=sim
+	cat "$LOG"
+	local ram
+	ram=$(($(getconf _PHYS_PAGES) * $(getconf PAGE_SIZE)))
+	grep -F "host: limit $(human $((ram / 4))): 25% of the $(human "$ram") of RAM" "$LOG"
+	grep -E "device: limit 1.0 GiB: the sim device's size" "$LOG"
+	grep -E "disk: limit .*: (50% of the .* filesystem of|the .* free on) '$SPILL'" "$LOG"
+	[ "$(tstat host.limit)" -eq $((ram / 4)) ]
+	tfs_unmount
+	tfs_mount -o device_backend=none,host_limit=8M,disk_limit=16M
+	grep -F "host: limit 8.0 MiB: from -o host_limit" "$LOG"
+	grep -F "disk: limit 16.0 MiB: from -o disk_limit" "$LOG"
+}
+
+@test "the default disk limit is half the filesystem, or its free space less 5% of its size when that is less" {
+	mkdir "$TFS_TMP/small"
+	mount -t tmpfs -o size=8M tmpfs "$TFS_TMP/small"
+	SMALL=$TFS_TMP/small
+	SPILL=$SMALL tfs_mount -o device_backend=none,host_limit=8M
+	[ "$(tstat disk.limit)" -eq $((4 << 20)) ]
+	tfs_unmount
+	# 6 MiB taken by someone else: 2 MiB free, 5% of 8 MiB kept
+	head -c 6M /dev/zero >"$SMALL/other"
+	SPILL=$SMALL tfs_mount -o device_backend=none,host_limit=8M
+	local free keep
+	free=$(($(stat -f -c '%a * %S' "$SMALL")))
+	keep=$((8 * 1048576 / 20))
+	echo "free $free"
+	cat "$LOG"
+	# within a block of what was free when it started
+	[ "$(tstat disk.limit)" -le $((free - keep + 4096)) ]
+	[ "$(tstat disk.limit)" -ge $((free - keep - 8192)) ]
+	grep -F "free on '$SMALL' less 409.6 KiB (5% of its size) left to others" "$LOG"
+	tfs_unmount
+	umount "$SMALL"
+	SMALL=
+}
+
+# make_cgroup BYTES: a child memory cgroup of our own limited to BYTES,
+# in CG (v1 memory.limit_in_bytes, or v2 memory.max); skips the test with
+# the reason when none can be made.
+make_cgroup() {
+	local name=tfs-limits-$$-$BATS_TEST_NUMBER
+	if [ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ]; then
+		CG=/sys/fs/cgroup/memory/$name
+		mkdir "$CG" 2>/dev/null ||
+			skip "cannot make a memory cgroup in /sys/fs/cgroup/memory"
+		echo "$1" >"$CG/memory.limit_in_bytes" ||
+			skip "cannot limit the memory cgroup '$CG'"
+	elif grep -qw memory /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+		CG=/sys/fs/cgroup/$name
+		mkdir "$CG" 2>/dev/null ||
+			skip "cannot make a memory cgroup in /sys/fs/cgroup"
+		echo "$1" >"$CG/memory.max" ||
+			skip "cannot limit the memory cgroup '$CG'"
+	else
+		skip "no memory cgroup controller (v1 or v2) to make a group in"
+	fi
+}
+
+@test "in a child memory cgroup of 256 MiB without host_limit: 1 GiB written, nothing killed, every byte intact" {
+	make_cgroup $((256 << 20))
+	# The daemon joins the group before it starts.
+	(echo "$BASHPID" >"$CG/cgroup.procs" &&
+		exec "$TIERFS_BIN" "$MNT" -f -o "disk_path=$SPILL,device_backend=none" 2>"$LOG") &
+	TFS_PID=$!
+	local i
+	for i in $(seq 1 200); do
+		mountpoint -q "$MNT" && break
+		sleep 0.05
+	done
+	mountpoint -q "$MNT" || { cat "$LOG"; false; }
+	cat "$LOG"
+	grep -q "^$TFS_PID\$" "$CG/cgroup.procs"
+	# half the group's limit, not a quarter of RAM
+	[ "$(tstat host.limit)" -eq $((128 << 20)) ]
+	grep -F "host: limit 128.0 MiB: half the 256.0 MiB its memory cgroup '/${CG##*/}' allows" "$LOG"
+	# and more than the group allows is refused
+	mkdir "$TFS_TMP/mnt2"
+	run timeout 20 sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" "$3" -f -o "disk_path=$4,device_backend=none,host_limit=512M"' \
+		sh "$CG" "$TIERFS_BIN" "$TFS_TMP/mnt2" "$SPILL"
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"-o host_limit: 512.0 MiB is more than the 256.0 MiB its memory cgroup '/${CG##*/}' allows"* ]]
+	# 1 GiB in 16 files of 64 MiB
+	head -c 64M /dev/urandom >"$TFS_TMP/src"
+	for i in $(seq -w 1 16); do
+		dd if="$TFS_TMP/src" of="$MNT/f$i" bs=1M conv=fsync status=none
+		kill -0 "$TFS_PID"
+	done
+	local rss
+	rss=$(awk '/^VmRSS/ { print $2 * 1024 }' "/proc/$TFS_PID/status")
+	echo "daemon RSS $rss"
+	getfattr --absolute-names --only-values -n user.tierfs.stats "$MNT"
+	[ "$rss" -lt $((256 << 20)) ]
+	for i in $(seq -w 1 16); do
+		cmp "$TFS_TMP/src" "$MNT/f$i"
+	done
+	kill -0 "$TFS_PID"
+	within_limits
+	[ "$(tstat disk.used)" -ge $((800 << 20)) ]
 }

@@ -377,10 +377,11 @@ small_tmpfs() { # DIR: an 8 MiB tmpfs at DIR, unmounted in teardown
 @test "a disk tier on a small tmpfs that really fills up: the next write gets ENOSPC, earlier files intact" {
 	local disk=$TFS_TMP/smalldisk
 	small_tmpfs "$disk"
-	# disk_limit above the filesystem's size: the tmpfs itself runs out
-	# (7 spill files of 1 MiB + 32 bytes fit in 8 MiB of 4 KiB pages).
+	# disk_limit above the filesystem's size (which needs overcommit):
+	# the tmpfs itself runs out (7 spill files of 1 MiB + 4 KiB fit in
+	# 8 MiB of 4 KiB pages).
 	fill_until_enospc "$disk" \
-		"device_backend=sim,device_limit=1M,host_limit=2M,disk_path=$disk,disk_limit=64M" 7 10
+		"device_backend=sim,device_limit=1M,host_limit=2M,disk_path=$disk,disk_limit=64M,policy_overcommit=yes" 7 10
 	# nothing is held above the limits in the daemon's memory instead
 	# (a tmpfs is sticky and world-writable: the spill directory is in
 	# the private tierfs-<uid> there)

@@ -199,10 +199,12 @@ static void test_defaults(void)
 	CHECK(!strcmp(cfg.device.backend, "auto"));
 	CHECK_EQ(cfg.device.gpu, 0);
 	CHECK(!cfg.device.limit.is_percent && cfg.device.limit.bytes == 0);
-	CHECK(cfg.host.limit.is_percent && cfg.host.limit.percent == 25.0);
+	/* unset: the store picks from RAM, the cgroup and free disk */
+	CHECK(!cfg.host.limit.is_percent && cfg.host.limit.bytes == 0);
 	CHECK(cfg.host.pinned);
 	CHECK(cfg.disk.path && !strcmp(cfg.disk.path, "/var/tmp"));
-	CHECK(cfg.disk.limit.is_percent && cfg.disk.limit.percent == 50.0);
+	CHECK(!cfg.disk.limit.is_percent && cfg.disk.limit.bytes == 0);
+	CHECK(!cfg.policy.overcommit);
 	CHECK_EQ(cfg.disk.compression, CFG_COMPRESS_LZ4);
 	CHECK_EQ(cfg.disk.chunk_size, MiB);
 	CHECK(!strcmp(cfg.policy.eviction, "lru"));
@@ -515,7 +517,7 @@ static void test_unknown(void)
 		 -ENOENT);
 	CHECK_EQ(cfg_set_option(&cfg, "host_limit_", "1", err, sizeof(err)),
 		 -ENOENT);
-	CHECK(cfg.host.limit.is_percent && cfg.host.limit.percent == 25);
+	CHECK(!cfg.host.limit.is_percent && cfg.host.limit.bytes == 0);
 	cfg_free(&cfg);
 }
 
@@ -527,7 +529,7 @@ static void test_is_option(void)
 		"disk_limit",	  "disk_compression", "disk_chunk_size",
 		"policy_eviction", "policy_unspill", "policy_high_watermark",
 		"policy_target",  "fs_threads",	    "fs_read_ahead_kb",
-		"fs_metadata_limit", "log_file",
+		"fs_metadata_limit", "log_file",	  "policy_overcommit",
 		"host_limit=8G",  "Host_Limit",
 	};
 	static const char *const no[] = {
@@ -692,7 +694,7 @@ static void test_file_good(void)
 
 	/* An empty file changes nothing. */
 	CHECK_EQ(load(&cfg, ""), 0);
-	CHECK(cfg.host.limit.is_percent && cfg.host.limit.percent == 25);
+	CHECK(!cfg.host.limit.is_percent && cfg.host.limit.bytes == 0);
 	cfg_free(&cfg);
 }
 
@@ -882,7 +884,8 @@ static void test_example_file(void)
 	}
 	fclose(in);
 	fclose(out);
-	CHECK_EQ(keys, 15); /* every key but the device limit and log file */
+	/* every key but the three limits and the log file */
+	CHECK_EQ(keys, 14);
 	CHECK_EQ(load(&cfg, text), 0);
 	CHECK(!err[0] || !printf("#   %s\n", err));
 	cfg_defaults(&def);
@@ -899,6 +902,7 @@ static void test_example_file(void)
 	CHECK_EQ(def.policy.unspill, cfg.policy.unspill);
 	CHECK(def.policy.high_watermark == cfg.policy.high_watermark);
 	CHECK(def.policy.target == cfg.policy.target);
+	CHECK_EQ(def.policy.overcommit, cfg.policy.overcommit);
 	CHECK_EQ(def.fs.threads, cfg.fs.threads);
 	CHECK_EQ(def.fs.read_ahead_kb, cfg.fs.read_ahead_kb);
 	CHECK(size_eq(&def.fs.metadata_limit, &cfg.fs.metadata_limit));

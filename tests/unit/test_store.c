@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "config/config.h"
@@ -712,13 +713,14 @@ static void test_reconfigure_shrinks(void)
 	struct tier_buf *b[10];
 	struct tfs_config cfg;
 	struct tier_store_stats st;
+	char err[256] = "";
 
 	for (int i = 0; i < 10; i++)
 		b[i] = mk_file(s, i, MiB);
 	cfg_defaults(&cfg);
 	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "none");
 	cfg.host.limit = (struct cfg_size){ .bytes = 4 * MiB };
-	CHECK_EQ(tier_store_reconfigure(s, &cfg), 0);
+	CHECK_EQ(tier_store_reconfigure(s, &cfg, err, sizeof(err)), 0);
 	cfg_free(&cfg);
 	tier_store_stats(s, &st);
 	CHECK(st.tier[TFS_TIER_HOST].used <= 4 * MiB);
@@ -1050,6 +1052,92 @@ static void test_graves_and_keep(void)
 	tier_store_destroy(s);
 }
 
+/* tier_store_init() with @cfg; 0 or -errno, the message in @err. */
+static int try_init(struct tfs_config *cfg, char *err, size_t errlen)
+{
+	struct tier_store *s = NULL;
+	int rc;
+
+	free(cfg->disk.path);
+	cfg->disk.path = strdup(spill_dir);
+	err[0] = '\0';
+	rc = tier_store_init(&s, cfg, "unit", err, errlen);
+	if (!rc)
+		tier_store_destroy(s);
+	return rc;
+}
+
+/* Limits above what the machine has are refused with what it has, unless
+ * policy.overcommit; the defaults stay within it. */
+static void test_limits(void)
+{
+	uint64_t ram = (uint64_t)sysconf(_SC_PHYS_PAGES) *
+		       (uint64_t)sysconf(_SC_PAGESIZE);
+	struct tier_store_stats st;
+	struct tfs_config cfg;
+	struct statvfs sv;
+	struct tier_store *s;
+	char err[512];
+
+	cfg_defaults(&cfg);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "none");
+	cfg.host.limit = (struct cfg_size){ .bytes = ram + (1ull << 30) };
+	CHECK_EQ(try_init(&cfg, err, sizeof(err)), -EINVAL);
+	printf("# %s\n", err);
+	CHECK(strstr(err, "host_limit: ") && strstr(err, "of RAM") &&
+	      strstr(err, "policy_overcommit=yes"));
+	cfg.policy.overcommit = true;
+	CHECK_EQ(try_init(&cfg, err, sizeof(err)), 0);
+	cfg.policy.overcommit = false;
+
+	/* The sim device is host memory. */
+	cfg.host.limit = (struct cfg_size){ .bytes = 8 * MiB };
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "sim");
+	cfg.device.limit = (struct cfg_size){ .bytes = 4 * ram };
+	CHECK_EQ(try_init(&cfg, err, sizeof(err)), -EINVAL);
+	printf("# %s\n", err);
+	CHECK(strstr(err, "device_limit: ") && strstr(err, "sim device"));
+	cfg.device.limit = (struct cfg_size){ .bytes = 4 * MiB };
+
+	/* Disk: no more than is free. */
+	CHECK_EQ(statvfs(spill_dir, &sv), 0);
+	cfg.disk.limit = (struct cfg_size){
+		.bytes = (uint64_t)sv.f_bavail * sv.f_frsize * 2 + (1ull << 30)
+	};
+	CHECK_EQ(try_init(&cfg, err, sizeof(err)), -EINVAL);
+	printf("# %s\n", err);
+	CHECK(strstr(err, "disk_limit: ") && strstr(err, " free on '"));
+	cfg.disk.limit = (struct cfg_size){ .is_percent = true,
+					    .percent = 100 };
+	if ((uint64_t)sv.f_bavail < (uint64_t)sv.f_blocks * 95 / 100)
+		CHECK_EQ(try_init(&cfg, err, sizeof(err)), -EINVAL);
+
+	/* Defaults: a quarter of RAM at most, half the filesystem at most
+	 * and never more than is free. */
+	cfg.disk.limit = (struct cfg_size){ 0 };
+	cfg.host.limit = (struct cfg_size){ 0 };
+	free(cfg.disk.path);
+	cfg.disk.path = strdup(spill_dir);
+	CHECK_EQ(tier_store_init(&s, &cfg, "unit", err, sizeof(err)), 0);
+	tier_store_stats(s, &st);
+	CHECK(st.tier[TFS_TIER_HOST].limit > 0 &&
+	      st.tier[TFS_TIER_HOST].limit <= ram / 4);
+	CHECK(st.tier[TFS_TIER_DISK].limit <=
+	      (uint64_t)sv.f_blocks * sv.f_frsize / 2);
+	CHECK(st.tier[TFS_TIER_DISK].limit <=
+	      (uint64_t)sv.f_bavail * sv.f_frsize);
+	CHECK_EQ(st.tier[TFS_TIER_DEVICE].limit, 4 * MiB);
+
+	/* A reload asking too much changes nothing. */
+	cfg.host.limit = (struct cfg_size){ .bytes = 2 * ram };
+	CHECK_EQ(tier_store_reconfigure(s, &cfg, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "host_limit: ") != NULL);
+	tier_store_stats(s, &st);
+	CHECK(st.tier[TFS_TIER_HOST].limit <= ram / 4);
+	tier_store_destroy(s);
+	cfg_free(&cfg);
+}
+
 int main(void)
 {
 	if (!mkdtemp(spill_dir)) {
@@ -1085,6 +1173,7 @@ int main(void)
 		if (system(cmd))
 			printf("# cannot remove %s\n", cmd);
 	}
+	TAP_RUN(test_limits);
 	rmdir(spill_dir);
 	return tap_done();
 }
