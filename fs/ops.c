@@ -1196,19 +1196,27 @@ static void tfs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 
 static void tfs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
-	uint64_t total = 0, avail = 0, files;
+	uint64_t total = 0, used = 0, files, ub, fb;
 	struct statvfs sv;
 
-	tier_store_capacity(tfs.store, &total, &avail);
+	tier_store_capacity(tfs.store, &total, &used);
 	tfs_ns_lock();
 	files = tfs.inodes.count;
 	tfs_ns_unlock();
 	memset(&sv, 0, sizeof(sv));
 	sv.f_bsize = 4096;
 	sv.f_frsize = 4096;
-	sv.f_blocks = total / 4096;
-	sv.f_bfree = avail / 4096;
-	sv.f_bavail = avail / 4096;
+	/*
+	 * df's Used (blocks - bfree) is exactly the tiers' use rounded up to
+	 * a block, as tierfsctl status adds it up; free is what the limits
+	 * leave, never negative, though a tier may be over its own limit for
+	 * a moment (a reload that lowered it, a buffer in use).
+	 */
+	ub = (used + 4095) / 4096;
+	fb = total > used ? (total - used) / 4096 : 0;
+	sv.f_blocks = ub + fb;
+	sv.f_bfree = fb;
+	sv.f_bavail = fb;
 	/* Inodes cost RAM, not a table: report room for plenty more. */
 	sv.f_files = files + (1ULL << 32);
 	sv.f_ffree = 1ULL << 32;

@@ -118,9 +118,10 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out);
  */
 size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len);
 
-/* Bytes all tiers can hold together, and bytes free, for statfs. */
+/* For statfs: the sum of the tiers' limits (the tiers a file can live
+ * in), and the sum of what they use, as user.tierfs.stats shows them. */
 void tier_store_capacity(struct tier_store *s, uint64_t *total,
-			 uint64_t *avail);
+			 uint64_t *used);
 
 /*
  * What changed behind the back of whoever caches a buffer's bytes and

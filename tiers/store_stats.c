@@ -105,20 +105,18 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 }
 
 void tier_store_capacity(struct tier_store *s, uint64_t *total,
-			 uint64_t *avail)
+			 uint64_t *used)
 {
-	uint64_t tot = 0, free = 0;
+	uint64_t tot = 0, use = 0;
 
 	pthread_mutex_lock(&s->lock);
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
-		const struct tier_usage *u = &s->use[t];
-
-		tot += u->limit;
-		free += u->used < u->limit ? u->limit - u->used : 0;
+		tot += s->use[t].limit;
+		use += s->use[t].used;
 	}
 	pthread_mutex_unlock(&s->lock);
 	*total = tot;
-	*avail = free;
+	*used = use;
 }
 
 void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st)

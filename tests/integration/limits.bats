@@ -239,3 +239,104 @@ make_cgroup() {
 	within_limits
 	[ "$(tstat disk.used)" -ge $((800 << 20)) ]
 }
+
+@test "df agrees with tierfsctl status at every step of a random workload, and st_blocks is the stored size" {
+	tfs_mount -o device_backend=sim,device_limit=4M,host_limit=8M,disk_limit=64M
+	/usr/bin/python3 - "$MNT" "$TIERFSCTL_BIN" <<'PY'
+import json, os, random, subprocess, sys
+mnt, ctl = sys.argv[1], sys.argv[2]
+rng = random.Random(12)
+
+def status():
+    j = json.loads(subprocess.check_output([ctl, "status", "--json", mnt]))
+    t = j["tiers"]
+    return (sum(t[x]["used"] for x in t), sum(t[x]["limit"] for x in t))
+
+def df():
+    out = subprocess.check_output(["df", "-B1", "--output=size,used,avail",
+                                   mnt]).decode().split("\n")[1].split()
+    return tuple(int(x) for x in out)
+
+def check(step, what):
+    # The spiller may move a buffer between two samples: take df between
+    # two equal status samples.
+    for _ in range(50):
+        a = status()
+        size, used, avail = df()
+        if status() == a:
+            break
+    else:
+        raise SystemExit("step %d: usage never settled" % step)
+    u, lim = a
+    ok = (used - 4096 < u <= used and size == used + avail and
+          abs(size - max(lim, u)) < 8192 and avail >= 0)
+    if not ok:
+        raise SystemExit("step %d (%s): df size %d used %d avail %d, "
+                         "tierfsctl used %d limit %d" %
+                         (step, what, size, used, avail, u, lim))
+
+def data(n):
+    k = rng.random()
+    if k < 0.4:
+        return rng.randbytes(n)
+    if k < 0.7:
+        return (b"tierfs limits %d\n" % rng.randrange(1000)) * (n // 18 + 1)
+    return bytes(n)
+
+names = ["f%d" % i for i in range(12)]
+for step in range(300):
+    name = os.path.join(mnt, rng.choice(names))
+    k = rng.random()
+    if k < 0.35:
+        n = rng.choice((0, 1, 100, 4095, 4096, 70000, 1 << 20,
+                        rng.randrange(3 << 20)))
+        off = rng.choice((0, 0, rng.randrange(2 << 20)))
+        what = "write %s %d at %d" % (name, n, off)
+        try:
+            with open(name, "r+b" if os.path.exists(name) else "wb") as f:
+                f.seek(off)
+                f.write(data(n)[:n])
+        except OSError as e:
+            what += " (%s)" % e.strerror
+    elif k < 0.5:
+        n = rng.randrange(3 << 20)
+        what = "truncate %s %d" % (name, n)
+        if os.path.exists(name):
+            os.truncate(name, n)
+    elif k < 0.6:
+        what = "unlink %s" % name
+        if os.path.exists(name):
+            os.unlink(name)
+    elif k < 0.85:
+        tier = rng.choice(("device", "host", "disk"))
+        what = "move %s to %s" % (name, tier)
+        if os.path.exists(name):
+            try:
+                os.setxattr(name, "user.tierfs.tier", tier.encode())
+            except OSError as e:
+                what += " (%s)" % e.strerror
+    else:
+        what = "read %s" % name
+        if os.path.exists(name):
+            with open(name, "rb") as f:
+                f.read()
+    check(step, what)
+    # st_blocks is the stored size of the file's tier (asked of the
+    # daemon: the kernel may cache attributes for a second)
+    for n in names:
+        p = os.path.join(mnt, n)
+        if os.path.exists(p):
+            # between two equal stored sizes: the spiller may move it
+            for _ in range(20):
+                stored = int(os.getxattr(p, "user.tierfs.stored_size"))
+                blocks = int(subprocess.check_output(
+                    ["stat", "--cached=never", "-c", "%b", p]))
+                if stored == int(os.getxattr(p, "user.tierfs.stored_size")):
+                    break
+            if blocks != (stored + 511) // 512:
+                raise SystemExit("step %d: %s st_blocks %d, stored_size %d"
+                                 % (step, n, blocks, stored))
+print("300 steps, df and tierfsctl agreed at each")
+PY
+	within_limits
+}
