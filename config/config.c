@@ -132,6 +132,10 @@ static const struct cfg_key keys[] = {
 	  FIELD(fs, metadata_limit), .max = UINT64_MAX, .def = "10%",
 	  .arg = "SIZE|N%",
 	  .help = "memory for inodes, names and xattrs, % of the host limit" },
+	{ "fs", "writeback_cache", CFG_BOOL, 0, FIELD(fs, writeback_cache),
+	  .def = "no", .arg = "yes|no",
+	  .help = "the kernel caches writes and writes them back later "
+		  "(GPU commits then leave the mtime as it was)" },
 	{ "log", "file", CFG_PATH, 0, FIELD(log, file), .def = NULL,
 	  .arg = "FILE",
 	  .help = "append the daemon's messages to FILE (default: the journal "

@@ -85,6 +85,7 @@ struct tfs_config {
 	struct {
 		unsigned int threads; /* FUSE worker threads, default 0 = libfuse's */
 		unsigned int read_ahead_kb; /* set on the bdi after mount; 0 = leave */
+		bool writeback_cache; /* FUSE_CAP_WRITEBACK_CACHE */
 		/* Memory for inodes, names, symlink targets and xattrs; a
 		 * percentage is of the host limit. Default 10%. */
 		struct cfg_size metadata_limit;

@@ -203,6 +203,9 @@ struct tfs_fs {
 	atomic_uint_fast64_t meta_freed;
 	atomic_uint_fast64_t meta_ops; /* charges and frees, for idleness */
 	double entry_timeout, attr_timeout;
+	/* Asked for the kernel's writeback cache; set before the session
+	 * starts, and cleared by init() when the kernel cannot. */
+	bool writeback;
 };
 
 extern struct tfs_fs tfs;

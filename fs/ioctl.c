@@ -52,6 +52,28 @@ static void invalidate_attr(fuse_ino_t ino)
 			 (unsigned long long)ino, strerror(-rc));
 }
 
+/*
+ * Under the writeback cache the kernel keeps its own size of a file and
+ * takes none from us, not even after an invalidation; a store into its
+ * page cache past the end is the one thing that grows it. The allocation
+ * zeroed the buffer, so storing the last byte as zero is exact. The file
+ * was empty: no page of it can be locked by a read we would wait for.
+ */
+static void tell_size(fuse_ino_t ino, uint64_t size)
+{
+	static const char zero;
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(1);
+	int rc;
+
+	if (!size)
+		return;
+	bv.buf[0].mem = (void *)&zero;
+	rc = fuse_lowlevel_notify_store(tfs.se, ino, (off_t)size - 1, &bv, 0);
+	if (rc && rc != -ENOENT)
+		tfs_warn("cannot tell the kernel the size of inode %llu: %s",
+			 (unsigned long long)ino, strerror(-rc));
+}
+
 static int ioc_export(fuse_req_t req, struct tfs_file *f,
 		      const struct tfs_ioc_export *a, struct tfs_ioc_export *out)
 {
@@ -200,5 +222,7 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	}
 	if (inval)
 		invalidate_attr(ino);
+	if (cmd == TFS_IOC_ALLOC && tfs.writeback)
+		tell_size(ino, tier_buf_size(f->inode->buf));
 	fuse_reply_ioctl(req, 0, out_len ? &out : NULL, out_len);
 }

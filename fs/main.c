@@ -708,6 +708,7 @@ int main(int argc, char **argv)
 	tfs.attr_timeout = 86400.0;
 	tier_store_set_inval(tfs.store, tfs_inval_queue, NULL);
 	tfs_ops_set_read_ahead(cfg.fs.read_ahead_kb);
+	tfs.writeback = cfg.fs.writeback_cache;
 
 	tfs.se = fuse_session_new(&args, &tfs_ops, sizeof(tfs_ops), NULL);
 	if (!tfs.se) {

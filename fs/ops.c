@@ -246,13 +246,31 @@ static void set_time(struct timespec *dst, const struct timespec *src,
  * notify_change() for an immutable or append-only inode: the first takes
  * no change at all; the second only setting its times to now (touch).
  */
+/*
+ * Under the writeback cache the kernel owns mtime and ctime: it updates
+ * them itself (on writes, and the ctime on every change it makes, an xattr
+ * too), pushes them later with a setattr of exactly those two, and turns
+ * a touch's "now" into its own clock's time. None of that is a user
+ * setting the times, which on an append-only or immutable file would be
+ * refused; refusing the kernel's fails the next close(2) with EIO. A
+ * user's explicit mtime looks the same and passes too; only an explicit
+ * atime still tells: the price of the option (doc/design.md).
+ */
+static bool kernel_times(int to_set)
+{
+	return tfs.writeback &&
+	       !(to_set & ~(FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_CTIME));
+}
+
 static int check_setattr(const struct tfs_inode *i, int to_set)
 {
 	bool set_times = ((to_set & FUSE_SET_ATTR_ATIME) &&
 			  !(to_set & FUSE_SET_ATTR_ATIME_NOW)) ||
 			 ((to_set & FUSE_SET_ATTR_MTIME) &&
-			  !(to_set & FUSE_SET_ATTR_MTIME_NOW));
+			  !(to_set & FUSE_SET_ATTR_MTIME_NOW) && !tfs.writeback);
 
+	if (kernel_times(to_set))
+		return 0;
 	if (to_set && tfs_deny_immutable(i))
 		return -EPERM;
 	if ((set_times || (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE |
@@ -1087,10 +1105,15 @@ static void tfs_write(fuse_req_t req, fuse_ino_t ino, const char *data,
 	/*
 	 * fi->flags are the file's flags at the time of this write, so an
 	 * O_APPEND cleared by fcntl() shows. A write from a shared mapping
-	 * (which the kernel would have refused to set up) fails here.
+	 * (which the kernel would have refused to set up) fails here. Not a
+	 * write-back of the kernel's cache (writeback_cache=yes): write(2)
+	 * put those bytes there earlier, through a file the flags were
+	 * checked for at open, and a page goes back whole, not at the end;
+	 * refusing it would lose the bytes and fail the close(2).
 	 */
-	if ((fl & TFS_FL_IMMUTABLE) ||
-	    ((fl & TFS_FL_APPEND) && !append_at_end(i, fi->flags, off))) {
+	if (!fi->writepage &&
+	    ((fl & TFS_FL_IMMUTABLE) ||
+	     ((fl & TFS_FL_APPEND) && !append_at_end(i, fi->flags, off)))) {
 		fuse_reply_err(req, EPERM);
 		return;
 	}
@@ -1316,9 +1339,9 @@ static void tfs_init(void *userdata, struct fuse_conn_info *conn)
 	/*
 	 * Directories take chattr and lsattr, and no other ioctl (see
 	 * tfs_ioctl); the kernel, not tierfs, clears set-id
-	 * bits on write (it sends the mode change as a setattr); no
-	 * writeback cache (see set_open_flags); no splice, since every byte
-	 * is copied out of the store anyway. No auto_inval_data: it drops a
+	 * bits on write (it sends the mode change as a setattr); the
+	 * writeback cache only when asked (see below); no splice, since every
+	 * byte is copied out of the store anyway. No auto_inval_data: it drops a
 	 * file's pages whenever a refreshed mtime differs from the cached
 	 * one, which after our own writes it always does; tierfs notifies
 	 * the changes the kernel cannot see instead (inval.c).
@@ -1327,6 +1350,17 @@ static void tfs_init(void *userdata, struct fuse_conn_info *conn)
 			FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_SPLICE_READ |
 			FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
 			FUSE_CAP_AUTO_INVAL_DATA);
+	/*
+	 * With the writeback cache the kernel owns a file's size and times
+	 * and ignores ours: what the daemon changes by itself (a GPU commit's
+	 * mtime) no longer shows, which is why it is an option
+	 * (doc/design.md). Buffers are still placed at flush, fsync and
+	 * release, which the kernel sends after writing back.
+	 */
+	if (tfs.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+		conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+	else
+		tfs.writeback = false;
 	conn->max_write = TFS_IO_MAX;
 	/*
 	 * The kernel sets the bdi's readahead to the smaller of what it had

@@ -302,6 +302,16 @@ EOF
 	ec pattern 1234567 4 | cmp - "$MNT/g"
 }
 
+@test "alloc's size shows under the writeback cache, where the kernel owns sizes" {
+	tfs_unmount
+	tfs_mount -o device_backend=$TFS_EXPORT_BACKEND,device_limit=64M,host_limit=64M,fs_writeback_cache=yes
+	ec alloc "$MNT/g" 1234567
+	[ "$(stat -c %s "$MNT/g")" = 1234567 ]
+	head -c 1234567 /dev/zero | cmp - "$MNT/g"
+	ec fill "$MNT/g" 4
+	ec pattern 1234567 4 | cmp - "$MNT/g"
+}
+
 @test "shm objects a killed daemon left behind are removed by the next one" {
 	sim_only
 	mkfile f 8192

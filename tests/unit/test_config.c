@@ -215,6 +215,7 @@ static void test_defaults(void)
 	CHECK_EQ(cfg.fs.read_ahead_kb, 1024);
 	CHECK(cfg.fs.metadata_limit.is_percent &&
 	      cfg.fs.metadata_limit.percent == 10);
+	CHECK(!cfg.fs.writeback_cache);
 	CHECK(cfg.config_file == NULL);
 	cfg_free(&cfg);
 	CHECK(cfg.disk.path == NULL);
@@ -461,6 +462,10 @@ static void test_fs_keys(void)
 	CHECK_EQ(cfg.fs.read_ahead_kb, 0);
 	CHECK_EQ(set2(&cfg, "fs", "read_ahead_kb", "65536"), 0);
 	CHECK_EQ(cfg.fs.read_ahead_kb, 65536);
+	CHECK_EQ(set2(&cfg, "fs", "writeback_cache", "yes"), 0);
+	CHECK(cfg.fs.writeback_cache);
+	CHECK_EQ(set2(&cfg, "fs", "writeback_cache", "maybe"), -EINVAL);
+	CHECK(cfg.fs.writeback_cache);
 	CHECK_EQ(set2(&cfg, "fs", "read_ahead_kb", "65537"), -EINVAL);
 	CHECK_EQ(set2(&cfg, "fs", "read_ahead_kb", "1M"), -EINVAL);
 	CHECK_EQ(cfg.fs.read_ahead_kb, 65536);
@@ -530,6 +535,7 @@ static void test_is_option(void)
 		"policy_eviction", "policy_unspill", "policy_high_watermark",
 		"policy_target",  "fs_threads",	    "fs_read_ahead_kb",
 		"fs_metadata_limit", "log_file",	  "policy_overcommit",
+		"fs_writeback_cache",
 		"host_limit=8G",  "Host_Limit",
 	};
 	static const char *const no[] = {
@@ -634,6 +640,7 @@ static void test_help(void)
 	CHECK(has(text, "-o host_limit=SIZE|N%"));
 	CHECK(has(text, "-o disk_chunk_size=SIZE"));
 	CHECK(has(text, "-o fs_read_ahead_kb=N"));
+	CHECK(has(text, "-o fs_writeback_cache=yes|no"));
 	CHECK(has(text, "(default: 0.85)"));
 	CHECK(has(text, "(default: /var/tmp)"));
 	free(text);
@@ -885,7 +892,7 @@ static void test_example_file(void)
 	fclose(in);
 	fclose(out);
 	/* every key but the three limits and the log file */
-	CHECK_EQ(keys, 14);
+	CHECK_EQ(keys, 15);
 	CHECK_EQ(load(&cfg, text), 0);
 	CHECK(!err[0] || !printf("#   %s\n", err));
 	cfg_defaults(&def);
@@ -906,6 +913,7 @@ static void test_example_file(void)
 	CHECK_EQ(def.fs.threads, cfg.fs.threads);
 	CHECK_EQ(def.fs.read_ahead_kb, cfg.fs.read_ahead_kb);
 	CHECK(size_eq(&def.fs.metadata_limit, &cfg.fs.metadata_limit));
+	CHECK_EQ(def.fs.writeback_cache, cfg.fs.writeback_cache);
 	cfg_free(&def);
 	cfg_free(&cfg);
 	free(text);
