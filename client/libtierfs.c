@@ -416,7 +416,69 @@ static int sync_cuda(struct tfs_map *m)
 	ctx_leave(&c, m->device);
 	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaDeviceSynchronize");
 }
+
+/* The UUID of this thread's current device; creates no context. */
+static int current_uuid(uint8_t uuid[16])
+{
+	struct cudaDeviceProp prop;
+	cudaError_t e;
+	int cur;
+
+	e = cudaGetDevice(&cur);
+	if (e == cudaSuccess)
+		e = cudaGetDeviceProperties(&prop, cur);
+	if (e != cudaSuccess)
+		return cuda_fail(e, "cudaGetDeviceProperties");
+	memcpy(uuid, prop.uuid.bytes, 16);
+	return 0;
+}
+
+static int reclaim_path(const char *path, int gpu, const uint8_t *uuid,
+			uint64_t bytes, uint64_t *freed);
+
+int tfs_cuda_malloc(void **ptr, size_t size, const char *mount)
+{
+	uint8_t uuid[16];
+	uint64_t freed;
+	cudaError_t e;
+	int rc;
+
+	clear_err();
+	*ptr = NULL;
+	for (;;) {
+		e = cudaMalloc(ptr, size);
+		if (e == cudaSuccess)
+			return 0;
+		if (e != cudaErrorMemoryAllocation)
+			return cuda_fail(e, "cudaMalloc");
+		/* Not sticky, but it stays the last error: clear it. */
+		(void)cudaGetLastError();
+		rc = current_uuid(uuid);
+		if (rc)
+			return rc;
+		/*
+		 * Ask for the whole size each time: another process may take
+		 * what tierfs gave back before us. The loop ends when tierfs
+		 * has nothing more to give.
+		 */
+		rc = reclaim_path(mount, 0, uuid, size, &freed);
+		if (rc == -ENXIO || (!rc && !freed))
+			return set_err(-ENOMEM, "cudaMalloc of %zu bytes: out "
+				       "of memory, and tierfs has no more of "
+				       "this GPU to give back", size);
+		if (rc)
+			return rc;
+	}
+}
 #else
+int tfs_cuda_malloc(void **ptr, size_t size, const char *mount)
+{
+	clear_err();
+	*ptr = NULL;
+	return set_err(-ENOTSUP, "tfs_cuda_malloc: this libtierfs was built "
+		       "without CUDA");
+}
+
 static int map_cuda(struct tfs_map *m, const struct tfs_ioc_export *ex)
 {
 	return set_err(-ENOTSUP, "the file is on a CUDA device and this "
@@ -619,4 +681,54 @@ int tfs_alloc(const char *path, uint64_t size)
 	a.version = TFS_ABI_VERSION;
 	a.size = size;
 	return path_ioctl(path, O_RDWR | O_CREAT, TFS_IOC_ALLOC, &a);
+}
+
+/* TFS_IOC_RECLAIM on @path: by @uuid when it is not NULL, else GPU @gpu. */
+static int reclaim_path(const char *path, int gpu, const uint8_t *uuid,
+			uint64_t bytes, uint64_t *freed)
+{
+	struct tfs_ioc_reclaim r;
+	int fd, rc;
+
+	memset(&r, 0, sizeof(r));
+	r.version = TFS_ABI_VERSION;
+	r.bytes = bytes;
+	if (uuid) {
+		r.flags = TFS_RECLAIM_UUID;
+		memcpy(r.uuid, uuid, sizeof(r.uuid));
+	} else {
+		r.gpu = gpu;
+	}
+	/* Any descriptor does, a directory's too: O_RDONLY opens both. */
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	rc = xioctl(fd, TFS_IOC_RECLAIM, &r);
+	close(fd);
+	if (!rc && freed)
+		*freed = r.freed;
+	return rc;
+}
+
+int tfs_reclaim(const char *path, int gpu, uint64_t bytes, uint64_t *freed)
+{
+	clear_err();
+	if (freed)
+		*freed = 0;
+	if (gpu < TFS_GPU_CURRENT)
+		return -EINVAL;
+#ifdef TFS_HAVE_CUDA
+	if (gpu == TFS_GPU_CURRENT) {
+		uint8_t uuid[16];
+		int rc = current_uuid(uuid);
+
+		if (rc)
+			return rc;
+		return reclaim_path(path, 0, uuid, bytes, freed);
+	}
+#else
+	if (gpu == TFS_GPU_CURRENT)
+		gpu = TFS_GPU_DEFAULT;
+#endif
+	return reclaim_path(path, gpu, NULL, bytes, freed);
 }

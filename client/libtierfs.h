@@ -121,6 +121,40 @@ int tfs_move(const char *path, enum tfs_tier tier);
  */
 int tfs_alloc(const char *path, uint64_t size);
 
+/* For tfs_reclaim(): the GPU this thread's CUDA runtime has current, found
+ * on the daemon's side by its UUID; without CUDA, the daemon's default. */
+#define TFS_GPU_CURRENT (-2)
+/* For tfs_reclaim(): the daemon's default GPU ([device] gpu). */
+#define TFS_GPU_DEFAULT (-1)
+
+/*
+ * Ask the tierfs mount that holds @path (the mount point, or any file or
+ * directory on it) to give back at least @bytes of a GPU's memory
+ * (TFS_IOC_RECLAIM): it spills its least recently used buffers of that GPU
+ * to host memory and returns once the memory is free for cudaMalloc, or
+ * once nothing more can move. @gpu is an ordinal as the daemon numbers its
+ * GPUs ([device] gpu, `tierfsctl status`), TFS_GPU_DEFAULT or
+ * TFS_GPU_CURRENT. *@freed (may be NULL) gets the bytes given back, which
+ * is less than @bytes when too little could move; that is not an error.
+ *
+ * Errors: those of open(2); -ENOTTY when @path is not on tierfs; -ENODEV
+ * when the mount has no device tier; -ENXIO when it does not use that GPU
+ * (TFS_GPU_CURRENT: the caller's GPU is not one of tierfs's).
+ */
+int tfs_reclaim(const char *path, int gpu, uint64_t bytes, uint64_t *freed);
+
+/*
+ * cudaMalloc(@ptr, @size) on this thread's current device, and when the
+ * device is out of memory, tfs_reclaim() @size bytes of it from the tierfs
+ * mount holding @mount and try again, for as long as tierfs gives memory
+ * back. For GPU programs that call cudaMalloc directly and share the GPU
+ * with tierfs. 0 with *@ptr set; -ENOMEM when the memory cannot be found
+ * even after tierfs gave back what it could; -EIO (tfs_strerror() names
+ * the CUDA error) or -ENODEV for other CUDA failures; -ENOTSUP in a build
+ * without CUDA.
+ */
+int tfs_cuda_malloc(void **ptr, size_t size, const char *mount);
+
 /*
  * A description of @rc, a return value of this library. When @rc is the
  * last error this thread got from libtierfs and a CUDA call caused it, the

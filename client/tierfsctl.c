@@ -7,7 +7,8 @@
  * neither FUSE nor the store, so it works against any daemon version that
  * speaks the xattr protocol, and it never opens a file on the mount: a
  * release on the last close may register (and so move) a buffer, which a
- * tool that only looks must not do.
+ * tool that only looks must not do. The one ioctl it makes, reclaim's, goes
+ * to the mount's root directory.
  */
 #include <getopt.h>
 #include <locale.h>
@@ -49,6 +50,10 @@ static const char usage_text[] =
 	"                            Prometheus text format (all tierfs mounts\n"
 	"                            when none is named)\n"
 	"  cleanup [-q] DIR...       remove directory trees on a mount\n"
+	"  reclaim [--gpu N] [-q] MOUNT SIZE\n"
+	"                            spill GPU buffers until SIZE bytes of the\n"
+	"                            GPU's memory are given back (default: the\n"
+	"                            mount's default GPU)\n"
 	"\n"
 	"MOUNT defaults to the only tierfs mount. See tierfsctl(1).\n";
 
@@ -72,6 +77,7 @@ static const struct command {
 	{ "unpin", cmd_unpin, "unpin [-R] [-q] PATH..." },
 	{ "metrics", cmd_metrics, "metrics [-o FILE] [MOUNT...]" },
 	{ "cleanup", cmd_cleanup, "cleanup [-q] DIR..." },
+	{ "reclaim", cmd_reclaim, "reclaim [--gpu N] [-q] MOUNT SIZE" },
 };
 
 static const struct command *find_command(const char *name)

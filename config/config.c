@@ -86,6 +86,14 @@ static const struct cfg_key keys[] = {
 	  .arg = "SIZE|N%",
 	  .help = "device tier limit (default: 80% of free GPU memory, "
 		  "sim: 1G)" },
+	{ "device", "reserve", CFG_SIZE, CFG_F_PERCENT, FIELD(device, reserve),
+	  .max = UINT64_MAX, .def = "10%", .arg = "SIZE|N%",
+	  .help = "device memory kept free for other processes: tierfs "
+		  "spills when they leave less free, % of the GPU's memory" },
+	{ "device", "poll_ms", CFG_UINT, 0, FIELD(device, poll_ms), .min = 10,
+	  .max = 60000, .def = "100", .arg = "MS",
+	  .help = "how often free device memory is checked against the "
+		  "reserve, in milliseconds" },
 	{ "host", "limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
 	  FIELD(host, limit), .max = UINT64_MAX, .def = NULL,
 	  .arg = "SIZE|N%",

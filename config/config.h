@@ -56,6 +56,10 @@ struct tfs_config {
 		char backend[16]; /* auto|cuda|sim|none */
 		int gpu; /* CUDA device ordinal */
 		struct cfg_size limit; /* default: 80% of free GPU memory; sim: 1G */
+		/* Device memory kept free for other processes; default 10% of
+		 * the device's memory. */
+		struct cfg_size reserve;
+		unsigned int poll_ms; /* free memory checked this often */
 	} device;
 	struct {
 		/* default (bytes 0): 25% of RAM, at most half the memory

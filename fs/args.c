@@ -36,6 +36,7 @@ static bool known_cmd(unsigned int cmd)
 	case TFS_IOC_ALLOC:
 	case TFS_IOC_MOVE:
 	case TFS_IOC_STAT:
+	case TFS_IOC_RECLAIM:
 		return true;
 	}
 	return false;
@@ -48,7 +49,10 @@ int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out)
 	union tfs_ioc_args *a = out;
 	int rc;
 
-	if (!known_cmd(cmd) || req->compat || req->dir || !req->has_file)
+	if (!known_cmd(cmd) || req->compat)
+		return -ENOTTY;
+	/* A reclaim is about the mount: any descriptor of it will do. */
+	if (cmd != TFS_IOC_RECLAIM && (req->dir || !req->has_file))
 		return -ENOTTY;
 	/* The kernel copies _IOC_SIZE bytes each way the command says. */
 	if (((dir & _IOC_WRITE) && req->in_len != size) ||
@@ -102,6 +106,19 @@ int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out)
 		if (a->move.reserved0 ||
 		    !all_zero(a->move.reserved, sizeof(a->move.reserved)) ||
 		    a->move.tier >= TFS_TIER_COUNT)
+			return -EINVAL;
+		return 0;
+	case TFS_IOC_RECLAIM:
+		rc = check_head(a->rec.version, a->rec.flags, TFS_RECLAIM_UUID);
+		if (rc)
+			return rc;
+		if (a->rec.reserved0 || a->rec.freed ||
+		    !all_zero(a->rec.reserved, sizeof(a->rec.reserved)))
+			return -EINVAL;
+		/* Without the flag, the UUID is a reserved field. */
+		if (!(a->rec.flags & TFS_RECLAIM_UUID) &&
+		    (a->rec.gpu < -1 ||
+		     !all_zero(a->rec.uuid, sizeof(a->rec.uuid))))
 			return -EINVAL;
 		return 0;
 	default: /* TFS_IOC_STAT */

@@ -33,15 +33,19 @@ union tfs_ioc_args {
 	struct tfs_ioc_alloc alloc;
 	struct tfs_ioc_move move;
 	struct tfs_ioc_stat stat;
+	struct tfs_ioc_reclaim rec;
 };
 
 /*
  * Check @req, in this order:
- *   -ENOTTY  an unknown command; a 32-bit or directory caller, or no open
- *            file (the ABI is promised to 64-bit callers of a file only);
+ *   -ENOTTY  an unknown command; a 32-bit caller; a directory caller or
+ *            no open file, but for TFS_IOC_RECLAIM (the ABI is promised to
+ *            64-bit callers, and but for a reclaim, of a file only);
  *   -EINVAL  buffer sizes other than the command's; a version other than
  *            TFS_ABI_VERSION, flags the command does not define, nonzero
- *            reserved words, a tier >= TFS_TIER_COUNT, an alloc of 0 bytes;
+ *            reserved words, a tier >= TFS_TIER_COUNT, an alloc of 0 bytes,
+ *            a reclaim's gpu below -1 or its UUID set without
+ *            TFS_RECLAIM_UUID, or its freed set;
  *   -EBADF   an export through a file not open for reading, a write export
  *            through one not open for reading and writing, an alloc
  *            through one not open for writing (as read(2) and write(2)

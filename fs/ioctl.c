@@ -21,6 +21,11 @@
  * A commit, an alloc or a write export of an immutable or append-only file
  * gets EPERM: each rewrites bytes in place. A move or a pin does not change
  * a byte and is allowed.
+ *
+ * TFS_IOC_RECLAIM is about the mount, not a file: it is answered on any
+ * descriptor, a directory's (the mount root's) included, whatever it was
+ * opened for. It changes no byte and shows none; it spills others' buffers
+ * off the GPU as writing a file of that size would.
  */
 #include <errno.h>
 #include <string.h>
@@ -156,6 +161,31 @@ static void ioc_stat(struct tfs_file *f, struct tfs_ioc_stat *out)
 	out->generation = st.generation;
 }
 
+static int ioc_reclaim(const struct tfs_ioc_reclaim *a,
+		       struct tfs_ioc_reclaim *out)
+{
+	uint64_t freed = 0;
+	int gpu, rc;
+
+	if (a->flags & TFS_RECLAIM_UUID)
+		gpu = tier_store_gpu_by_uuid(tfs.store, a->uuid);
+	else
+		gpu = a->gpu < 0 ? tier_store_default_gpu(tfs.store) : a->gpu;
+	if (gpu < 0)
+		return gpu;
+	rc = tier_store_reclaim(tfs.store, gpu, a->bytes, &freed);
+	if (rc < 0)
+		return rc;
+	memset(out, 0, sizeof(*out));
+	out->version = TFS_ABI_VERSION;
+	out->flags = a->flags;
+	out->gpu = gpu;
+	out->bytes = a->bytes;
+	out->freed = freed;
+	memcpy(out->uuid, a->uuid, sizeof(out->uuid));
+	return 0;
+}
+
 void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	       struct fuse_file_info *fi, unsigned int flags,
 	       const void *in_buf, size_t in_bufsz, size_t out_bufsz)
@@ -176,6 +206,7 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	union {
 		struct tfs_ioc_export exp;
 		struct tfs_ioc_stat st;
+		struct tfs_ioc_reclaim rec;
 	} out;
 	size_t out_len = 0;
 	bool inval = false;
@@ -210,6 +241,10 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	case TFS_IOC_MOVE:
 		rc = ioc_move(req, f, &a.move);
 		inval = true;
+		break;
+	case TFS_IOC_RECLAIM:
+		rc = ioc_reclaim(&a.rec, &out.rec);
+		out_len = sizeof(out.rec);
 		break;
 	default:
 		ioc_stat(f, &out.st);

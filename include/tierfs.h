@@ -122,12 +122,39 @@ struct tfs_ioc_stat {
 	uint64_t reserved[4];
 };
 
+/* TFS_IOC_RECLAIM: pick the GPU by `uuid` instead of `gpu`. */
+#define TFS_RECLAIM_UUID 0x1u
+
+/*
+ * TFS_IOC_RECLAIM: a GPU program needs device memory. The daemon spills the
+ * least recently used buffers of one GPU to host (or disk) until it has
+ * given back at least `bytes` bytes of that GPU's memory, or nothing more
+ * can move (every buffer left is leased, pinned or in use), and returns
+ * once the memory is released to the driver. Works on any descriptor of the
+ * mount, a directory's included, whatever it was opened for: it moves no
+ * byte of any file, only where buffers live, as writing a file would.
+ * Returns 0 with `freed` below `bytes` when nothing more could move;
+ * ENODEV without a device tier, ENXIO for a GPU the daemon does not use.
+ */
+struct tfs_ioc_reclaim {
+	uint32_t version;
+	uint32_t flags; /* in: TFS_RECLAIM_* */
+	int32_t gpu; /* in: GPU ordinal as the daemon numbers them
+			* ([device] gpu); -1: the daemon's default GPU */
+	uint32_t reserved0;
+	uint64_t bytes; /* in: free at least this many */
+	uint64_t freed; /* out: bytes of device memory given back */
+	uint8_t uuid[16]; /* in, with TFS_RECLAIM_UUID: the GPU's UUID */
+	uint64_t reserved[4];
+};
+
 #define TFS_IOC_EXPORT _IOWR(TFS_IOC_MAGIC, 1, struct tfs_ioc_export)
 #define TFS_IOC_RELEASE _IOW(TFS_IOC_MAGIC, 2, struct tfs_ioc_release)
 #define TFS_IOC_COMMIT _IOW(TFS_IOC_MAGIC, 3, struct tfs_ioc_commit)
 #define TFS_IOC_ALLOC _IOW(TFS_IOC_MAGIC, 4, struct tfs_ioc_alloc)
 #define TFS_IOC_MOVE _IOW(TFS_IOC_MAGIC, 5, struct tfs_ioc_move)
 #define TFS_IOC_STAT _IOWR(TFS_IOC_MAGIC, 6, struct tfs_ioc_stat)
+#define TFS_IOC_RECLAIM _IOWR(TFS_IOC_MAGIC, 7, struct tfs_ioc_reclaim)
 
 static_assert(sizeof(struct tfs_ioc_export) == 152, "export ABI");
 static_assert(sizeof(struct tfs_ioc_release) == 32, "release ABI");
@@ -135,5 +162,6 @@ static_assert(sizeof(struct tfs_ioc_commit) == 32, "commit ABI");
 static_assert(sizeof(struct tfs_ioc_alloc) == 32, "alloc ABI");
 static_assert(sizeof(struct tfs_ioc_move) == 32, "move ABI");
 static_assert(sizeof(struct tfs_ioc_stat) == 88, "stat ABI");
+static_assert(sizeof(struct tfs_ioc_reclaim) == 80, "reclaim ABI");
 
 #endif /* TIERFS_H */

@@ -125,6 +125,22 @@ struct tier_dev_ops {
 	 * places nothing there and serves what it can from host and disk.
 	 */
 	bool (*failed)(struct tier_dev *dev);
+	/*
+	 * Optional: the device's memory now. @free as the driver counts it
+	 * (cudaMemGetInfo: what every process allocated taken off), @total,
+	 * and @held, what this backend has allocated and not yet given back
+	 * to the device (frees still queued included), so that what other
+	 * processes use is total - free - held. Called often (the reserve
+	 * watcher polls it) and without store locks. 0 or -errno.
+	 */
+	int (*meminfo)(struct tier_dev *dev, uint64_t *free, uint64_t *total,
+		       uint64_t *held);
+	/*
+	 * Optional: return once the memory of every free() made so far is
+	 * back with the device, where another process can allocate it (cuda
+	 * frees on a thread of its own). A reclaim waits for this.
+	 */
+	void (*drain)(struct tier_dev *dev);
 };
 
 struct tier_dev {

@@ -142,6 +142,11 @@ struct cuda_dev {
 	struct cuda_gone *gone_head, **gone_tail; /* free_lock */
 	bool freeing; /* free_lock: a cudaFree is running */
 	bool free_stop; /* free_lock */
+	/* Bytes cudaMalloc'd and not yet cudaFree'd (queued frees
+	 * included): what meminfo reports as held. Raised before cudaMalloc
+	 * and lowered after cudaFree, so that it never reads below what the
+	 * device has given us. atomic */
+	uint64_t held;
 };
 
 struct cuda_dmem {
@@ -491,6 +496,7 @@ static void *freer_main(void *arg)
 			if (e == cudaSuccess)
 				e = cudaFree(g->ptr);
 		}
+		__atomic_sub_fetch(&d->held, g->granted, __ATOMIC_RELAXED);
 		if (e != cudaSuccess) {
 			(void)cudaGetLastError();
 			if (cuda_sticky(d, e))
@@ -895,6 +901,7 @@ static int cuda_alloc(struct tier_dev *dev, size_t len, struct tier_dmem **out)
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
+	__atomic_add_fetch(&d->held, granted, __ATOMIC_RELAXED);
 	e = cuda_enter(d);
 	if (e == cudaSuccess)
 		e = cudaMalloc(&m->ptr, granted);
@@ -905,6 +912,7 @@ static int cuda_alloc(struct tier_dev *dev, size_t len, struct tier_dmem **out)
 		e = cudaMalloc(&m->ptr, granted);
 	}
 	if (e != cudaSuccess) {
+		__atomic_sub_fetch(&d->held, granted, __ATOMIC_RELAXED);
 		free(m);
 		/*
 		 * Out of memory is not sticky, but it stays the last error:
@@ -942,6 +950,8 @@ static void cuda_free(struct tier_dev *dev, struct tier_dmem *dm)
 		cuda_enter(d);
 		if (cudaFree(m->ptr) != cudaSuccess)
 			(void)cudaGetLastError();
+		__atomic_sub_fetch(&d->held, m->base.granted,
+				   __ATOMIC_RELAXED);
 		free(m);
 		return;
 	}
@@ -1250,6 +1260,50 @@ static void cuda_unexport(struct tier_dev *dev, struct tier_dmem *m)
 {
 }
 
+/*
+ * What the reserve watcher polls: cudaMemGetInfo counts every process's
+ * allocations, ours included, so held (what we cudaMalloc'd and have not
+ * cudaFree'd yet) tells them apart. A failed device reports nothing.
+ */
+static int cuda_meminfo(struct tier_dev *dev, uint64_t *free_b,
+			uint64_t *total, uint64_t *held)
+{
+	struct cuda_dev *d = to_cdev(dev);
+	uint64_t before, after;
+	size_t f = 0, t = 0;
+	cudaError_t e;
+
+	if (dev_failed(d))
+		return -ENODEV;
+	/*
+	 * held never reads below what the device gave us (see its comment),
+	 * and the larger of a read before and one after the driver's count
+	 * covers an allocation or a free running meanwhile: other processes'
+	 * use may be underestimated for one poll, never overestimated, so
+	 * our own traffic never looks like pressure and makes us spill.
+	 */
+	before = __atomic_load_n(&d->held, __ATOMIC_RELAXED);
+	e = cuda_enter(d);
+	if (e == cudaSuccess)
+		e = cudaMemGetInfo(&f, &t);
+	after = __atomic_load_n(&d->held, __ATOMIC_RELAXED);
+	*held = before > after ? before : after;
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		if (cuda_sticky(d, e))
+			return dev_fail(d, e, "cudaMemGetInfo");
+		return cuda_errno(e) ? cuda_errno(e) : -EIO;
+	}
+	*free_b = f;
+	*total = t;
+	return 0;
+}
+
+static void cuda_drain(struct tier_dev *dev)
+{
+	frees_wait(to_cdev(dev));
+}
+
 /* free is what cudaMemGetInfo said at init, before the store allocated
  * anything: the default device limit is a share of it, and asking again
  * later would count the store's own buffers as used by others. */
@@ -1275,4 +1329,6 @@ const struct tier_dev_ops tier_dev_cuda_ops = {
 	.readv = cuda_readv,
 	.writev = cuda_writev,
 	.failed = cuda_failed,
+	.meminfo = cuda_meminfo,
+	.drain = cuda_drain,
 };

@@ -10,6 +10,13 @@
  * unlinked when the last lease ends, and the daemon keeps its mapping.
  * Names carry the daemon's pid ("/tierfs.PID.RANDOM") so that a daemon that
  * starts removes the objects a killed one left in /dev/shm.
+ *
+ * Test hook: with TFS_SIM_CLAIM=FILE in the daemon's environment, FILE holds
+ * how much of the simulated device other processes hold (a size such as
+ * "300M"; missing or empty: nothing). It is read at each meminfo(), which
+ * the store's reserve watcher calls on its timer, and the claimed bytes
+ * count as allocated by someone else: alloc() refuses what does not fit
+ * beside them, as cudaMalloc would.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -34,9 +41,11 @@
 
 struct sim_dev {
 	struct tier_dev base;
-	pthread_mutex_t lock; /* protects used */
+	pthread_mutex_t lock; /* protects used and claimed */
 	uint64_t capacity;
 	uint64_t used;
+	uint64_t claimed; /* by "other processes": TFS_SIM_CLAIM */
+	char *claim_path; /* TFS_SIM_CLAIM, or NULL */
 };
 
 struct sim_mem {
@@ -126,6 +135,12 @@ static int sim_init(struct tier_dev **out, const struct tfs_config *cfg,
 	d->capacity = SIM_DEFAULT_CAPACITY;
 	if (!cfg->device.limit.is_percent && cfg->device.limit.bytes)
 		d->capacity = cfg->device.limit.bytes;
+	if (getenv("TFS_SIM_CLAIM") && *getenv("TFS_SIM_CLAIM") &&
+	    !(d->claim_path = strdup(getenv("TFS_SIM_CLAIM")))) {
+		free(d);
+		snprintf(err, errlen, "sim: out of memory");
+		return -ENOMEM;
+	}
 	remove_stale_exports();
 	*out = &d->base;
 	return 0;
@@ -136,6 +151,7 @@ static void sim_destroy(struct tier_dev *dev)
 	struct sim_dev *d = (struct sim_dev *)dev;
 
 	pthread_mutex_destroy(&d->lock);
+	free(d->claim_path);
 	free(d);
 }
 
@@ -146,7 +162,7 @@ static int sim_alloc(struct tier_dev *dev, size_t len, struct tier_dmem **out)
 	struct sim_mem *m;
 
 	pthread_mutex_lock(&d->lock);
-	if (d->used + maplen > d->capacity) {
+	if (d->used + d->claimed + maplen > d->capacity) {
 		pthread_mutex_unlock(&d->lock);
 		return -ENOMEM;
 	}
@@ -291,6 +307,54 @@ out_noname:
 	return rc;
 }
 
+/* What TFS_SIM_CLAIM's file says other processes hold; 0 when it is
+ * missing, empty or not a size. */
+static uint64_t read_claim(const char *path)
+{
+	struct cfg_size sz;
+	char buf[64];
+	ssize_t n;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	buf[strcspn(buf, " \t\n")] = '\0';
+	if (cfg_parse_size(buf, false, &sz))
+		return 0;
+	return sz.bytes;
+}
+
+static int sim_meminfo(struct tier_dev *dev, uint64_t *free_b,
+		       uint64_t *total, uint64_t *held)
+{
+	struct sim_dev *d = (struct sim_dev *)dev;
+	uint64_t claim = d->claim_path ? read_claim(d->claim_path) : 0;
+
+	pthread_mutex_lock(&d->lock);
+	d->claimed = claim < d->capacity ? claim : d->capacity;
+	*total = d->capacity;
+	/*
+	 * A real process could only take what is free; a claim may be
+	 * more, and then counts in full as the others' (total - free -
+	 * held): the pressure the test asked for, at once.
+	 */
+	if (d->used + d->claimed <= d->capacity) {
+		*held = d->used;
+		*free_b = d->capacity - d->claimed - d->used;
+	} else {
+		*held = d->capacity - d->claimed;
+		*free_b = 0;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
 static void *sim_host_ptr(struct tier_dev *dev, struct tier_dmem *dm)
 {
 	return ((struct sim_mem *)dm)->ptr;
@@ -322,4 +386,5 @@ const struct tier_dev_ops tier_dev_sim_ops = {
 	.unexport = sim_unexport,
 	.info = sim_info,
 	.host_ptr = sim_host_ptr,
+	.meminfo = sim_meminfo,
 };

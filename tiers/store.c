@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config/log.h"
@@ -37,6 +38,7 @@ static void apply_limits(struct tier_store *s, const struct tfs_config *cfg,
 {
 	for (int t = 0; t < TFS_TIER_COUNT; t++)
 		s->use[t].limit = lim[t];
+	st_watch_config(s, cfg);
 	s->high_wm = cfg->policy.high_watermark;
 	s->target = cfg->policy.target;
 	s->unspill = cfg->policy.unspill;
@@ -95,6 +97,7 @@ static int open_device(struct tier_store *s, const struct tfs_config *cfg,
 		return rc;
 	}
 	ops->info(s->dev, &s->dev_info);
+	s->gpu = cfg->device.gpu;
 	snprintf(s->backend, sizeof(s->backend), "%s", ops->name);
 	tfs_info("device: %s '%s', %" PRIu64 " bytes", ops->name,
 		 s->dev_info.model, s->dev_info.capacity);
@@ -129,6 +132,13 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	pthread_mutexattr_destroy(&ma);
 	pthread_cond_init(&s->spill_wake, NULL);
 	pthread_cond_init(&s->io_idle, NULL);
+	pthread_condattr_t ca;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->watch_wake, &ca);
+	pthread_condattr_destroy(&ca);
+	s->dev_room = UINT64_MAX;
 	pol_init(&s->pol, pol);
 	s->chunk_size = cfg->disk.chunk_size;
 	s->next_id = 1;
@@ -211,9 +221,21 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 		goto out_pool;
 	}
 	s->spiller_started = true;
+	rc = st_watch_start(s);
+	if (rc) {
+		snprintf(err, errlen, "cannot start the reserve watcher: %s",
+			 strerror(-rc));
+		goto out_spiller;
+	}
 	*out = s;
 	return 0;
 
+out_spiller:
+	pthread_mutex_lock(&s->lock);
+	s->stop = true;
+	pthread_cond_signal(&s->spill_wake);
+	pthread_mutex_unlock(&s->lock);
+	pthread_join(s->spiller, NULL);
 out_pool:
 	host_pool_destroy(s->pool);
 out_disk:
@@ -227,6 +249,7 @@ out_lock:
 	free(s->disk_path);
 	pthread_cond_destroy(&s->io_idle);
 	pthread_cond_destroy(&s->spill_wake);
+	pthread_cond_destroy(&s->watch_wake);
 	pthread_mutex_destroy(&s->lock);
 out_free:
 	free(s);
@@ -243,6 +266,7 @@ void tier_store_destroy(struct tier_store *s)
 	pthread_mutex_unlock(&s->lock);
 	if (s->spiller_started)
 		pthread_join(s->spiller, NULL);
+	st_watch_stop(s);
 	tier_store_graves_bury(s, tier_store_graves_take(s));
 	free(s->graves);
 	host_pool_destroy(s->pool);
@@ -251,6 +275,7 @@ void tier_store_destroy(struct tier_store *s)
 		s->dev->ops->destroy(s->dev);
 	pthread_cond_destroy(&s->io_idle);
 	pthread_cond_destroy(&s->spill_wake);
+	pthread_cond_destroy(&s->watch_wake);
 	pthread_mutex_destroy(&s->lock);
 	munmap(s->zeroes, s->chunk_size);
 	free(s->disk_path);

@@ -80,6 +80,14 @@ struct tier_store_stats {
 	uint64_t spill_write_errors; /* writes of spill files that failed */
 	uint64_t spill_punch_errors; /* room a rewrite freed, not given back */
 	uint64_t host_alloc_failures; /* host chunks the system refused */
+	/* The device's memory at the reserve watcher's last poll (0 before
+	 * one, or without a device that can tell), the reserve, and the
+	 * room other processes leave the device tier (UINT64_MAX: nobody
+	 * else uses the device). */
+	uint64_t device_free, device_others, device_reserve, device_room;
+	/* Reclaims asked and yields to other processes, with the bytes each
+	 * gave back. */
+	uint64_t reclaims, reclaimed_bytes, yields, yield_bytes;
 };
 
 /*
@@ -117,6 +125,25 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out);
  * exceed @len (then @buf holds a truncated copy), like snprintf.
  */
 size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len);
+
+/*
+ * Give device memory back to a GPU program (TFS_IOC_RECLAIM): spill the
+ * coldest device buffers of GPU @gpu (-1: the default) until at least
+ * @bytes of what the tier holds is given back or nothing more can move,
+ * then wait until the device has the memory back. *@freed: bytes given
+ * back, which may be less than @bytes (0 is returned then too). -ENODEV
+ * without a device tier, -ENXIO for a GPU the store does not use.
+ */
+int tier_store_reclaim(struct tier_store *s, int gpu, uint64_t bytes,
+		       uint64_t *freed);
+
+/* The ordinal of the default GPU ([device] gpu); -ENODEV without a device
+ * tier. */
+int tier_store_default_gpu(struct tier_store *s);
+
+/* The ordinal of the store's GPU whose UUID is @uuid; -ENXIO when none,
+ * -ENODEV without a device tier. */
+int tier_store_gpu_by_uuid(struct tier_store *s, const uint8_t uuid[16]);
 
 /* For statfs: the sum of the tiers' limits (the tiers a file can live
  * in), and the sum of what they use, as user.tierfs.stats shows them. */

@@ -257,7 +257,7 @@ int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	uint64_t limit = s->use[t].limit;
+	uint64_t limit = st_room(s, t);
 
 	if (bytes > limit) {
 		rc = -ENOSPC;

@@ -78,9 +78,25 @@ struct tier_store {
 	double high_wm, target; /* [S] */
 	enum cfg_unspill unspill; /* [S] */
 
+	/*
+	 * The device's memory as the reserve watcher last saw it
+	 * (store_reclaim.c): what other processes leave the device tier,
+	 * total - others - reserve, or UINT64_MAX while nobody else uses
+	 * the device; placements stay under it as under the limit. [S]
+	 */
+	uint64_t dev_room;
+	uint64_t dev_reserve; /* [S] bytes, from [device] reserve */
+	uint64_t dev_free, dev_others; /* [S] last poll */
+	unsigned int poll_ms; /* [S] */
+	/* Counters of reclaims asked (TFS_IOC_RECLAIM) and of yields to
+	 * other processes' pressure, with the bytes each gave back. [S] */
+	uint64_t reclaims, reclaimed_bytes, yields, yield_bytes;
+	bool yield_stuck; /* [S] pressure, and nothing could move: said once */
+
 	/* Set at init, read-only after. */
 	struct tier_dev *dev;
 	struct tier_dev_info dev_info;
+	int gpu; /* the device's ordinal, [device] gpu */
 	struct tier_disk *disk;
 	struct host_pool *pool;
 	uint32_t chunk_size;
@@ -103,6 +119,9 @@ struct tier_store {
 
 	pthread_t spiller;
 	pthread_cond_t spill_wake; /* with lock */
+	pthread_t watcher; /* the reserve watcher, when the device has meminfo */
+	pthread_cond_t watch_wake; /* with lock, on CLOCK_MONOTONIC */
+	bool watcher_started;
 	pthread_cond_t io_idle; /* with lock: some io_refs reached 0 */
 	void *zeroes; /* chunk_size of never-written memory, reads as zero */
 	bool stop; /* [S] */
@@ -214,6 +233,19 @@ int st_unspill_target(struct tier_buf *b);
 int st_promote(struct tier_buf *b, int t);
 /* The spiller thread; @arg is the store. Runs until s->stop. */
 void *st_spiller_main(void *arg);
+
+/* store_reclaim.c: reclaim on request, yielding to other processes. */
+
+/* s->lock held. What tier @t may hold now: its limit, and for the device
+ * no more than other processes leave it (the reserve). */
+uint64_t st_room(struct tier_store *s, int t);
+/* s->lock held. Resolve [device] reserve and poll_ms of @cfg. */
+void st_watch_config(struct tier_store *s, const struct tfs_config *cfg);
+/* Start the reserve watcher when the device can say how much of its
+ * memory is free (s->lock not held); 0 or -errno. */
+int st_watch_start(struct tier_store *s);
+/* Stop it; s->stop is set and s->lock not held. */
+void st_watch_stop(struct tier_store *s);
 
 /* store_host.c: the host copy; b->lock held for writing unless said. */
 

@@ -48,6 +48,14 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 	out->logical_bytes = s->logical;
 	out->evict_nothing_movable = s->evict_nothing_movable;
 	out->evict_move_errors = s->evict_move_errors;
+	out->device_free = s->dev_free;
+	out->device_others = s->dev_others;
+	out->device_reserve = s->dev_reserve;
+	out->device_room = s->dev_room;
+	out->reclaims = s->reclaims;
+	out->reclaimed_bytes = s->reclaimed_bytes;
+	out->yields = s->yields;
+	out->yield_bytes = s->yield_bytes;
 	pthread_mutex_unlock(&s->lock);
 	out->host_alloc_failures =
 		__atomic_load_n(&s->host_alloc_failures, __ATOMIC_RELAXED);
@@ -100,6 +108,19 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 		EMIT("%s.written_bytes=%" PRIu64 "\n", nm, u->written_bytes);
 		EMIT("%s.enospc=%" PRIu64 "\n", nm, u->enospc);
 	}
+	/* Giving memory back to GPU programs; "room" is what others leave
+	 * the device tier, shown as the limit while nobody else uses it. */
+	EMIT("device.reserve=%" PRIu64 "\n", st.device_reserve);
+	EMIT("device.free=%" PRIu64 "\n", st.device_free);
+	EMIT("device.others=%" PRIu64 "\n", st.device_others);
+	EMIT("device.room=%" PRIu64 "\n",
+	     st.device_room < st.tier[TFS_TIER_DEVICE].limit ?
+		     st.device_room :
+		     st.tier[TFS_TIER_DEVICE].limit);
+	EMIT("device.yields=%" PRIu64 "\n", st.yields);
+	EMIT("device.yield_bytes=%" PRIu64 "\n", st.yield_bytes);
+	EMIT("device.reclaims=%" PRIu64 "\n", st.reclaims);
+	EMIT("device.reclaimed_bytes=%" PRIu64 "\n", st.reclaimed_bytes);
 #undef EMIT
 	return n;
 }

@@ -293,6 +293,32 @@ static void test_device_keys(void)
 	CHECK_EQ(set2(&cfg, "device", "limit", "lots"), -EINVAL);
 	CHECK(cfg.device.limit.is_percent && cfg.device.limit.percent == 80);
 	cfg_free(&cfg);
+
+	/* The reserve: 10% by default, zero allowed (nothing kept free). */
+	cfg_defaults(&cfg);
+	CHECK(cfg.device.reserve.is_percent &&
+	      cfg.device.reserve.percent == 10);
+	CHECK_EQ(cfg.device.poll_ms, 100);
+	CHECK_EQ(set2(&cfg, "device", "reserve", "2G"), 0);
+	CHECK(!cfg.device.reserve.is_percent &&
+	      cfg.device.reserve.bytes == 2048 * MiB);
+	CHECK_EQ(set2(&cfg, "device", "reserve", "0"), 0);
+	CHECK(!cfg.device.reserve.is_percent && !cfg.device.reserve.bytes);
+	CHECK_EQ(set2(&cfg, "device", "reserve", "25%"), 0);
+	CHECK(cfg.device.reserve.is_percent &&
+	      cfg.device.reserve.percent == 25);
+	CHECK_EQ(set2(&cfg, "device", "reserve", "101%"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "device", "reserve", "some"), -EINVAL);
+	CHECK(cfg.device.reserve.is_percent &&
+	      cfg.device.reserve.percent == 25);
+	CHECK_EQ(set2(&cfg, "device", "poll_ms", "10"), 0);
+	CHECK_EQ(cfg.device.poll_ms, 10);
+	CHECK_EQ(set2(&cfg, "device", "poll_ms", "60000"), 0);
+	CHECK_EQ(set2(&cfg, "device", "poll_ms", "9"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "device", "poll_ms", "60001"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "device", "poll_ms", "0.5"), -EINVAL);
+	CHECK_EQ(cfg.device.poll_ms, 60000);
+	cfg_free(&cfg);
 }
 
 static void test_host_keys(void)
@@ -892,13 +918,15 @@ static void test_example_file(void)
 	fclose(in);
 	fclose(out);
 	/* every key but the three limits and the log file */
-	CHECK_EQ(keys, 15);
+	CHECK_EQ(keys, 17);
 	CHECK_EQ(load(&cfg, text), 0);
 	CHECK(!err[0] || !printf("#   %s\n", err));
 	cfg_defaults(&def);
 	CHECK(!strcmp(def.device.backend, cfg.device.backend));
 	CHECK_EQ(def.device.gpu, cfg.device.gpu);
 	CHECK(size_eq(&def.device.limit, &cfg.device.limit));
+	CHECK(size_eq(&def.device.reserve, &cfg.device.reserve));
+	CHECK_EQ(def.device.poll_ms, cfg.device.poll_ms);
 	CHECK(size_eq(&def.host.limit, &cfg.host.limit));
 	CHECK_EQ(def.host.pinned, cfg.host.pinned);
 	CHECK(!strcmp(def.disk.path, cfg.disk.path));

@@ -1,0 +1,473 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""A tierfs file's buffer on the GPU, from Python, and GPU memory on request.
+
+    import cupy, tierfs.device
+    with tierfs.device.open("/mnt/tierfs/x", write=True) as buf:
+        a = cupy.asarray(buf)          # zero copy: the file's bytes, uint8
+        a[:] = 7
+        buf.commit()                   # readers of the file see the 7s
+
+``open()`` exports the file (TFS_IOC_EXPORT: the daemon moves its buffer to
+the device tier and holds it there with a lease) and maps it into this
+process: on the cuda backend the CUDA IPC handle is opened here, with the
+CUDA runtime through ctypes, so the object has ``__cuda_array_interface__``
+and cupy, torch and numba take it without a copy; on the sim backend the
+bytes are a shared-memory mapping and ``buf.array`` (or
+``numpy.asarray(buf)``) is a NumPy array over it. ``commit()`` publishes what
+was written; ``close()`` (or leaving the ``with``) unmaps and ends the lease.
+
+``reclaim()`` asks the daemon for GPU memory back (TFS_IOC_RECLAIM) and
+``rmm_failure_callback()`` makes that an RMM failure callback, so that an RMM
+allocation that fails makes tierfs spill and is retried::
+
+    import rmm, tierfs.device
+    mr = rmm.mr.FailureCallbackResourceAdaptor(
+        rmm.mr.CudaMemoryResource(),
+        tierfs.device.rmm_failure_callback("/mnt/tierfs"))
+    rmm.mr.set_current_device_resource(mr)
+
+Pure Python: ioctls through fcntl, CUDA through ctypes. The CUDA runtime is
+found as ``$TIERFS_CUDART``, else ``libcudart.so`` and its versioned names
+(one already loaded, by cupy or torch, is reused).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import mmap
+import os
+import struct
+import threading
+
+__all__ = ["open", "DeviceBuffer", "reclaim", "rmm_failure_callback",
+           "CudaError"]
+
+# include/tierfs.h ---------------------------------------------------------
+
+ABI_VERSION = 1
+HANDLE_CUDA_IPC = 1
+HANDLE_SHM = 2
+EXPORT_WRITE = 0x1
+RECLAIM_UUID = 0x1
+GPU_DEFAULT = -1
+
+
+def _ioc(direction, nr, size):
+    return (direction << 30) | (size << 16) | (0xF7 << 8) | nr
+
+
+_EXPORT = struct.Struct("<IIIIQQQ64s16s4Q")
+_RELEASE = struct.Struct("<IIQ2Q")
+_COMMIT = struct.Struct("<II3Q")
+_RECLAIM = struct.Struct("<IIiIQQ16s4Q")
+assert (_EXPORT.size, _RELEASE.size, _COMMIT.size, _RECLAIM.size) == \
+    (152, 32, 32, 80), "include/tierfs.h changed"
+_W, _R = 1, 2
+IOC_EXPORT = _ioc(_R | _W, 1, _EXPORT.size)
+IOC_RELEASE = _ioc(_W, 2, _RELEASE.size)
+IOC_COMMIT = _ioc(_W, 3, _COMMIT.size)
+IOC_RECLAIM = _ioc(_R | _W, 7, _RECLAIM.size)
+
+
+def _ioctl(fd, code, packed: bytes) -> bytes:
+    buf = bytearray(packed)
+    fcntl.ioctl(fd, code, buf, True)
+    return bytes(buf)
+
+
+# The CUDA runtime, through ctypes ------------------------------------------
+
+
+class CudaError(OSError):
+    """A CUDA runtime call failed; ``code`` is the cudaError_t."""
+
+    def __init__(self, call, code, name, text):
+        super().__init__(errno.EIO, "%s: %s (%s, %d)" % (call, text, name,
+                                                         code))
+        self.code = code
+
+
+class _IpcHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+_CUDA_ERROR_MEMORY_ALLOCATION = 2
+_IPC_LAZY_ENABLE_PEER_ACCESS = 1
+# cudaDeviceProp begins with char name[256] and then the 16-byte UUID in
+# every CUDA release; the rest of it is never read, only given room.
+_PROP_UUID_OFFSET = 256
+_PROP_ROOM = 16384
+
+
+class _Cudart:
+    def __init__(self):
+        lib = None
+        tried = []
+        names = [os.environ.get("TIERFS_CUDART"), "libcudart.so",
+                 "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
+                 ctypes.util.find_library("cudart")]
+        for name in names:
+            if not name or name in tried:
+                continue
+            tried.append(name)
+            try:
+                lib = ctypes.CDLL(name)
+                break
+            except OSError:
+                continue
+        if lib is None:
+            raise OSError(errno.ENODEV, "the file is on a GPU but no CUDA "
+                          "runtime could be loaded (tried %s; set "
+                          "TIERFS_CUDART to the libcudart.so to use)" %
+                          ", ".join(tried))
+        self.lib = lib
+        c_int, c_void_p = ctypes.c_int, ctypes.c_void_p
+        sigs = {
+            "cudaGetDevice": [ctypes.POINTER(c_int)],
+            "cudaSetDevice": [c_int],
+            "cudaGetDeviceCount": [ctypes.POINTER(c_int)],
+            "cudaIpcOpenMemHandle": [ctypes.POINTER(c_void_p), _IpcHandle,
+                                     ctypes.c_uint],
+            "cudaIpcCloseMemHandle": [c_void_p],
+            "cudaDeviceSynchronize": [],
+            "cudaGetLastError": [],
+        }
+        for fn, args in sigs.items():
+            f = getattr(lib, fn)
+            f.argtypes = args
+            f.restype = c_int
+        # CUDA 12 headers call the v2 of it by the plain name.
+        self.props = getattr(lib, "cudaGetDeviceProperties_v2", None) or \
+            lib.cudaGetDeviceProperties
+        self.props.argtypes = [c_void_p, c_int]
+        self.props.restype = c_int
+        for fn in ("cudaGetErrorName", "cudaGetErrorString"):
+            getattr(lib, fn).argtypes = [c_int]
+            getattr(lib, fn).restype = ctypes.c_char_p
+
+    def check(self, call, code):
+        if code:
+            self.lib.cudaGetLastError()
+            raise CudaError(call, code,
+                            self.lib.cudaGetErrorName(code).decode(),
+                            self.lib.cudaGetErrorString(code).decode())
+
+    def current(self) -> int:
+        d = ctypes.c_int(0)
+        self.check("cudaGetDevice", self.lib.cudaGetDevice(ctypes.byref(d)))
+        return d.value
+
+    def uuid(self, dev: int) -> bytes:
+        buf = ctypes.create_string_buffer(_PROP_ROOM)
+        self.check("cudaGetDeviceProperties", self.props(buf, dev))
+        return buf.raw[_PROP_UUID_OFFSET:_PROP_UUID_OFFSET + 16]
+
+    def find(self, uuid: bytes) -> int:
+        """The ordinal, in this process, of the GPU whose UUID is uuid."""
+        n = ctypes.c_int(0)
+        self.check("cudaGetDeviceCount",
+                   self.lib.cudaGetDeviceCount(ctypes.byref(n)))
+        for dev in range(n.value):
+            if self.uuid(dev) == uuid:
+                return dev
+        raise OSError(errno.ENODEV, "no visible CUDA device has the UUID of "
+                      "tierfs's GPU (%s; %d visible): check "
+                      "CUDA_VISIBLE_DEVICES" % (_uuid_str(uuid), n.value))
+
+    def on(self, dev, fn, *args):
+        """fn(*args) with dev current, and the caller's device put back."""
+        prev = self.current()
+        if prev != dev:
+            self.check("cudaSetDevice", self.lib.cudaSetDevice(dev))
+        try:
+            return fn(*args)
+        finally:
+            if prev != dev:
+                self.lib.cudaSetDevice(prev)
+
+
+_cudart = None
+_cudart_lock = threading.Lock()
+
+
+def _runtime() -> _Cudart:
+    global _cudart
+    with _cudart_lock:
+        if _cudart is None:
+            _cudart = _Cudart()
+        return _cudart
+
+
+def _uuid_str(u: bytes) -> str:
+    h = u.hex()
+    return "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
+
+
+# Device buffers --------------------------------------------------------------
+
+
+class DeviceBuffer:
+    """A tierfs file's buffer mapped into this process; see open()."""
+
+    def __init__(self, path, write=False):
+        self.path = os.fspath(path)
+        self.writable = bool(write)
+        self._pid = os.getpid()
+        self._fd = -1
+        self._mm = None
+        self._array = None
+        self._ptr = None
+        self.device = None
+        self._fd = os.open(self.path, (os.O_RDWR if write else os.O_RDONLY) |
+                           os.O_CLOEXEC)
+        try:
+            self._export()
+        except BaseException:
+            self._release()
+            os.close(self._fd)
+            self._fd = -1
+            raise
+
+    def _export(self):
+        req = _EXPORT.pack(ABI_VERSION, EXPORT_WRITE if self.writable else 0,
+                           0, 0, 0, 0, 0, b"", b"", 0, 0, 0, 0)
+        (_v, _f, self.handle_type, _r0, offset, self.nbytes,
+         self.generation, handle, self.uuid, *_rest) = _EXPORT.unpack(
+             _ioctl(self._fd, IOC_EXPORT, req))
+        if self.handle_type == HANDLE_SHM:
+            self._map_shm(handle, offset)
+        elif self.handle_type == HANDLE_CUDA_IPC:
+            self._map_cuda(handle, offset)
+        else:
+            raise OSError(errno.EPROTO, "export of %r: unknown handle type "
+                          "%d" % (self.path, self.handle_type))
+
+    def _map_shm(self, handle, offset):
+        name = handle.split(b"\0", 1)[0].decode()
+        if not name.startswith("/") or "/" in name[1:]:
+            raise OSError(errno.EPROTO, "export: malformed shm handle")
+        import numpy as np
+        end = offset + self.nbytes
+        if not end:
+            self._array = np.zeros(0, dtype=np.uint8)
+            self._array.flags.writeable = self.writable
+            return
+        # shm_open(name) is open("/dev/shm" + name) on Linux.
+        sfd = os.open("/dev/shm" + name, (os.O_RDWR if self.writable else
+                                           os.O_RDONLY) | os.O_CLOEXEC)
+        try:
+            if os.fstat(sfd).st_size < end:
+                raise OSError(errno.EPROTO, "shm %s is shorter than the "
+                              "export says" % name)
+            prot = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)
+            self._mm = mmap.mmap(sfd, end, mmap.MAP_SHARED, prot)
+        finally:
+            os.close(sfd)
+        a = np.frombuffer(self._mm, dtype=np.uint8, count=self.nbytes,
+                          offset=offset)
+        self._array = a
+
+    def _map_cuda(self, handle, offset):
+        rt = _runtime()
+        dev = rt.find(self.uuid)
+        h = _IpcHandle()
+        h.reserved = handle
+        p = ctypes.c_void_p()
+        rt.on(dev, lambda: rt.check(
+            "cudaIpcOpenMemHandle",
+            rt.lib.cudaIpcOpenMemHandle(ctypes.byref(p), h,
+                                        _IPC_LAZY_ENABLE_PEER_ACCESS)))
+        self.device = dev
+        self._base = p.value
+        self._ptr = (p.value or 0) + offset
+
+    # What consumers read --------------------------------------------------
+
+    @property
+    def array(self):
+        """On the sim backend, a NumPy uint8 array over the mapping
+        (read-only unless opened for writing); None on a GPU."""
+        self._check_open()
+        return self._array
+
+    @property
+    def __array_interface__(self):
+        if self._array is None:
+            raise AttributeError("a GPU buffer has no __array_interface__: "
+                                 "use __cuda_array_interface__")
+        return self._array.__array_interface__
+
+    @property
+    def __cuda_array_interface__(self):
+        if self._ptr is None:
+            raise AttributeError("the mount's device tier is simulated "
+                                 "(sim): use .array")
+        self._check_open()
+        return {"shape": (self.nbytes,), "typestr": "|u1", "strides": None,
+                "data": (self._ptr if self.nbytes else 0,
+                         not self.writable),
+                "version": 3}
+
+    def __len__(self):
+        return self.nbytes
+
+    # Lifetime ---------------------------------------------------------------
+
+    def _check_open(self):
+        if self._fd < 0:
+            raise ValueError("the device buffer of %r is closed" % self.path)
+
+    def commit(self):
+        """Publish what was written through the mapping: lower copies are
+        dropped and readers of the file (cat, read) see the new bytes. On a
+        GPU, waits for all work on the device first. Needs write=True."""
+        self._check_open()
+        if not self.writable:
+            raise OSError(errno.EBADF, "commit: %r was opened read-only" %
+                          self.path)
+        if os.getpid() != self._pid:
+            raise OSError(errno.EBADF, "commit: the buffer belongs to the "
+                          "process that opened it")
+        if self._ptr is not None:
+            rt = _runtime()
+            rt.on(self.device, lambda: rt.check(
+                "cudaDeviceSynchronize", rt.lib.cudaDeviceSynchronize()))
+        _ioctl(self._fd, IOC_COMMIT, _COMMIT.pack(ABI_VERSION, 0, 0, 0, 0))
+
+    def _release(self):
+        try:
+            _ioctl(self._fd, IOC_RELEASE,
+                   _RELEASE.pack(ABI_VERSION, 0, 0, 0, 0))
+        except OSError:
+            pass
+
+    def close(self):
+        """Unmap and end the lease. Uncommitted writes may be lost when the
+        buffer moves later. NumPy views of a sim mapping stay readable
+        (they keep the mapping), but no longer follow the file; a GPU
+        pointer taken from the buffer must not be used after this."""
+        if self._fd < 0:
+            return
+        owner = os.getpid() == self._pid
+        try:
+            if self._ptr is not None and owner:
+                rt = _runtime()
+                base = self._base
+                self._ptr = None
+                rt.on(self.device, lambda: rt.check(
+                    "cudaIpcCloseMemHandle",
+                    rt.lib.cudaIpcCloseMemHandle(ctypes.c_void_p(base))))
+            self._array = None
+            if self._mm is not None:
+                try:
+                    self._mm.close()
+                except BufferError:
+                    pass  # views remain; the mapping goes with the last
+                self._mm = None
+        finally:
+            # A forked child shares the open file: its release would end
+            # the parent's lease under the parent's live mapping.
+            if owner:
+                self._release()
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        where = ("gpu %d" % self.device if self.device is not None else
+                 "sim")
+        return "<tierfs.device.DeviceBuffer %r, %d bytes on %s%s>" % (
+            self.path, self.nbytes if self._fd >= 0 else 0, where,
+            "" if self._fd >= 0 else ", closed")
+
+
+def open(path, write=False) -> DeviceBuffer:  # noqa: A001 (tierfs.device.open)
+    """Export the tierfs file at path to the device and map it here.
+
+    Returns a DeviceBuffer: on a GPU it has ``__cuda_array_interface__``
+    (cupy.asarray, torch.as_tensor, numba.cuda.as_cuda_array take it without
+    a copy), on the sim backend ``.array`` is a NumPy array over the shared
+    memory. The buffer stays on the device until close(). write=True needs
+    the file open for reading and writing, as write(2) would.
+
+    Raises OSError: ENODEV when the mount has no device tier (or no GPU in
+    this process has tierfs's), ENOSPC when the file does not fit on the
+    device, ENOTTY when path is not on tierfs, EBADF without the permission,
+    CudaError for a CUDA failure.
+    """
+    return DeviceBuffer(path, write)
+
+
+# GPU memory on request -------------------------------------------------------
+
+
+def reclaim(mount, nbytes: int, gpu: int | None = None,
+            uuid: bytes | None = None) -> int:
+    """Ask the tierfs mount holding mount (any file or directory on it) to
+    give back at least nbytes of a GPU's memory; returns the bytes it gave
+    back, fewer when nothing more could move.
+
+    gpu is an ordinal as the daemon numbers its GPUs (tierfsctl status),
+    uuid a GPU's 16-byte UUID instead; neither: the daemon's default GPU.
+    Raises OSError: ENODEV without a device tier, ENXIO for a GPU tierfs
+    does not use, ENOTTY when mount is not on tierfs.
+    """
+    if nbytes < 0:
+        raise ValueError("nbytes must not be negative")
+    flags, g, u = 0, GPU_DEFAULT if gpu is None else int(gpu), b""
+    if uuid is not None:
+        if len(uuid) != 16:
+            raise ValueError("a GPU UUID is 16 bytes")
+        flags, g, u = RECLAIM_UUID, 0, bytes(uuid)
+    fd = os.open(os.fspath(mount), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        out = _ioctl(fd, IOC_RECLAIM, _RECLAIM.pack(
+            ABI_VERSION, flags, g, 0, nbytes, 0, u, 0, 0, 0, 0))
+    finally:
+        os.close(fd)
+    return _RECLAIM.unpack(out)[5]
+
+
+def rmm_failure_callback(mount, gpu: int | None = None):
+    """A callback for ``rmm.mr.FailureCallbackResourceAdaptor``: when an
+    allocation of nbytes fails, it asks tierfs to give back nbytes of the
+    GPU the allocation was for, and says to retry if tierfs gave back
+    anything. RMM calls it again while allocations keep failing, so it ends
+    once tierfs has nothing more to give.
+
+    The GPU is the calling thread's current CUDA device, found on the
+    daemon's side by its UUID; pass gpu (the daemon's ordinal) to name one
+    instead. Without a CUDA runtime in this process, the daemon's default
+    GPU is asked. Errors (no device tier, a GPU tierfs does not use) make
+    the callback return False, and RMM raises MemoryError as without it.
+    """
+    def callback(nbytes: int) -> bool:
+        try:
+            if gpu is not None:
+                freed = reclaim(mount, nbytes, gpu=gpu)
+            else:
+                try:
+                    rt = _runtime()
+                    u = rt.uuid(rt.current())
+                except OSError:
+                    u = None
+                freed = reclaim(mount, nbytes, uuid=u)
+        except OSError:
+            return False
+        return freed > 0
+
+    return callback

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The device tier giving memory back, without a mount, on the sim device:
+ * reclaim on request (tier_store_reclaim) and yielding to other processes
+ * under [device] reserve, with TFS_SIM_CLAIM standing in for a process
+ * that takes device memory.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "tiers/store.h"
+#include "tap.h"
+
+#define MiB (1024ull * 1024)
+
+static char spill_dir[] = "/tmp/tierfs-unit-gpus.XXXXXX";
+static char claim_path[256];
+
+struct opts {
+	uint64_t dev, host, reserve;
+	unsigned int poll_ms;
+	bool reserve_set;
+};
+
+static struct tier_store *mk_store(const struct opts *o)
+{
+	struct tfs_config cfg;
+	struct tier_store *s = NULL;
+	char err[256];
+
+	cfg_defaults(&cfg);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "sim");
+	cfg.device.limit = (struct cfg_size){ .bytes = o->dev };
+	cfg.host.limit = (struct cfg_size){ .bytes = o->host };
+	if (o->reserve_set)
+		cfg.device.reserve = (struct cfg_size){ .bytes = o->reserve };
+	if (o->poll_ms)
+		cfg.device.poll_ms = o->poll_ms;
+	free(cfg.disk.path);
+	cfg.disk.path = strdup(spill_dir);
+	if (tier_store_init(&s, &cfg, "unit", err, sizeof(err)))
+		printf("# store init: %s\n", err);
+	cfg_free(&cfg);
+	return s;
+}
+
+static uint8_t pat(int n, uint64_t off)
+{
+	return (uint8_t)((off / 5) ^ (uint64_t)n * 29 ^ (off >> 11));
+}
+
+static struct tier_buf *mk_file(struct tier_store *s, int n, uint64_t size)
+{
+	struct tier_buf *b;
+	uint8_t *p = malloc(size);
+
+	for (uint64_t i = 0; i < size; i++)
+		p[i] = pat(n, i);
+	if (tier_buf_new(s, &b)) {
+		free(p);
+		return NULL;
+	}
+	if (tier_buf_write(b, p, size, 0) != (ssize_t)size)
+		printf("# write of file %d failed\n", n);
+	tier_buf_register(b);
+	free(p);
+	return b;
+}
+
+static bool verify(struct tier_buf *b, int n, uint64_t size)
+{
+	uint8_t *got = malloc(size);
+	bool ok = tier_buf_read(b, got, size, 0) == (ssize_t)size;
+
+	for (uint64_t i = 0; ok && i < size; i++)
+		ok = got[i] == pat(n, i);
+	free(got);
+	return ok;
+}
+
+static enum tfs_tier tier_of(struct tier_buf *b)
+{
+	struct tier_buf_stat st;
+
+	tier_buf_stat(b, &st);
+	return st.tier;
+}
+
+static uint64_t dev_used(struct tier_store *s)
+{
+	struct tier_store_stats st;
+
+	tier_store_stats(s, &st);
+	return st.tier[TFS_TIER_DEVICE].used;
+}
+
+static void set_claim(const char *text)
+{
+	FILE *f = fopen(claim_path, "w");
+
+	if (!f) {
+		printf("# cannot write %s\n", claim_path);
+		return;
+	}
+	fputs(text, f);
+	fclose(f);
+}
+
+/* Wait up to 10 s for the device tier to hold at most @goal bytes. */
+static bool wait_used_at_most(struct tier_store *s, uint64_t goal)
+{
+	struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+	for (int i = 0; i < 1000; i++) {
+		if (dev_used(s) <= goal)
+			return true;
+		nanosleep(&ts, NULL);
+	}
+	return false;
+}
+
+static void test_reclaim_frees_coldest_first(void)
+{
+	struct opts o = { .dev = 64 * MiB, .host = 256 * MiB };
+	struct tier_store *s = mk_store(&o);
+	struct tier_store_stats st;
+	struct tier_buf *b[6];
+	uint64_t freed = 0;
+
+	for (int i = 0; i < 6; i++) {
+		b[i] = mk_file(s, i, 8 * MiB);
+		CHECK_EQ(tier_of(b[i]), TFS_TIER_DEVICE);
+	}
+	CHECK_EQ(tier_store_reclaim(s, -1, 20 * MiB, &freed), 0);
+	CHECK(freed >= 20 * MiB);
+	CHECK(freed < 32 * MiB);
+	CHECK_EQ(tier_of(b[0]), TFS_TIER_HOST);
+	CHECK_EQ(tier_of(b[2]), TFS_TIER_HOST);
+	CHECK_EQ(tier_of(b[3]), TFS_TIER_DEVICE);
+	CHECK_EQ(dev_used(s), 48 * MiB - freed);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.reclaims, 1);
+	CHECK_EQ(st.reclaimed_bytes, freed);
+
+	/* More than is held: what can move, and a pinned file stays. */
+	tier_buf_pin(b[5]);
+	CHECK_EQ(tier_store_reclaim(s, 0, 1024 * MiB, &freed), 0);
+	CHECK_EQ(freed, 16 * MiB);
+	CHECK_EQ(tier_of(b[5]), TFS_TIER_DEVICE);
+	CHECK_EQ(tier_store_reclaim(s, 0, MiB, &freed), 0);
+	CHECK_EQ(freed, 0);
+	for (int i = 0; i < 6; i++) {
+		CHECK(verify(b[i], i, 8 * MiB));
+		tier_buf_destroy(b[i]);
+	}
+	tier_store_destroy(s);
+}
+
+static void test_reclaim_names_the_gpu(void)
+{
+	struct opts o = { .dev = 16 * MiB, .host = 64 * MiB };
+	struct tier_store *s = mk_store(&o);
+	uint8_t uuid[16] = { 0xff };
+	uint64_t freed = 1;
+
+	CHECK_EQ(tier_store_default_gpu(s), 0);
+	CHECK_EQ(tier_store_reclaim(s, 1, MiB, &freed), -ENXIO);
+	CHECK_EQ(freed, 0);
+	CHECK_EQ(tier_store_gpu_by_uuid(s, uuid), -ENXIO);
+	tier_store_destroy(s);
+
+	struct tfs_config cfg;
+	char err[256];
+
+	cfg_defaults(&cfg);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "none");
+	free(cfg.disk.path);
+	cfg.disk.path = strdup(spill_dir);
+	CHECK_EQ(tier_store_init(&s, &cfg, "unit", err, sizeof(err)), 0);
+	cfg_free(&cfg);
+	CHECK_EQ(tier_store_reclaim(s, -1, MiB, &freed), -ENODEV);
+	CHECK_EQ(tier_store_default_gpu(s), -ENODEV);
+	tier_store_destroy(s);
+}
+
+static void test_yield_to_a_claim(void)
+{
+	struct opts o = { .dev = 64 * MiB, .host = 256 * MiB,
+			  .reserve = 8 * MiB, .reserve_set = true,
+			  .poll_ms = 10 };
+	struct tier_store_stats st;
+	struct tier_store *s;
+	struct tier_buf *b[6];
+
+	set_claim("");
+	s = mk_store(&o);
+	for (int i = 0; i < 5; i++)
+		b[i] = mk_file(s, i, 10 * MiB);
+	CHECK_EQ(dev_used(s), 50 * MiB);
+	/* 64M - 30M claimed - 8M reserve: 26M left to the device tier. */
+	set_claim("30M\n");
+	CHECK(wait_used_at_most(s, 26 * MiB));
+	tier_store_stats(s, &st);
+	CHECK(st.yields >= 1);
+	CHECK(st.yield_bytes >= 24 * MiB);
+	CHECK_EQ(st.device_others, 30 * MiB);
+	CHECK_EQ(st.device_room, 26 * MiB);
+	CHECK_EQ(st.device_reserve, 8 * MiB);
+	/* A placement under the pressure keeps to the room. */
+	b[5] = mk_file(s, 5, 10 * MiB);
+	CHECK(dev_used(s) <= 26 * MiB);
+	CHECK_EQ(tier_of(b[5]), TFS_TIER_DEVICE);
+	/* The claim is gone: the room is the limit again. */
+	set_claim("0");
+	for (int i = 0; i < 1000; i++) {
+		tier_store_stats(s, &st);
+		if (st.device_room == UINT64_MAX)
+			break;
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
+	CHECK_EQ(st.device_room, UINT64_MAX);
+	for (int i = 0; i < 5; i++)
+		CHECK_EQ(tier_buf_move(b[i], TFS_TIER_DEVICE, 0), 0);
+	CHECK(dev_used(s) > 26 * MiB);
+	for (int i = 0; i < 6; i++) {
+		CHECK(verify(b[i], i, 10 * MiB));
+		tier_buf_destroy(b[i]);
+	}
+	tier_store_destroy(s);
+}
+
+static void test_no_yield_without_others(void)
+{
+	/* The default reserve, 10% of 64M: not kept free for nobody. */
+	struct opts o = { .dev = 64 * MiB, .host = 256 * MiB, .poll_ms = 10 };
+	struct tier_store_stats st;
+	struct timespec ts = { 0, 100 * 1000 * 1000 };
+	struct tier_store *s;
+	struct tier_buf *b[6];
+
+	set_claim("");
+	s = mk_store(&o);
+	for (int i = 0; i < 6; i++)
+		b[i] = mk_file(s, i, 9 * MiB);
+	nanosleep(&ts, NULL);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.device_reserve, 64 * MiB / 10);
+	CHECK_EQ(st.tier[TFS_TIER_DEVICE].used, 54 * MiB);
+	CHECK_EQ(st.yields, 0);
+	CHECK_EQ(st.device_others, 0);
+	for (int i = 0; i < 6; i++)
+		tier_buf_destroy(b[i]);
+	tier_store_destroy(s);
+}
+
+int main(void)
+{
+	if (!mkdtemp(spill_dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	snprintf(claim_path, sizeof(claim_path), "%s.claim", spill_dir);
+	setenv("TFS_SIM_CLAIM", claim_path, 1);
+	TAP_RUN(test_reclaim_frees_coldest_first);
+	TAP_RUN(test_reclaim_names_the_gpu);
+	TAP_RUN(test_yield_to_a_claim);
+	TAP_RUN(test_no_yield_without_others);
+	unlink(claim_path);
+	rmdir(spill_dir);
+	return tap_done();
+}
