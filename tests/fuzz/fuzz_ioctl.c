@@ -25,7 +25,7 @@ static const struct cmd {
 	unsigned int size;
 	bool in, out; /* the kernel copies the struct in, out */
 	uint32_t flags; /* flags the command defines */
-	struct range reserved[2];
+	struct range reserved[3];
 } cmds[] = {
 	{ TFS_IOC_EXPORT, 152, true, true, TFS_EXPORT_WRITE,
 	  { { 12, 16 }, { 120, 152 } } },
@@ -34,6 +34,9 @@ static const struct cmd {
 	{ TFS_IOC_ALLOC, 32, true, false, 0, { { 16, 32 }, { 0, 0 } } },
 	{ TFS_IOC_MOVE, 32, true, false, 0, { { 12, 32 }, { 0, 0 } } },
 	{ TFS_IOC_STAT, 88, true, true, 0, { { 20, 24 }, { 56, 88 } } },
+	/* reserved0, freed (out only) and reserved[] */
+	{ TFS_IOC_RECLAIM, 80, true, true, TFS_RECLAIM_UUID,
+	  { { 12, 16 }, { 24, 32 }, { 48, 80 } } },
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 
@@ -48,7 +51,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	    offsetof(struct tfs_ioc_move, reserved0) != 12 ||
 	    offsetof(struct tfs_ioc_stat, reserved0) != 20 ||
 	    offsetof(struct tfs_ioc_stat, reserved) != 56 ||
-	    sizeof(struct tfs_ioc_stat) != 88)
+	    sizeof(struct tfs_ioc_stat) != 88 ||
+	    offsetof(struct tfs_ioc_reclaim, gpu) != 8 ||
+	    offsetof(struct tfs_ioc_reclaim, reserved0) != 12 ||
+	    offsetof(struct tfs_ioc_reclaim, freed) != 24 ||
+	    offsetof(struct tfs_ioc_reclaim, uuid) != 32 ||
+	    offsetof(struct tfs_ioc_reclaim, reserved) != 48)
 		abort();
 	return 0;
 }
@@ -62,14 +70,17 @@ static uint32_t rd32(const uint8_t *p)
 static int reference(const struct tfs_ioc_req *r, const struct cmd *c,
 		     const uint8_t *in)
 {
-	if (!c || r->compat || r->dir || !r->has_file)
+	if (!c || r->compat)
+		return -ENOTTY;
+	/* A reclaim is about the mount and takes any descriptor. */
+	if (c->cmd != TFS_IOC_RECLAIM && (r->dir || !r->has_file))
 		return -ENOTTY;
 	if (r->in_len != (c->in ? c->size : 0) ||
 	    r->out_len != (c->out ? c->size : 0))
 		return -EINVAL;
 	if (rd32(in) != TFS_ABI_VERSION || (rd32(in + 4) & ~c->flags))
 		return -EINVAL;
-	for (int k = 0; k < 2; k++)
+	for (int k = 0; k < 3; k++)
 		for (unsigned int b = c->reserved[k].lo; b < c->reserved[k].hi;
 		     b++)
 			if (in[b])
@@ -78,6 +89,15 @@ static int reference(const struct tfs_ioc_req *r, const struct cmd *c,
 		return -EINVAL;
 	if (c->cmd == TFS_IOC_ALLOC && !rd32(in + 8) && !rd32(in + 12))
 		return -EINVAL;
+	/* Without TFS_RECLAIM_UUID the UUID is reserved too, and the GPU
+	 * an ordinal or -1. */
+	if (c->cmd == TFS_IOC_RECLAIM && !(rd32(in + 4) & TFS_RECLAIM_UUID)) {
+		if ((int32_t)rd32(in + 8) < -1)
+			return -EINVAL;
+		for (unsigned int b = 32; b < 48; b++)
+			if (in[b])
+				return -EINVAL;
+	}
 	if (c->cmd == TFS_IOC_EXPORT &&
 	    (!r->readable || ((rd32(in + 4) & TFS_EXPORT_WRITE) && !r->writable)))
 		return -EBADF;

@@ -95,6 +95,51 @@ static void test_ioctl_answers(void)
 	CHECK(!memcmp(&a.move, &m, sizeof(m)));
 }
 
+static void test_reclaim_answers(void)
+{
+	struct tfs_ioc_reclaim rc = { .version = TFS_ABI_VERSION, .gpu = -1,
+				      .bytes = 1 };
+	struct tfs_ioc_req r = { .cmd = TFS_IOC_RECLAIM, .in = &rc,
+				 .in_len = sizeof(rc), .out_len = sizeof(rc) };
+	union tfs_ioc_args a;
+
+	/* Any descriptor: a directory's, one opened for nothing much. */
+	CHECK_EQ(tfs_ioc_check(&r, &a), 0);
+	r.dir = true;
+	CHECK_EQ(tfs_ioc_check(&r, &a), 0);
+	r.compat = true;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -ENOTTY);
+	r.compat = false;
+	r.out_len = 0;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	r.out_len = sizeof(rc);
+	rc.gpu = -2;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	rc.gpu = 3;
+	CHECK_EQ(tfs_ioc_check(&r, &a), 0);
+	rc.uuid[15] = 1;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	rc.flags = TFS_RECLAIM_UUID;
+	CHECK_EQ(tfs_ioc_check(&r, &a), 0);
+	/* With a UUID the ordinal is not looked at. */
+	rc.gpu = -7;
+	CHECK_EQ(tfs_ioc_check(&r, &a), 0);
+	CHECK(!memcmp(&a.rec, &rc, sizeof(rc)));
+	rc.flags = 2;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	rc.flags = 0;
+	rc.uuid[15] = 0;
+	rc.gpu = -1;
+	rc.freed = 1;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	rc.freed = 0;
+	rc.reserved0 = 1;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	rc.reserved0 = 0;
+	rc.reserved[0] = 1;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+}
+
 static void test_xattr_values(void)
 {
 	enum tfs_tier t;
@@ -121,6 +166,7 @@ static void test_xattr_values(void)
 int main(void)
 {
 	TAP_RUN(test_ioctl_answers);
+	TAP_RUN(test_reclaim_answers);
 	TAP_RUN(test_xattr_values);
 	return tap_done();
 }
