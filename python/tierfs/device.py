@@ -273,8 +273,8 @@ class DeviceBuffer:
     def _map_cuda(self, handle, offset):
         rt = _runtime()
         dev = rt.find(self.uuid)
-        h = _IpcHandle()
-        h.reserved = handle
+        # Not h.reserved = handle: a char array field stops at a NUL.
+        h = _IpcHandle.from_buffer_copy(handle)
         p = ctypes.c_void_p()
         rt.on(dev, lambda: rt.check(
             "cudaIpcOpenMemHandle",

@@ -53,6 +53,12 @@
  *                             sees other GPUs than the daemon)
  *   TFS_MOCK_BREAK_FILE=PATH  while PATH exists, the next call that needs a
  *                             context breaks it (an ECC error or Xid)
+ *   TFS_MOCK_SHARED=FILE      processes naming the same FILE share their
+ *                             devices' memory, as processes on one GPU
+ *                             do: what the others allocated is not free
+ *                             for this one (cudaMalloc fails past it,
+ *                             cudaMemGetInfo counts it); a process that
+ *                             died stops counting
  *   TFS_MOCK_STATS=FILE       one line appended at exit: "registers N
  *                             unregisters N registered-left N direct-copies
  *                             N staged-copies N waits N calls N dev-left N
@@ -73,6 +79,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -147,6 +154,17 @@ struct mock_dev {
 	struct CUstream_st *streams[MAX_STREAMS];
 };
 
+/* TFS_MOCK_SHARED: what each process holds on each device. */
+#define MOCK_SHARED_SLOTS 64
+struct shared_use {
+	int32_t pid; /* 0: free; claimed with a compare-and-swap */
+	uint32_t pad;
+	uint64_t used[MAX_DEVS]; /* atomic */
+};
+
+static struct shared_use *shared; /* MOCK_SHARED_SLOTS of them, or NULL */
+static struct shared_use *shared_mine; /* mock_lock */
+
 static pthread_mutex_t mock_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
 static struct range ranges[MAX_RANGES]; /* mock_lock */
@@ -188,6 +206,74 @@ static void setup(void)
 	break_file = getenv("TFS_MOCK_BREAK_FILE");
 	for (int i = 0; i < MAX_DEVS; i++)
 		devs[i].ctx.dev = i;
+	if ((v = getenv("TFS_MOCK_SHARED")) && *v) {
+		size_t len = MOCK_SHARED_SLOTS * sizeof(*shared);
+		int fd = open(v, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		struct stat st;
+
+		if (fd >= 0 && !fstat(fd, &st) &&
+		    ((size_t)st.st_size >= len || !ftruncate(fd, (off_t)len))) {
+			shared = mmap(NULL, len, PROT_READ | PROT_WRITE,
+				      MAP_SHARED, fd, 0);
+			if (shared == MAP_FAILED)
+				shared = NULL;
+		}
+		if (fd >= 0)
+			close(fd);
+		if (!shared) {
+			fprintf(stderr, "mock: cannot share devices through %s\n",
+				v);
+			abort();
+		}
+	}
+}
+
+static bool pid_alive(pid_t pid)
+{
+	return kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+/* Bytes processes other than this one hold on @dev. mock_lock. */
+static size_t others_used_locked(int dev)
+{
+	size_t n = 0;
+	pid_t me = getpid();
+
+	for (int i = 0; shared && i < MOCK_SHARED_SLOTS; i++) {
+		pid_t pid = __atomic_load_n(&shared[i].pid, __ATOMIC_ACQUIRE);
+
+		if (pid && pid != me && pid_alive(pid))
+			n += __atomic_load_n(&shared[i].used[dev],
+					     __ATOMIC_RELAXED);
+	}
+	return n;
+}
+
+/* Publish what this process holds on @dev. mock_lock. */
+static void share_used_locked(int dev)
+{
+	pid_t me = getpid();
+
+	if (!shared)
+		return;
+	if (shared_mine && shared_mine->pid != me)
+		shared_mine = NULL; /* a forked child: the slot is the parent's */
+	for (int i = 0; !shared_mine && i < MOCK_SHARED_SLOTS; i++) {
+		int32_t pid = __atomic_load_n(&shared[i].pid, __ATOMIC_ACQUIRE);
+
+		if ((pid && pid_alive(pid)) ||
+		    !__atomic_compare_exchange_n(&shared[i].pid, &pid, me,
+						 false, __ATOMIC_ACQ_REL,
+						 __ATOMIC_ACQUIRE))
+			continue;
+		for (int d = 0; d < MAX_DEVS; d++)
+			__atomic_store_n(&shared[i].used[d], 0,
+					 __ATOMIC_RELAXED);
+		shared_mine = &shared[i];
+	}
+	if (shared_mine)
+		__atomic_store_n(&shared_mine->used[dev], devs[dev].used,
+				 __ATOMIC_RELAXED);
 }
 
 static cudaError_t fail(cudaError_t e)
@@ -791,7 +877,7 @@ static struct block *block_new_locked(int dev, size_t n, bool small)
 	char *p;
 	int fd, i;
 
-	if (devs[dev].used + n > dev_capacity)
+	if (devs[dev].used + others_used_locked(dev) + n > dev_capacity)
 		return NULL;
 	for (i = 0; i < MAX_BLOCKS && !b; i++)
 		if (!blocks[i].p)
@@ -817,6 +903,7 @@ static struct block *block_new_locked(int dev, size_t n, bool small)
 	*b = (struct block){ .p = p, .n = n, .dev = dev, .small = small };
 	snprintf(b->name, sizeof(b->name), "%s", name);
 	devs[dev].used += n;
+	share_used_locked(dev);
 	return b;
 }
 
@@ -867,6 +954,7 @@ static void check_no_importer_locked(const struct block *b, const void *p,
 static void block_release_locked(struct block *b)
 {
 	devs[b->dev].used -= b->n;
+	share_used_locked(b->dev);
 	if (devs[b->dev].small_cur == b)
 		devs[b->dev].small_cur = NULL;
 	munmap(b->p, b->n + MOCK_META);
@@ -948,8 +1036,10 @@ cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 {
 	ENTER(c);
 	pthread_mutex_lock(&mock_lock);
+	size_t used = devs[c->dev].used + others_used_locked(c->dev);
+
 	*total = dev_capacity;
-	*free_b = dev_capacity - devs[c->dev].used;
+	*free_b = used < dev_capacity ? dev_capacity - used : 0;
 	pthread_mutex_unlock(&mock_lock);
 	return cudaSuccess;
 }
@@ -1502,5 +1592,11 @@ __attribute__((destructor)) static void mock_exit(void)
 		for (i = 0; i < MAX_BLOCKS; i++)
 			if (blocks[i].p)
 				shm_unlink(blocks[i].name);
+	if (shared_mine && shared_mine->pid == getpid()) {
+		for (i = 0; i < MAX_DEVS; i++)
+			__atomic_store_n(&shared_mine->used[i], 0,
+					 __ATOMIC_RELAXED);
+		__atomic_store_n(&shared_mine->pid, 0, __ATOMIC_RELEASE);
+	}
 	pthread_mutex_unlock(&mock_lock);
 }

@@ -25,6 +25,11 @@
 #    device_backend=cuda, the clients (libtierfs -> cudaIpcOpenMemHandle)
 #    with the mock preloaded. The daemon's pool goes through
 #    cudaHostRegister as with host.pinned.
+# 3. tests/gpu/mock_reclaim.bats on the same daemon, with the daemon and
+#    its clients sharing the mock's device memory (TFS_MOCK_SHARED):
+#    tfs_cuda_malloc() and tfs_reclaim() against a full device, the reserve
+#    against a competing cudaMalloc loop, and tierfs.device from Python
+#    with the mock as its CUDA runtime.
 #
 # Exit 0 when all of it behaves, 1 otherwise, 77 without CUDA headers.
 set -u
@@ -97,7 +102,9 @@ asan=$(ldd "$client" 2>/dev/null | awk '/libasan/ { print $3 }')
 san=
 [ -n "$asan" ] && san=-fsanitize=address,undefined
 cc -std=gnu11 -O1 -g -D_GNU_SOURCE -Wall -Werror $san -I include -I client \
+	-isystem "$CUDA/include" \
 	tests/gpu/mock_client.c -L "$build/client/lib" -ltierfs \
+	-L "$CUDA/lib64" -lcudart \
 	-Wl,-rpath,"$build/client/lib" -o "$out/mock_client.bin" || exit 1
 for c in export_client:"$client" mock_client:"$out/mock_client.bin"; do
 	cat >"$out/${c%%:*}" <<EOS
@@ -106,9 +113,13 @@ LD_PRELOAD="$preload" EXPORT_CLIENT_MOCK_CUDA=1 exec ${c#*:} "\$@"
 EOS
 	chmod +x "$out/${c%%:*}"
 done
-for f in tests/integration/export.bats tests/gpu/mock_export.bats; do
+for f in tests/integration/export.bats tests/gpu/mock_export.bats \
+	tests/gpu/mock_reclaim.bats; do
+	shared=
+	case $f in *mock_reclaim.bats) shared=$out/shared ;; esac
 	if TIERFS_BIN=$out/tierfs EXPORT_CLIENT=$out/export_client \
-		MOCK_CLIENT=$out/mock_client \
+		MOCK_CLIENT=$out/mock_client MOCK_CUDART=$out/libcudamock.so \
+		TFS_MOCK_SHARED=$shared \
 		TFS_EXPORT_BACKEND=cuda TFS_MOCK_CAPACITY=$((256 << 20)) \
 		TFS_MOCK_STATS=$out/stats bats --tap "$f" >"$out/bats.log" 2>&1; then
 		echo "ok - $(basename "$f") on the cuda backend (mock):" \

@@ -16,6 +16,14 @@
  *                                    "child exit N" and "ready", wait for
  *                                    SIGTERM, check the map still reads,
  *                                    close, print "closed"
+ *   mock_client malloc MOUNT BYTES   tfs_cuda_malloc() BYTES on device 0,
+ *                                    reclaiming from the tierfs mount
+ *                                    MOUNT when the device is full (run
+ *                                    with TFS_MOCK_SHARED, so that the
+ *                                    daemon's memory is not free here):
+ *                                    "allocated BYTES", or the error
+ *   mock_client reclaim MOUNT BYTES  tfs_reclaim() on the current device
+ *                                    (TFS_GPU_CURRENT): "freed N"
  *
  * Exit status: 0 when the command ran, 1 on a failure (reason on stderr).
  */
@@ -28,6 +36,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cuda_runtime_api.h>
 
 #include "libtierfs.h"
 
@@ -147,12 +157,44 @@ static int cmd_forkclose(const char *path)
 	return 0;
 }
 
+static int cmd_malloc(const char *mount, const char *bytes)
+{
+	size_t n = strtoull(bytes, NULL, 0);
+	void *p;
+	int rc;
+
+	rc = tfs_cuda_malloc(&p, n, mount);
+	if (rc)
+		die("tfs_cuda_malloc", rc);
+	printf("allocated %zu\n", n);
+	if (cudaFree(p) != cudaSuccess)
+		die("cudaFree", -EIO);
+	return 0;
+}
+
+static int cmd_reclaim(const char *mount, const char *bytes)
+{
+	uint64_t freed = 0;
+	int rc;
+
+	rc = tfs_reclaim(mount, TFS_GPU_CURRENT, strtoull(bytes, NULL, 0),
+			 &freed);
+	if (rc)
+		die("tfs_reclaim", rc);
+	printf("freed %llu\n", (unsigned long long)freed);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 4 && !strcmp(argv[1], "malloc"))
+		return cmd_malloc(argv[2], argv[3]);
+	if (argc == 4 && !strcmp(argv[1], "reclaim"))
+		return cmd_reclaim(argv[2], argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "window"))
 		return cmd_window(argv[2], argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "forkclose"))
 		return cmd_forkclose(argv[2]);
-	fprintf(stderr, "usage: mock_client window PATH NEEDLE | forkclose PATH\n");
+	fprintf(stderr, "usage: mock_client window PATH NEEDLE | forkclose PATH | malloc MOUNT BYTES | reclaim MOUNT BYTES\n");
 	return 2;
 }

@@ -17,7 +17,16 @@
 # 3. spill/unspill under a 64 MiB device_limit: files bigger than the limit,
 #    user.tierfs.tier moves, every byte checked with cmp and on the GPU;
 # 4. throughput: a 1 GiB buffer spilled device->host (D2H) and prefetched
-#    back (H2D) with setfattr, next to raw pinned cudaMemcpy (gpu_bw).
+#    back (H2D) with setfattr, next to raw pinned cudaMemcpy (gpu_bw);
+#    reclaim latency: tfs_reclaim() of 1 GiB that exists only on the GPU,
+#    next to a raw 1 GiB D2H copy;
+# 5. giving memory back (gpu_hog): a program that fills the GPU but for
+#    512 MiB gets 2 GiB more through tfs_cuda_malloc() (a reclaim), and a
+#    competing cudaMalloc loop gets 2 GiB while tierfs yields under
+#    [device] reserve, the files checked on the GPU after both;
+# 6. Python: tierfs.device.open() with cupy, when cupy is installed (a
+#    kernel-written file compared, written through cupy, committed, read
+#    with cat).
 #
 # Exit: 0 all passed, 1 something failed, 77 skipped (no usable GPU, or no
 # FUSE), with "SKIP: <reason>" on stdout. Runs in under 5 minutes.
@@ -133,10 +142,12 @@ nvcc_helper() {
 }
 nvcc_helper gpu_check &
 nvcc_helper gpu_bw &
+nvcc_helper gpu_hog &
 wait
 CHECK=$HELP_DIR/gpu_check
 BW=$HELP_DIR/gpu_bw
-if [ ! -x "$CHECK" ] || [ ! -x "$BW" ]; then
+HOG=$HELP_DIR/gpu_hog
+if [ ! -x "$CHECK" ] || [ ! -x "$BW" ] || [ ! -x "$HOG" ]; then
 	fatal "nvcc could not build the helpers"
 fi
 
@@ -264,6 +275,107 @@ test_throughput() {
 		'BEGIN { printf "d2h_gbps=%.2f h2d_gbps=%.2f\n", s / d, s / h }'
 }
 
+stat_of() {
+	getfattr --absolute-names --only-values -n user.tierfs.stats "$MNT" |
+		sed -n "s/^$1=//p"
+}
+
+# A program that fills the GPU but for 512 MiB asks tfs_cuda_malloc() for
+# 2 GiB: tierfs spills device-only files to make the room.
+test_reclaim() {
+	[ -z "$DRYRUN" ] || { echo "dry run: needs a GPU"; return 0; }
+	mount_cuda device_limit=8G,host_limit=12G,device_reserve=0
+	local i
+	for i in 0 1 2 3; do
+		"$FILL" "$MNT/r$i" $((40 + i)) $((1 << 30)) >/dev/null
+	done
+	[ "$(stat_of device.used)" -ge $((4 << 30)) ] ||
+		die "the files are not on the device"
+	"$HOG" reclaim "$MNT" 512 2048
+	[ "$(stat_of device.reclaims)" -ge 1 ] || die "no reclaim was asked"
+	[ "$(stat_of device.reclaimed_bytes)" -ge $((1 << 30)) ] ||
+		die "reclaimed only $(stat_of device.reclaimed_bytes) bytes"
+	for i in 0 1 2 3; do
+		"$CHECK" "$MNT/r$i" $((40 + i)) >/dev/null
+	done
+}
+
+# Another program takes all but 256 MiB, then 2 GiB more in 256 MiB
+# cudaMallocs, retrying each that fails: tierfs must yield by itself.
+test_reserve() {
+	[ -z "$DRYRUN" ] || { echo "dry run: needs a GPU"; return 0; }
+	mount_cuda device_limit=8G,host_limit=12G,device_reserve=1G,device_poll_ms=50
+	local i pid
+	for i in 0 1 2 3; do
+		"$FILL" "$MNT/y$i" $((50 + i)) $((1 << 30)) >/dev/null
+	done
+	"$HOG" loop 256 2048 256 >"$TFS_TMP/hog" 2>&1 &
+	pid=$!
+	for i in $(seq 1 1800); do
+		grep -q '^ready' "$TFS_TMP/hog" && break
+		kill -0 $pid 2>/dev/null || break
+		sleep 0.05
+	done
+	cat "$TFS_TMP/hog"
+	grep -q 'held_mib=2048' "$TFS_TMP/hog" ||
+		{ kill $pid; die "the competing loop did not get its 2 GiB"; }
+	getfattr --only-values -n user.tierfs.stats "$MNT" 2>/dev/null |
+		grep -E '^device\.(used|room|free|others|reserve|yields|yield_bytes)='
+	[ "$(stat_of device.yields)" -ge 1 ] || { kill $pid; die "no yield"; }
+	[ "$(stat_of device.used)" -le "$(stat_of device.room)" ] ||
+		{ kill $pid; die "the device tier holds more than its room"; }
+	grep -q "device: yielded" "$LOG" || { kill $pid; die "no yield logged"; }
+	kill -TERM $pid
+	wait $pid || true
+	for i in 0 1 2 3; do
+		"$CHECK" "$MNT/y$i" $((50 + i)) >/dev/null
+	done
+}
+
+# tierfs.device from Python with cupy, zero copy.
+test_python_cupy() {
+	local py=/usr/bin/python3
+	if ! "$py" -c 'import cupy' 2>/dev/null; then
+		echo "cupy is not installed: skipped"
+		return 0
+	fi
+	mount_cuda device_limit=2G,host_limit=2G
+	"$FILL" "$MNT/p" 7 $((64 << 20)) >/dev/null
+	PYTHONPATH=$top/python TIERFS_CUDART=$CUDA/lib64/libcudart.so "$py" -c '
+import sys, numpy, cupy, tierfs.device as d
+path = sys.argv[1]
+want = numpy.fromfile(path, dtype=numpy.uint8)
+with d.open(path) as b:
+    a = cupy.asarray(b)
+    assert a.size == want.size and cupy.asnumpy(a).tobytes() == want.tobytes()
+with d.open(path, write=True) as b:
+    a = cupy.asarray(b)
+    a[:] = 3
+    b.commit()
+print("cupy ok")
+' "$MNT/p"
+	head -c $((64 << 20)) /dev/zero | tr '\0' '\3' | cmp - "$MNT/p"
+}
+
+# Prints "reclaim_gbps=X reclaim_ms=Y": the median of 3 tfs_reclaim()s of
+# 1 GiB that exists only on the GPU (copied D2H, then freed and drained).
+test_reclaim_latency() {
+	mount_cuda device_limit=3G,host_limit=3G,device_reserve=0
+	local r ms=()
+	for r in 1 2 3; do
+		rm -f "$MNT/big"
+		"$FILL" "$MNT/big" $r $((1 << 30)) >/dev/null
+		ms+=("$("$HOG" reclaim-only "$MNT" 1024 |
+			sed -n 's/^reclaim_ms=\([0-9.]*\) freed_mib=1024$/\1/p')")
+		[ -n "${ms[-1]}" ] || die "reclaim gave back less than 1 GiB"
+		[ "$(tier_of "$MNT/big")" = host ] || die "big was not spilled"
+	done
+	local m
+	m=$(printf '%s\n' "${ms[@]}" | sort -n | sed -n 2p)
+	awk -v m="$m" 'BEGIN { printf "reclaim_gbps=%.2f reclaim_ms=%.1f\n",
+		1073741824 / (m * 1e6), m }'
+}
+
 failed=0
 run_test() {
 	local name=$1 rc
@@ -282,18 +394,24 @@ run_test() {
 
 run_test test_ipc
 run_test test_spill
+run_test test_reclaim
+run_test test_reserve
+run_test test_python_cupy
 
 say "throughput, 1 GiB"
 set +e
 spill=$( (set -e; test_throughput) | tail -1)
 if [ -n "$DRYRUN" ]; then
 	raw="h2d_gbps=1 d2h_gbps=1 (dry run: not measured)"
+	reclaim="reclaim: dry run, not measured"
 else
 	raw=$("$BW" 1024 3)
+	reclaim=$( (set -e; test_reclaim_latency) | tail -1)
 fi
 set -e
 echo "tierfs: $spill"
 echo "raw pinned cudaMemcpy: $raw"
+echo "tierfs reclaim, 1 GiB: $reclaim"
 get() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 if [ -n "$(get d2h_gbps "$spill")" ] && [ -n "$(get d2h_gbps "$raw")" ]; then
 	printf '%-28s %10s %12s %7s\n' case tierfs "raw pinned" ratio
@@ -307,6 +425,16 @@ if [ -n "$(get d2h_gbps "$spill")" ] && [ -n "$(get d2h_gbps "$raw")" ]; then
 			printf "%-28s %7.2f GB/s %7.2f GB/s %6.2fx\n",
 				l, a, b, a / b }'
 	done
+	if [ -n "$(get reclaim_gbps "$reclaim")" ]; then
+		awk -v a="$(get reclaim_gbps "$reclaim")" \
+			-v ms="$(get reclaim_ms "$reclaim")" \
+			-v b="$(get d2h_gbps "$raw")" 'BEGIN {
+			printf "%-28s %7.2f GB/s %7.2f GB/s %6.2fx (%.1f ms)\n",
+				"reclaim 1 GiB (D2H+free)", a, b, a / b, ms }'
+	elif [ -z "$DRYRUN" ]; then
+		echo "FAIL: reclaim latency"
+		failed=1
+	fi
 else
 	echo "FAIL: throughput"
 	failed=1
