@@ -37,8 +37,9 @@ static inline void cfg_check_valid(const struct tfs_config *c)
 		   c->policy.eviction);
 	FUZZ_CHECK(c->device.gpu >= 0, "gpu %d", c->device.gpu);
 	cfg_check_size(&c->device.limit, true, "device.limit");
-	cfg_check_size(&c->host.limit, false, "host.limit");
-	cfg_check_size(&c->disk.limit, false, "disk.limit");
+	/* bytes 0 is "derive from the machine"; a written 0 is refused */
+	cfg_check_size(&c->host.limit, true, "host.limit");
+	cfg_check_size(&c->disk.limit, true, "disk.limit");
 	FUZZ_CHECK(c->disk.path && c->disk.path[0] == '/', "disk.path '%s'",
 		   c->disk.path ? c->disk.path : "(null)");
 	FUZZ_CHECK(c->disk.compression == CFG_COMPRESS_LZ4 ||
