@@ -7,54 +7,18 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <ini.h>
 
 #include "config/config.h"
+#include "config/config_int.h"
 #include "config/log.h"
-
-enum cfg_type {
-	CFG_CHOICE_STR, /* one of choices[], copied into a char array */
-	CFG_CHOICE_ENUM, /* one of choices[], stored as its index (an enum) */
-	CFG_BOOL,
-	CFG_INT, /* int, min..max */
-	CFG_UINT, /* unsigned int, min..max */
-	CFG_SIZE, /* struct cfg_size */
-	CFG_SIZE32, /* uint32_t bytes, min..max */
-	CFG_FRACTION, /* double, 0 < x <= 1 */
-	CFG_PATH, /* char *, owned by the config */
-};
-
-#define CFG_F_PERCENT 0x1u /* a size may be a percentage */
-#define CFG_F_NONZERO 0x2u /* a size of zero makes no sense */
-#define CFG_F_POW2 0x4u /* a size must be a power of two */
-
-struct cfg_key {
-	const char *section;
-	const char *name;
-	enum cfg_type type;
-	unsigned int flags;
-	size_t offset;
-	size_t size; /* of the field, for CFG_CHOICE_STR */
-	const char *const *choices; /* NULL-terminated */
-	uint64_t min, max;
-	const char *def; /* parsed by cfg_defaults(); NULL leaves zero */
-	const char *arg; /* what --help shows after '=' */
-	const char *help;
-};
-
-#define FIELD(s, m)                             \
-	.offset = offsetof(struct tfs_config, s.m), \
-	.size = sizeof(((struct tfs_config *)0)->s.m)
 
 static const char *const backend_names[] = { "auto", "cuda", "sim", "none",
 					     NULL };
@@ -160,17 +124,12 @@ static const char *const sections[] = { "device", "host", "disk", "policy",
 					"fs", "log" };
 #define NSECTIONS (sizeof(sections) / sizeof(sections[0]))
 
-/* Values of tfs_config.origin besides a line of the config file. */
-#define ORIGIN_DEFAULT 0u
-#define ORIGIN_SET (UINT32_MAX - 1) /* cfg_set() outside a file */
-#define ORIGIN_OPTION UINT32_MAX
-
 static void *field(struct tfs_config *cfg, const struct cfg_key *k)
 {
 	return (char *)cfg + k->offset;
 }
 
-static __attribute__((format(printf, 3, 4))) void
+void
 say(char *buf, size_t len, const char *fmt, ...)
 {
 	va_list ap;
@@ -192,7 +151,7 @@ static bool section_known(const char *section)
 	return false;
 }
 
-static const struct cfg_key *find_key(const char *section, const char *name)
+const struct cfg_key *find_key(const char *section, const char *name)
 {
 	size_t i;
 
@@ -273,275 +232,6 @@ static const char *human(uint64_t v, char *buf, size_t len)
 	return buf;
 }
 
-/* Size parsing */
-
-static const struct {
-	char c;
-	unsigned int shift;
-} suffixes[] = { { 'k', 10 }, { 'm', 20 }, { 'g', 30 }, { 't', 40 } };
-
-/*
- * "what is wrong" goes to @why, starting with the value in quotes. The
- * number is read by hand rather than with strtoull/strtod, which accept
- * signs, hexadecimal, exponents and "inf".
- */
-static int parse_size(const char *s, bool allow_percent, struct cfg_size *out,
-		      char *why, size_t whylen)
-{
-	const char *p = s;
-	uint64_t whole = 0, frac = 0, frac_div = 1, bytes;
-	unsigned int shift = 0, i;
-	unsigned __int128 total;
-	bool has_frac = false;
-
-	while (isspace((unsigned char)*p))
-		p++;
-	if (!*p) {
-		say(why, whylen, "empty value, expected a size such as 4096, "
-				 "64K or 1.5G");
-		return -EINVAL;
-	}
-	if (*p == '-') {
-		say(why, whylen, "'%s' is negative", s);
-		return -EINVAL;
-	}
-	if (*p == '+') {
-		say(why, whylen, "'%s' is not a size: no sign allowed", s);
-		return -EINVAL;
-	}
-	if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
-		say(why, whylen, "'%s' is not a size: hexadecimal is not "
-				 "accepted", s);
-		return -EINVAL;
-	}
-	if (!isdigit((unsigned char)*p)) {
-		say(why, whylen, "'%s' is not a size: expected a number such as "
-				 "4096, 64K or 1.5G", s);
-		return -EINVAL;
-	}
-	for (; isdigit((unsigned char)*p); p++) {
-		if (whole > UINT64_MAX / 10 ||
-		    (whole == UINT64_MAX / 10 &&
-		     (uint64_t)(*p - '0') > UINT64_MAX % 10)) {
-			say(why, whylen, "'%s' is too large", s);
-			return -EINVAL;
-		}
-		whole = whole * 10 + (uint64_t)(*p - '0');
-	}
-	if (*p == '.') {
-		p++;
-		if (!isdigit((unsigned char)*p)) {
-			say(why, whylen, "'%s' is not a size: expected a digit "
-					 "after '.'", s);
-			return -EINVAL;
-		}
-		has_frac = true;
-		/* Digits past the 12th are worth less than a byte even in T. */
-		for (i = 0; isdigit((unsigned char)*p); p++, i++) {
-			if (i < 12) {
-				frac = frac * 10 + (uint64_t)(*p - '0');
-				frac_div *= 10;
-			}
-		}
-	}
-	while (*p == ' ' || *p == '\t')
-		p++;
-
-	if (*p == '%') {
-		double pct;
-
-		if (!allow_percent) {
-			say(why, whylen, "'%s': a percentage is only allowed for "
-					 "limits", s);
-			return -EINVAL;
-		}
-		for (p++; isspace((unsigned char)*p); p++)
-			;
-		if (*p) {
-			say(why, whylen, "'%s' is not a size: unexpected text "
-					 "after '%%'", s);
-			return -EINVAL;
-		}
-		pct = (double)whole + (double)frac / (double)frac_div;
-		if (!(pct > 0.0) || pct > 100.0) {
-			say(why, whylen, "'%s': a percentage must be above 0 and "
-					 "at most 100", s);
-			return -EINVAL;
-		}
-		out->bytes = 0;
-		out->percent = pct;
-		out->is_percent = true;
-		return 0;
-	}
-
-	if (*p && *p != 'b' && *p != 'B') {
-		for (i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++)
-			if (tolower((unsigned char)*p) == suffixes[i].c)
-				break;
-		if (i == sizeof(suffixes) / sizeof(suffixes[0])) {
-			say(why, whylen, "'%s' is not a size: unknown suffix "
-					 "'%s' (use K, M, G or T)", s, p);
-			return -EINVAL;
-		}
-		shift = suffixes[i].shift;
-		p++;
-		if (*p == 'i' || *p == 'I') {
-			p++;
-			if (*p != 'b' && *p != 'B') {
-				say(why, whylen, "'%s' is not a size: expected "
-						 "'B' after 'i'", s);
-				return -EINVAL;
-			}
-		}
-	}
-	if (*p == 'b' || *p == 'B')
-		p++;
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p) {
-		say(why, whylen, "'%s' is not a size: unexpected '%s' at the "
-				 "end", s, p);
-		return -EINVAL;
-	}
-
-	total = ((unsigned __int128)whole << shift) +
-		(((unsigned __int128)frac << shift) / frac_div);
-	if (total > UINT64_MAX) {
-		say(why, whylen, "'%s' is too large", s);
-		return -EINVAL;
-	}
-	bytes = (uint64_t)total;
-	if (has_frac && !shift && frac) {
-		say(why, whylen, "'%s' is not a whole number of bytes", s);
-		return -EINVAL;
-	}
-	out->bytes = bytes;
-	out->percent = 0.0;
-	out->is_percent = false;
-	return 0;
-}
-
-int cfg_parse_size(const char *s, bool allow_percent, struct cfg_size *out)
-{
-	struct cfg_size sz;
-	int rc;
-
-	if (!s)
-		return -EINVAL;
-	rc = parse_size(s, allow_percent, &sz, NULL, 0);
-	if (!rc)
-		*out = sz;
-	return rc;
-}
-
-uint64_t cfg_size_resolve(const struct cfg_size *sz, uint64_t capacity)
-{
-	long double v;
-
-	if (!sz->is_percent)
-		return sz->bytes;
-	v = (long double)capacity * (long double)sz->percent / 100.0L;
-	if (v >= (long double)capacity)
-		return capacity;
-	return (uint64_t)v;
-}
-
-/* Other value types */
-
-static int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out,
-		      char *why, size_t whylen)
-{
-	const char *p = s;
-	uint64_t v = 0;
-
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p == '-') {
-		say(why, whylen, "'%s' is negative, must be %llu to %llu", s,
-		    (unsigned long long)min, (unsigned long long)max);
-		return -EINVAL;
-	}
-	if (!isdigit((unsigned char)*p)) {
-		say(why, whylen, "'%s' is not a whole number", s);
-		return -EINVAL;
-	}
-	/* Saturate: anything this large is out of range anyway. */
-	for (; isdigit((unsigned char)*p); p++)
-		v = v > (UINT64_MAX - 9) / 10 ? UINT64_MAX
-					      : v * 10 + (uint64_t)(*p - '0');
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p) {
-		say(why, whylen, "'%s' is not a whole number", s);
-		return -EINVAL;
-	}
-	if (v < min || v > max) {
-		say(why, whylen, "'%s' is out of range, must be %llu to %llu", s,
-		    (unsigned long long)min, (unsigned long long)max);
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
-}
-
-static int parse_fraction(const char *s, double *out, char *why, size_t whylen)
-{
-	const char *p;
-	char *end;
-	bool dot = false, digit = false;
-	double v;
-
-	for (p = s; *p; p++) {
-		if (isdigit((unsigned char)*p)) {
-			digit = true;
-		} else if (*p == '.' && !dot) {
-			dot = true;
-		} else if (!isspace((unsigned char)*p)) {
-			digit = false;
-			break;
-		}
-	}
-	if (!digit) {
-		say(why, whylen, "'%s' is not a fraction such as 0.9", s);
-		return -EINVAL;
-	}
-	errno = 0;
-	v = strtod(s, &end);
-	while (isspace((unsigned char)*end))
-		end++;
-	if (errno || *end || !isfinite(v)) {
-		say(why, whylen, "'%s' is not a fraction such as 0.9", s);
-		return -EINVAL;
-	}
-	if (!(v > 0.0) || v > 1.0) {
-		say(why, whylen, "'%s' is out of range, must be above 0 and at "
-				 "most 1", s);
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
-}
-
-static int parse_bool(const char *s, bool *out, char *why, size_t whylen)
-{
-	static const char *const yes[] = { "yes", "true", "on", "1" };
-	static const char *const no[] = { "no", "false", "off", "0" };
-	size_t i;
-
-	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-		if (!strcasecmp(s, yes[i])) {
-			*out = true;
-			return 0;
-		}
-		if (!strcasecmp(s, no[i])) {
-			*out = false;
-			return 0;
-		}
-	}
-	say(why, whylen, "'%s' is not a boolean, use yes or no", s);
-	return -EINVAL;
-}
-
 static int parse_choice(const struct cfg_key *k, const char *s, int *out,
 			char *why, size_t whylen)
 {
@@ -562,46 +252,6 @@ static int parse_choice(const struct cfg_key *k, const char *s, int *out,
 	return -EINVAL;
 }
 
-/*
- * A relative path is taken from the directory tierfs started in: the
- * daemon changes to / when it forks, so keep it absolute from here on.
- */
-static int parse_path(const char *s, char **out, char *why, size_t whylen)
-{
-	char *cwd, *p;
-
-	if (!*s) {
-		say(why, whylen, "empty path");
-		return -EINVAL;
-	}
-	if (strlen(s) >= PATH_MAX) {
-		say(why, whylen, "path is longer than %d bytes", PATH_MAX - 1);
-		return -EINVAL;
-	}
-	if (s[0] == '/') {
-		p = strdup(s);
-	} else {
-		cwd = getcwd(NULL, 0);
-		if (!cwd) {
-			int e = errno;
-
-			say(why, whylen, "'%s' is relative and the current "
-					 "directory is unknown: %s", s,
-			    strerror(e));
-			return -e;
-		}
-		if (asprintf(&p, "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "",
-			     s) < 0)
-			p = NULL;
-		free(cwd);
-	}
-	if (!p) {
-		say(why, whylen, "out of memory");
-		return -ENOMEM;
-	}
-	*out = p;
-	return 0;
-}
 
 /* Parse @value into the field of @k; on error @cfg is unchanged. */
 static int key_set(struct tfs_config *cfg, const struct cfg_key *k,
@@ -690,7 +340,7 @@ static int key_set(struct tfs_config *cfg, const struct cfg_key *k,
 	return -EINVAL;
 }
 
-static size_t key_index(const struct cfg_key *k)
+size_t key_index(const struct cfg_key *k)
 {
 	return (size_t)(k - keys);
 }
@@ -1132,11 +782,9 @@ int cfg_load_file(struct tfs_config *cfg, const char *path, char *err,
 	return 0;
 }
 
-/* Validation */
-
 /* "FILE:LINE: key", "-o section_key" or "section_key" for @k's origin. */
-static void key_where(const struct tfs_config *cfg, const struct cfg_key *k,
-		      char *buf, size_t len)
+void key_where(const struct tfs_config *cfg, const struct cfg_key *k,
+	       char *buf, size_t len)
 {
 	uint32_t o = cfg->origin[key_index(k)];
 
@@ -1157,171 +805,4 @@ void cfg_key_where(const struct tfs_config *cfg, const char *section,
 		key_where(cfg, k, buf, len);
 	else
 		snprintf(buf, len, "%s_%s", section, key);
-}
-
-/*
- * Make @path absolute and drop ".", ".." and repeated slashes without
- * touching the filesystem, for a mount point that realpath() cannot
- * resolve (a dead FUSE mount answers ENOTCONN).
- */
-static char *lexical_path(const char *path)
-{
-	char *cwd = NULL, *buf, *out, *tok, *save;
-	size_t n, len;
-
-	if (path[0] != '/') {
-		cwd = getcwd(NULL, 0);
-		if (!cwd)
-			return NULL;
-	}
-	if (asprintf(&buf, "%s/%s", cwd ? cwd : "", path) < 0) {
-		free(cwd);
-		return NULL;
-	}
-	free(cwd);
-	len = strlen(buf) + 2;
-	out = malloc(len);
-	if (!out) {
-		free(buf);
-		return NULL;
-	}
-	n = 0;
-	for (tok = strtok_r(buf, "/", &save); tok;
-	     tok = strtok_r(NULL, "/", &save)) {
-		if (!strcmp(tok, "."))
-			continue;
-		if (!strcmp(tok, "..")) {
-			while (n > 0 && out[--n] != '/')
-				;
-			continue;
-		}
-		n += (size_t)snprintf(out + n, len - n, "/%s", tok);
-	}
-	if (!n)
-		out[n++] = '/';
-	out[n] = '\0';
-	free(buf);
-	return out;
-}
-
-/* True when @inner is @outer or below it; both absolute and canonical. */
-static bool path_within(const char *inner, const char *outer)
-{
-	size_t n = strlen(outer);
-
-	if (!strcmp(outer, "/"))
-		return true;
-	return !strncmp(inner, outer, n) && (inner[n] == '\0' || inner[n] == '/');
-}
-
-static int check_disk_path(const struct tfs_config *cfg,
-			   const char *mountpoint, char *err, size_t errlen)
-{
-	const struct cfg_key *k = find_key("disk", "path");
-	const char *path = cfg->disk.path;
-	char where[PATH_MAX + 32];
-	char *real, *mnt;
-	struct stat st;
-	int rc = 0, e;
-
-	key_where(cfg, k, where, sizeof(where));
-	if (!path) {
-		say(err, errlen, "%s: out of memory", where);
-		return -ENOMEM;
-	}
-	if (stat(path, &st)) {
-		e = errno;
-		if (e == ENOENT)
-			say(err, errlen, "%s: '%s' does not exist", where, path);
-		else
-			say(err, errlen, "%s: cannot use '%s': %s", where, path,
-			    strerror(e));
-		return -EINVAL;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		say(err, errlen, "%s: '%s' is not a directory", where, path);
-		return -EINVAL;
-	}
-	if (access(path, W_OK | X_OK)) {
-		e = errno;
-		say(err, errlen, "%s: '%s' is not writable: %s", where, path,
-		    strerror(e));
-		return -EINVAL;
-	}
-	if (!mountpoint)
-		return 0;
-
-	real = realpath(path, NULL);
-	if (!real) {
-		e = errno;
-		say(err, errlen, "%s: cannot resolve '%s': %s", where, path,
-		    strerror(e));
-		return e == ENOMEM ? -ENOMEM : -EINVAL;
-	}
-	mnt = realpath(mountpoint, NULL);
-	if (!mnt)
-		mnt = lexical_path(mountpoint);
-	if (!mnt) {
-		say(err, errlen, "%s: out of memory", where);
-		rc = -ENOMEM;
-	} else if (path_within(real, mnt)) {
-		say(err, errlen, "%s: '%s' is inside the mount point '%s'",
-		    where, path, mountpoint);
-		rc = -EINVAL;
-	}
-	free(mnt);
-	free(real);
-	return rc;
-}
-
-static int check_log_file(const struct tfs_config *cfg, char *err,
-			  size_t errlen)
-{
-	char where[PATH_MAX + 32];
-	int fd, e;
-
-	if (!cfg->log.file)
-		return 0;
-	fd = open(cfg->log.file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC |
-					 O_NOCTTY, 0640);
-	if (fd < 0) {
-		e = errno;
-		key_where(cfg, find_key("log", "file"), where, sizeof(where));
-		say(err, errlen, "%s: cannot open '%s': %s", where,
-		    cfg->log.file, strerror(e));
-		return -EINVAL;
-	}
-	close(fd);
-	return 0;
-}
-
-int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
-		 char *err, size_t errlen)
-{
-	const struct cfg_key *hw = find_key("policy", "high_watermark");
-	const struct cfg_key *tg = find_key("policy", "target");
-	char where[PATH_MAX + 32];
-	int rc;
-
-	rc = check_disk_path(cfg, mountpoint, err, errlen);
-	if (rc)
-		return rc;
-	if (cfg->policy.target >= cfg->policy.high_watermark) {
-		/* Blame the one the operator set, the target when both. */
-		if (cfg->origin[key_index(tg)] == ORIGIN_DEFAULT &&
-		    cfg->origin[key_index(hw)] != ORIGIN_DEFAULT) {
-			key_where(cfg, hw, where, sizeof(where));
-			say(err, errlen, "%s: %g must be above the target (%g)",
-			    where, cfg->policy.high_watermark,
-			    cfg->policy.target);
-		} else {
-			key_where(cfg, tg, where, sizeof(where));
-			say(err, errlen, "%s: %g must be below the high "
-					 "watermark (%g)",
-			    where, cfg->policy.target,
-			    cfg->policy.high_watermark);
-		}
-		return -EINVAL;
-	}
-	return check_log_file(cfg, err, errlen);
 }

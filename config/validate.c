@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * cfg_validate(): the checks that look at several keys, or at the machine
+ * (the disk path against the mount point, the log file), after all keys are
+ * set.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "config/config_int.h"
+
+/* Validation */
+
+/*
+ * Make @path absolute and drop ".", ".." and repeated slashes without
+ * touching the filesystem, for a mount point that realpath() cannot
+ * resolve (a dead FUSE mount answers ENOTCONN).
+ */
+static char *lexical_path(const char *path)
+{
+	char *cwd = NULL, *buf, *out, *tok, *save;
+	size_t n, len;
+
+	if (path[0] != '/') {
+		cwd = getcwd(NULL, 0);
+		if (!cwd)
+			return NULL;
+	}
+	if (asprintf(&buf, "%s/%s", cwd ? cwd : "", path) < 0) {
+		free(cwd);
+		return NULL;
+	}
+	free(cwd);
+	len = strlen(buf) + 2;
+	out = malloc(len);
+	if (!out) {
+		free(buf);
+		return NULL;
+	}
+	n = 0;
+	for (tok = strtok_r(buf, "/", &save); tok;
+	     tok = strtok_r(NULL, "/", &save)) {
+		if (!strcmp(tok, "."))
+			continue;
+		if (!strcmp(tok, "..")) {
+			while (n > 0 && out[--n] != '/')
+				;
+			continue;
+		}
+		n += (size_t)snprintf(out + n, len - n, "/%s", tok);
+	}
+	if (!n)
+		out[n++] = '/';
+	out[n] = '\0';
+	free(buf);
+	return out;
+}
+
+/* True when @inner is @outer or below it; both absolute and canonical. */
+static bool path_within(const char *inner, const char *outer)
+{
+	size_t n = strlen(outer);
+
+	if (!strcmp(outer, "/"))
+		return true;
+	return !strncmp(inner, outer, n) && (inner[n] == '\0' || inner[n] == '/');
+}
+
+static int check_disk_path(const struct tfs_config *cfg,
+			   const char *mountpoint, char *err, size_t errlen)
+{
+	const struct cfg_key *k = find_key("disk", "path");
+	const char *path = cfg->disk.path;
+	char where[PATH_MAX + 32];
+	char *real, *mnt;
+	struct stat st;
+	int rc = 0, e;
+
+	key_where(cfg, k, where, sizeof(where));
+	if (!path) {
+		say(err, errlen, "%s: out of memory", where);
+		return -ENOMEM;
+	}
+	if (stat(path, &st)) {
+		e = errno;
+		if (e == ENOENT)
+			say(err, errlen, "%s: '%s' does not exist", where, path);
+		else
+			say(err, errlen, "%s: cannot use '%s': %s", where, path,
+			    strerror(e));
+		return -EINVAL;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		say(err, errlen, "%s: '%s' is not a directory", where, path);
+		return -EINVAL;
+	}
+	if (access(path, W_OK | X_OK)) {
+		e = errno;
+		say(err, errlen, "%s: '%s' is not writable: %s", where, path,
+		    strerror(e));
+		return -EINVAL;
+	}
+	if (!mountpoint)
+		return 0;
+
+	real = realpath(path, NULL);
+	if (!real) {
+		e = errno;
+		say(err, errlen, "%s: cannot resolve '%s': %s", where, path,
+		    strerror(e));
+		return e == ENOMEM ? -ENOMEM : -EINVAL;
+	}
+	mnt = realpath(mountpoint, NULL);
+	if (!mnt)
+		mnt = lexical_path(mountpoint);
+	if (!mnt) {
+		say(err, errlen, "%s: out of memory", where);
+		rc = -ENOMEM;
+	} else if (path_within(real, mnt)) {
+		say(err, errlen, "%s: '%s' is inside the mount point '%s'",
+		    where, path, mountpoint);
+		rc = -EINVAL;
+	}
+	free(mnt);
+	free(real);
+	return rc;
+}
+
+static int check_log_file(const struct tfs_config *cfg, char *err,
+			  size_t errlen)
+{
+	char where[PATH_MAX + 32];
+	int fd, e;
+
+	if (!cfg->log.file)
+		return 0;
+	fd = open(cfg->log.file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC |
+					 O_NOCTTY, 0640);
+	if (fd < 0) {
+		e = errno;
+		key_where(cfg, find_key("log", "file"), where, sizeof(where));
+		say(err, errlen, "%s: cannot open '%s': %s", where,
+		    cfg->log.file, strerror(e));
+		return -EINVAL;
+	}
+	close(fd);
+	return 0;
+}
+
+int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
+		 char *err, size_t errlen)
+{
+	const struct cfg_key *hw = find_key("policy", "high_watermark");
+	const struct cfg_key *tg = find_key("policy", "target");
+	char where[PATH_MAX + 32];
+	int rc;
+
+	rc = check_disk_path(cfg, mountpoint, err, errlen);
+	if (rc)
+		return rc;
+	if (cfg->policy.target >= cfg->policy.high_watermark) {
+		/* Blame the one the operator set, the target when both. */
+		if (cfg->origin[key_index(tg)] == ORIGIN_DEFAULT &&
+		    cfg->origin[key_index(hw)] != ORIGIN_DEFAULT) {
+			key_where(cfg, hw, where, sizeof(where));
+			say(err, errlen, "%s: %g must be above the target (%g)",
+			    where, cfg->policy.high_watermark,
+			    cfg->policy.target);
+		} else {
+			key_where(cfg, tg, where, sizeof(where));
+			say(err, errlen, "%s: %g must be below the high "
+					 "watermark (%g)",
+			    where, cfg->policy.target,
+			    cfg->policy.high_watermark);
+		}
+		return -EINVAL;
+	}
+	return check_log_file(cfg, err, errlen);
+}
