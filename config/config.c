@@ -44,7 +44,12 @@ static const struct cfg_key keys[] = {
 	  .arg = "auto|cuda|sim|none",
 	  .help = "device tier backend; auto: cuda when a GPU is usable" },
 	{ "device", "gpu", CFG_INT, 0, FIELD(device, gpu), .max = INT_MAX,
-	  .def = "0", .arg = "N", .help = "CUDA device ordinal" },
+	  .def = "0", .arg = "N",
+	  .help = "CUDA device ordinal; with gpus, the default GPU" },
+	{ "device", "gpus", CFG_GPUS, 0, FIELD(device, gpus),
+	  .max = CFG_GPU_ORD_MAX, .def = NULL, .arg = "all|N:N...",
+	  .help = "GPUs to use, a device tier each: all, or ordinals (0,1 in "
+		  "the file, 0:1 in -o; default: the one gpu names)" },
 	{ "device", "limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
 	  FIELD(device, limit), .max = UINT64_MAX, .def = NULL,
 	  .arg = "SIZE|N%",
@@ -335,6 +340,8 @@ static int key_set(struct tfs_config *cfg, const struct cfg_key *k,
 		free(*(char **)f);
 		*(char **)f = path;
 		return 0;
+	case CFG_GPUS:
+		return parse_gpus(value, f, why, whylen);
 	}
 	say(why, whylen, "internal error: bad key type");
 	return -EINVAL;

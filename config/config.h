@@ -21,6 +21,20 @@
  * checks it). */
 #define CFG_MAX_KEYS 32
 
+/* GPUs one daemon serves at most ([device] gpus). */
+#define CFG_MAX_GPUS 16
+
+/*
+ * [device] gpus: "all", or a list of ordinals ("0,1" in the file, "0:1" in
+ * -o, where commas separate options). Neither (the default): the one GPU
+ * named by [device] gpu.
+ */
+struct cfg_gpus {
+	bool all;
+	unsigned int n; /* ordinals listed, in order, each once */
+	int ord[CFG_MAX_GPUS];
+};
+
 /* A size as written: bytes, or a percentage of the tier's capacity. */
 struct cfg_size {
 	uint64_t bytes; /* used when !is_percent; 0 means "backend default" */
@@ -54,7 +68,8 @@ enum cfg_unspill {
 struct tfs_config {
 	struct {
 		char backend[16]; /* auto|cuda|sim|none */
-		int gpu; /* CUDA device ordinal */
+		int gpu; /* CUDA device ordinal; the default GPU of gpus */
+		struct cfg_gpus gpus;
 		struct cfg_size limit; /* default: 80% of free GPU memory; sim: 1G */
 		/* Device memory kept free for other processes; default 10% of
 		 * the device's memory. */
@@ -172,8 +187,9 @@ int cfg_load_file(struct tfs_config *cfg, const char *path, char *err,
 /*
  * Check what cannot be checked key by key: the disk path exists, is a
  * writable directory and is not inside @mountpoint (may be NULL); the
- * watermarks are ordered; a disk name comes with persist; the log file can be opened for appending (it is
- * created when missing). Returns 0 or -EINVAL with a message in @err
+ * watermarks are ordered; a disk name comes with persist; the log file can
+ * be opened for appending (it is created when missing); a gpu that is set
+ * is among the gpus listed. Returns 0 or -EINVAL with a message in @err
  * that names where the value came from ("FILE:LINE: KEY: ...",
  * "-o KEY: ..."), or -ENOMEM when cfg_defaults() could not allocate.
  *
@@ -182,6 +198,20 @@ int cfg_load_file(struct tfs_config *cfg, const char *path, char *err,
  */
 int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
 		 char *err, size_t errlen);
+
+/*
+ * The GPUs that [device] gpus and gpu select on a machine with @count
+ * devices (ordinals 0 to @count - 1): their ordinals in @ord, in the order
+ * listed ("all": every one, at most CFG_MAX_GPUS), and in *@def the index
+ * in @ord of the default GPU, the one gpu names (with a list that leaves
+ * gpu unset, the first listed). Without gpus, the one GPU gpu names.
+ * Returns how many, or -EINVAL with a message in @err naming where the
+ * value came from when an ordinal is not below @count, or gpu is set and
+ * not among those listed.
+ */
+int cfg_gpus_resolve(const struct tfs_config *cfg, int count,
+		     int ord[CFG_MAX_GPUS], unsigned int *def, char *err,
+		     size_t errlen);
 
 /*
  * Parse a size: "4096", "64K", "1.5G", "25%" (when @allow_percent).

@@ -22,6 +22,7 @@ enum cfg_type {
 	CFG_SIZE32, /* uint32_t bytes, min..max */
 	CFG_FRACTION, /* double, 0 < x <= 1 */
 	CFG_PATH, /* char *, owned by the config */
+	CFG_GPUS, /* struct cfg_gpus */
 };
 
 #define CFG_F_PERCENT 0x1u /* a size may be a percentage */
@@ -74,5 +75,9 @@ int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out,
 int parse_fraction(const char *s, double *out, char *why, size_t whylen);
 int parse_bool(const char *s, bool *out, char *why, size_t whylen);
 int parse_path(const char *s, char **out, char *why, size_t whylen);
+int parse_gpus(const char *s, struct cfg_gpus *out, char *why, size_t whylen);
+
+/* The highest GPU ordinal [device] gpus takes. */
+#define CFG_GPU_ORD_MAX 255
 
 #endif

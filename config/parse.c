@@ -323,3 +323,62 @@ int parse_path(const char *s, char **out, char *why, size_t whylen)
 	*out = p;
 	return 0;
 }
+
+/* "all", or ordinals separated by ',' or ':' (spaces allowed), each
+ * once. */
+int parse_gpus(const char *s, struct cfg_gpus *out, char *why,
+		      size_t whylen)
+{
+	struct cfg_gpus g = { 0 };
+	const char *p = s;
+
+	if (!strcasecmp(s, "all")) {
+		g.all = true;
+		*out = g;
+		return 0;
+	}
+	for (;;) {
+		char *end;
+		long v;
+
+		while (isspace((unsigned char)*p))
+			p++;
+		if (*p < '0' || *p > '9') {
+			say(why, whylen, "'%s' is not 'all' or a list of GPU "
+					 "ordinals such as 0,1 (0:1 in -o)", s);
+			return -EINVAL;
+		}
+		errno = 0;
+		v = strtol(p, &end, 10);
+		if (errno || v > CFG_GPU_ORD_MAX) {
+			say(why, whylen, "'%s': GPU ordinal out of range, must "
+					 "be 0 to %d", s, CFG_GPU_ORD_MAX);
+			return -EINVAL;
+		}
+		for (unsigned int i = 0; i < g.n; i++) {
+			if (g.ord[i] == (int)v) {
+				say(why, whylen, "'%s': GPU %ld is listed twice",
+				    s, v);
+				return -EINVAL;
+			}
+		}
+		if (g.n == CFG_MAX_GPUS) {
+			say(why, whylen, "'%s': more than %d GPUs", s,
+			    CFG_MAX_GPUS);
+			return -EINVAL;
+		}
+		g.ord[g.n++] = (int)v;
+		while (isspace((unsigned char)*end))
+			end++;
+		if (!*end)
+			break;
+		if (*end != ',' && *end != ':') {
+			say(why, whylen, "'%s' is not 'all' or a list of GPU "
+					 "ordinals such as 0,1 (0:1 in -o)", s);
+			return -EINVAL;
+		}
+		p = end + 1;
+	}
+	*out = g;
+	return 0;
+}

@@ -156,6 +156,61 @@ static int check_log_file(const struct tfs_config *cfg, char *err,
 	return 0;
 }
 
+int cfg_gpus_resolve(const struct tfs_config *cfg, int count,
+		     int ord[CFG_MAX_GPUS], unsigned int *def, char *err,
+		     size_t errlen)
+{
+	const struct cfg_key *kl = find_key("device", "gpus");
+	const struct cfg_key *kg = find_key("device", "gpu");
+	const struct cfg_gpus *g = &cfg->device.gpus;
+	bool gpu_set = cfg->origin[key_index(kg)] != ORIGIN_DEFAULT;
+	char where[PATH_MAX + 32];
+	unsigned int i, n = 0;
+
+	*def = 0;
+	if (!g->all && !g->n) {
+		if (cfg->device.gpu >= count) {
+			key_where(cfg, kg, where, sizeof(where));
+			say(err, errlen, "%s: no GPU %d, the machine has %d",
+			    where, cfg->device.gpu, count);
+			return -EINVAL;
+		}
+		ord[0] = cfg->device.gpu;
+		return 1;
+	}
+	key_where(cfg, kl, where, sizeof(where));
+	if (g->all) {
+		for (n = 0; n < CFG_MAX_GPUS && (int)n < count; n++)
+			ord[n] = (int)n;
+	} else {
+		for (n = 0; n < g->n; n++) {
+			if (g->ord[n] >= count) {
+				say(err, errlen, "%s: no GPU %d, the machine "
+						 "has %d", where, g->ord[n],
+				    count);
+				return -EINVAL;
+			}
+			ord[n] = g->ord[n];
+		}
+	}
+	if (!n) {
+		say(err, errlen, "%s: the machine has no GPU", where);
+		return -EINVAL;
+	}
+	if (!gpu_set)
+		return (int)n;
+	for (i = 0; i < n; i++) {
+		if (ord[i] == cfg->device.gpu) {
+			*def = i;
+			return (int)n;
+		}
+	}
+	key_where(cfg, kg, where, sizeof(where));
+	say(err, errlen, "%s: GPU %d is not among the gpus listed",
+	    where, cfg->device.gpu);
+	return -EINVAL;
+}
+
 int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
 		 char *err, size_t errlen)
 {
@@ -167,6 +222,16 @@ int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
 	rc = check_disk_path(cfg, mountpoint, err, errlen);
 	if (rc)
 		return rc;
+	if (cfg->device.gpus.n) {
+		int ord[CFG_MAX_GPUS];
+		unsigned int def;
+
+		/* The machine's count is for the backend to check. */
+		rc = cfg_gpus_resolve(cfg, CFG_GPU_ORD_MAX + 1, ord, &def, err,
+				      errlen);
+		if (rc < 0)
+			return rc;
+	}
 	if (cfg->policy.target >= cfg->policy.high_watermark) {
 		/* Blame the one the operator set, the target when both. */
 		if (cfg->origin[key_index(tg)] == ORIGIN_DEFAULT &&

@@ -62,6 +62,12 @@ struct tier_dev_ops {
 		    char *err, size_t errlen);
 	void (*destroy)(struct tier_dev *dev);
 	/*
+	 * Optional: how many devices the machine has for @cfg (ordinals 0 to
+	 * count - 1), for [device] gpus; -errno when it cannot tell, and
+	 * init then says why. Without it only device.gpu is ever opened.
+	 */
+	int (*count)(const struct tfs_config *cfg);
+	/*
 	 * Allocate @len bytes; (*out)->granted says what the device took.
 	 * -ENOMEM when the device is out of memory, -ENODEV once it failed.
 	 */

@@ -652,6 +652,14 @@ static bool driver_installed(void)
 	return h != NULL;
 }
 
+static int cuda_count(const struct tfs_config *cfg)
+{
+	int count = 0;
+
+	(void)cfg;
+	return cudaGetDeviceCount(&count) == cudaSuccess ? count : -ENODEV;
+}
+
 static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 		     char *err, size_t errlen)
 {
@@ -1315,6 +1323,7 @@ static void cuda_info(struct tier_dev *dev, struct tier_dev_info *out)
 const struct tier_dev_ops tier_dev_cuda_ops = {
 	.name = "cuda",
 	.init = cuda_init,
+	.count = cuda_count,
 	.destroy = cuda_destroy,
 	.alloc = cuda_alloc,
 	.free = cuda_free,

@@ -16,7 +16,8 @@
  * "300M"; missing or empty: nothing). It is read at each meminfo(), which
  * the store's reserve watcher calls on its timer, and the claimed bytes
  * count as allocated by someone else: alloc() refuses what does not fit
- * beside them, as cudaMalloc would.
+ * beside them, as cudaMalloc would. With TFS_SIM_GPUS=N the machine has N
+ * simulated GPUs (for [device] gpus); without it, the ordinals named.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -119,6 +120,33 @@ static void remove_stale_exports(void)
 				   e->d_name);
 	}
 	closedir(d);
+}
+
+/*
+ * As many devices as TFS_SIM_GPUS says, so that [device] gpus = all is
+ * tested; without it, as many as the ordinals @cfg names need.
+ */
+static int sim_count(const struct tfs_config *cfg)
+{
+	const char *env = getenv("TFS_SIM_GPUS");
+	int n = cfg->device.gpu;
+	char *end;
+	long v;
+
+	if (env && *env) {
+		errno = 0;
+		v = strtol(env, &end, 10);
+		if (errno || *end || v < 0 || v > 256) {
+			tfs_warn("sim: TFS_SIM_GPUS='%s' is not a count of "
+				 "GPUs, 0 to 256", env);
+			return -EINVAL;
+		}
+		return (int)v;
+	}
+	for (unsigned int i = 0; i < cfg->device.gpus.n; i++)
+		if (cfg->device.gpus.ord[i] > n)
+			n = cfg->device.gpus.ord[i];
+	return n + 1;
 }
 
 static int sim_init(struct tier_dev **out, const struct tfs_config *cfg,
@@ -376,6 +404,7 @@ static void sim_info(struct tier_dev *dev, struct tier_dev_info *out)
 const struct tier_dev_ops tier_dev_sim_ops = {
 	.name = "sim",
 	.init = sim_init,
+	.count = sim_count,
 	.destroy = sim_destroy,
 	.alloc = sim_alloc,
 	.free = sim_free,

@@ -44,9 +44,40 @@ static void apply_limits(struct tier_store *s, const struct tfs_config *cfg,
 	s->unspill = cfg->policy.unspill;
 }
 
+/*
+ * The GPU to open: [device] gpu, or the one of [device] gpus on a machine
+ * with as many as the backend counts. 0, or -EINVAL with the reason in @err.
+ */
+static int pick_gpu(const struct tier_dev_ops *ops,
+		    const struct tfs_config *cfg, int *gpu, char *err,
+		    size_t errlen)
+{
+	int ord[CFG_MAX_GPUS], count, n;
+	unsigned int def;
+
+	*gpu = cfg->device.gpu;
+	if (!cfg->device.gpus.all && !cfg->device.gpus.n)
+		return 0;
+	count = ops->count ? ops->count(cfg) : -EOPNOTSUPP;
+	if (count < 0)
+		return 0; /* opening device.gpu says what is wrong */
+	n = cfg_gpus_resolve(cfg, count, ord, &def, err, errlen);
+	if (n < 0)
+		return n;
+	if (n > 1) {
+		snprintf(err, errlen,
+			 "device_gpus: %d GPUs: one mount serves one GPU so "
+			 "far; list one, or mount once per GPU", n);
+		return -EINVAL;
+	}
+	*gpu = ord[def];
+	return 0;
+}
+
 static int open_device(struct tier_store *s, const struct tfs_config *cfg,
 		       char *err, size_t errlen)
 {
+	struct tfs_config one;
 	const char *want = cfg->device.backend;
 	const struct tier_dev_ops *ops;
 	char why[256] = "";
@@ -69,7 +100,10 @@ static int open_device(struct tier_store *s, const struct tfs_config *cfg,
 			 want);
 		return -ENODEV;
 	}
-	rc = ops->init(&s->dev, cfg, why, sizeof(why));
+	one = *cfg; /* shares cfg's strings: never freed */
+	rc = pick_gpu(ops, cfg, &one.device.gpu, why, sizeof(why));
+	if (!rc)
+		rc = ops->init(&s->dev, &one, why, sizeof(why));
 	if (rc) {
 		s->dev = NULL;
 		/*
@@ -97,7 +131,7 @@ static int open_device(struct tier_store *s, const struct tfs_config *cfg,
 		return rc;
 	}
 	ops->info(s->dev, &s->dev_info);
-	s->gpu = cfg->device.gpu;
+	s->gpu = one.device.gpu;
 	snprintf(s->backend, sizeof(s->backend), "%s", ops->name);
 	tfs_info("device: %s '%s', %" PRIu64 " bytes", ops->name,
 		 s->dev_info.model, s->dev_info.capacity);

@@ -36,6 +36,20 @@ static inline void cfg_check_valid(const struct tfs_config *c)
 	FUZZ_CHECK(!strcmp(c->policy.eviction, "lru"), "eviction '%.16s'",
 		   c->policy.eviction);
 	FUZZ_CHECK(c->device.gpu >= 0, "gpu %d", c->device.gpu);
+	/* gpus: "all" alone, or up to CFG_MAX_GPUS ordinals, each once */
+	FUZZ_CHECK(!c->device.gpus.all || !c->device.gpus.n, "gpus all and %u",
+		   c->device.gpus.n);
+	FUZZ_CHECK(c->device.gpus.n <= CFG_MAX_GPUS, "gpus n %u",
+		   c->device.gpus.n);
+	for (unsigned int i = 0; i < c->device.gpus.n; i++) {
+		FUZZ_CHECK(c->device.gpus.ord[i] >= 0 &&
+				   c->device.gpus.ord[i] <= 255,
+			   "gpus ord %d", c->device.gpus.ord[i]);
+		for (unsigned int j = 0; j < i; j++)
+			FUZZ_CHECK(c->device.gpus.ord[i] !=
+					   c->device.gpus.ord[j],
+				   "gpu %d listed twice", c->device.gpus.ord[i]);
+	}
 	cfg_check_size(&c->device.limit, true, "device.limit");
 	/* bytes 0 is "derive from the machine"; a written 0 is refused */
 	cfg_check_size(&c->host.limit, true, "host.limit");

@@ -321,6 +321,102 @@ static void test_device_keys(void)
 	cfg_free(&cfg);
 }
 
+/* [device] gpus: the list, its two spellings, and what it resolves to. */
+static void test_device_gpus(void)
+{
+	struct tfs_config cfg;
+	int ord[CFG_MAX_GPUS];
+	unsigned int def;
+	char list[128];
+	int i, n;
+
+	cfg_defaults(&cfg);
+	CHECK(!cfg.device.gpus.all && !cfg.device.gpus.n);
+	/* Unset: the one GPU gpu names. */
+	CHECK_EQ(cfg_gpus_resolve(&cfg, 4, ord, &def, err, sizeof(err)), 1);
+	CHECK_EQ(ord[0], 0);
+	CHECK_EQ(def, 0);
+	CHECK_EQ(set2(&cfg, "device", "gpu", "2"), 0);
+	CHECK_EQ(cfg_gpus_resolve(&cfg, 4, ord, &def, err, sizeof(err)), 1);
+	CHECK_EQ(ord[0], 2);
+	CHECK_EQ(cfg_gpus_resolve(&cfg, 2, ord, &def, err, sizeof(err)),
+		 -EINVAL);
+	CHECK(has(err, "device_gpu: no GPU 2, the machine has 2"));
+	cfg_free(&cfg);
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(set2(&cfg, "device", "gpus", "0:1"), 0);
+	CHECK(!cfg.device.gpus.all && cfg.device.gpus.n == 2);
+	CHECK(cfg.device.gpus.ord[0] == 0 && cfg.device.gpus.ord[1] == 1);
+	CHECK_EQ(set2(&cfg, "device", "gpus", "3,1, 2"), 0);
+	CHECK_EQ(cfg.device.gpus.n, 3);
+	CHECK(cfg.device.gpus.ord[0] == 3 && cfg.device.gpus.ord[1] == 1 &&
+	      cfg.device.gpus.ord[2] == 2);
+	/* The first listed is the default while gpu is unset. */
+	CHECK_EQ(cfg_gpus_resolve(&cfg, 4, ord, &def, err, sizeof(err)), 3);
+	CHECK(ord[0] == 3 && ord[1] == 1 && ord[2] == 2 && def == 0);
+	CHECK_EQ(cfg_gpus_resolve(&cfg, 3, ord, &def, err, sizeof(err)),
+		 -EINVAL);
+	CHECK(has(err, "device_gpus: no GPU 3, the machine has 3"));
+	CHECK_EQ(set2(&cfg, "device", "gpu", "2"), 0);
+	CHECK_EQ(cfg_gpus_resolve(&cfg, 4, ord, &def, err, sizeof(err)), 3);
+	CHECK_EQ(def, 2);
+	CHECK_EQ(set2(&cfg, "device", "gpu", "0"), 0);
+	CHECK_EQ(cfg_gpus_resolve(&cfg, 4, ord, &def, err, sizeof(err)),
+		 -EINVAL);
+	CHECK(has(err, "device_gpu: GPU 0 is not among the gpus listed"));
+	CHECK_EQ(set2(&cfg, "device", "gpus", "ALL"), 0);
+	CHECK(cfg.device.gpus.all);
+	CHECK_EQ(cfg_gpus_resolve(&cfg, 3, ord, &def, err, sizeof(err)), 3);
+	CHECK(ord[0] == 0 && ord[2] == 2 && def == 0);
+	CHECK_EQ(cfg_gpus_resolve(&cfg, 0, ord, &def, err, sizeof(err)),
+		 -EINVAL);
+	CHECK(has(err, "the machine has no GPU"));
+	/* All of a machine with more than one daemon serves: the first. */
+	CHECK_EQ(cfg_gpus_resolve(&cfg, 40, ord, &def, err, sizeof(err)),
+		 CFG_MAX_GPUS);
+	CHECK_EQ(ord[CFG_MAX_GPUS - 1], CFG_MAX_GPUS - 1);
+
+	/* Bad lists are refused whole and change nothing. */
+	CHECK_EQ(set2(&cfg, "device", "gpus", "1:1"), -EINVAL);
+	CHECK(has(err, "'1:1': GPU 1 is listed twice"));
+	CHECK_EQ(set2(&cfg, "device", "gpus", "0:-1"), -EINVAL);
+	CHECK(has(err, "'0:-1' is not 'all' or a list of GPU ordinals"));
+	CHECK_EQ(set2(&cfg, "device", "gpus", "256"), -EINVAL);
+	CHECK(has(err, "'256': GPU ordinal out of range, must be 0 to 255"));
+	CHECK_EQ(set2(&cfg, "device", "gpus", "99999999999999999999"),
+		 -EINVAL);
+	CHECK_EQ(set2(&cfg, "device", "gpus", ""), -EINVAL);
+	CHECK_EQ(set2(&cfg, "device", "gpus", "0:"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "device", "gpus", "0;1"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "device", "gpus", "some"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "device", "gpus", "0x1"), -EINVAL);
+	list[0] = '\0';
+	for (i = 0; i <= CFG_MAX_GPUS; i++)
+		snprintf(list + strlen(list), sizeof(list) - strlen(list),
+			 "%s%d", i ? ":" : "", i);
+	CHECK_EQ(set2(&cfg, "device", "gpus", list), -EINVAL);
+	CHECK(has(err, "more than 16 GPUs"));
+	CHECK(cfg.device.gpus.all && !cfg.device.gpus.n);
+	cfg_free(&cfg);
+
+	/* In the file, with commas; validate checks gpu against the list. */
+	CHECK_EQ(load(&cfg, "[device]\ngpus = 0, 1\ngpu = 2\n"), 0);
+	cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err));
+	CHECK_EQ(cfg.device.gpus.n, 2);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(has(err, "t.conf:3: gpu: GPU 2 is not among the gpus listed"));
+	CHECK_EQ(cfg_set_option(&cfg, "device_gpu", "1", err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
+	n = cfg_gpus_resolve(&cfg, 2, ord, &def, err, sizeof(err));
+	CHECK(n == 2 && def == 1);
+	cfg_free(&cfg);
+	CHECK_EQ(load(&cfg, "[device]\ngpus = 0 1\n"), -EINVAL);
+	CHECK(has(err, "gpus"));
+	cfg_free(&cfg);
+}
+
 static void test_host_keys(void)
 {
 	static const char *const yes[] = { "yes", "YES", "true", "True", "on",
@@ -1179,6 +1275,7 @@ int main(void)
 	TAP_RUN(test_size_resolve);
 	TAP_RUN(test_defaults);
 	TAP_RUN(test_device_keys);
+	TAP_RUN(test_device_gpus);
 	TAP_RUN(test_host_keys);
 	TAP_RUN(test_disk_keys);
 	TAP_RUN(test_policy_keys);

@@ -1,0 +1,79 @@
+#!/usr/bin/env bats
+# [device] gpus on the sim backend, which pretends as many GPUs as
+# TFS_SIM_GPUS says (without it, as many as the ordinals named): which GPU
+# a mount serves, and the lists it refuses before mounting.
+
+load helpers
+
+setup() {
+	tfs_setup
+	CONF=$TFS_TMP/t.conf
+	unset TFS_SIM_GPUS
+}
+
+teardown() {
+	tfs_teardown
+}
+
+# mount_fails MESSAGE ARGS...: tierfs refuses to mount, saying MESSAGE.
+mount_fails() {
+	local msg=$1
+	shift
+	run timeout 20 "$TIERFS_BIN" "$MNT" "$@"
+	echo "status $status, output: $output"
+	[ "$status" -ne 0 ]
+	[ "$status" -ne 124 ]
+	[[ "$output" == *"$msg"* ]]
+	! mountpoint -q "$MNT"
+}
+
+# reclaim_on GPU: tierfsctl reclaim of 1M on that GPU.
+reclaim_on() {
+	run "$TIERFSCTL_BIN" reclaim "$MNT" 1M --gpu "$1"
+	echo "gpu $1: status $status, output: $output"
+}
+
+@test "device_gpus with one ordinal serves that GPU" {
+	tfs_mount -o device_backend=sim,device_gpus=2,device_limit=16M
+	head -c 1M /dev/urandom >"$TFS_TMP/a"
+	cp "$TFS_TMP/a" "$MNT/a"
+	reclaim_on 2
+	[ "$status" -eq 0 ]
+	[[ "$output" == "gpu 2: gave back "* ]]
+	reclaim_on 0
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"does not use gpu 0"* ]]
+	cmp "$TFS_TMP/a" "$MNT/a"
+}
+
+@test "device_gpus=all on a machine with one GPU serves GPU 0" {
+	TFS_SIM_GPUS=1 tfs_mount -o device_backend=sim,device_gpus=all
+	head -c 1M /dev/urandom >"$MNT/a"
+	reclaim_on 0
+	[ "$status" -eq 0 ]
+	[[ "$output" == "gpu 0: gave back "* ]]
+}
+
+@test "a GPU the machine does not have is refused" {
+	TFS_SIM_GPUS=2 mount_fails "-o device_gpus: no GPU 2, the machine has 2" \
+		-f -o "disk_path=$SPILL,device_backend=sim,device_gpus=2"
+	TFS_SIM_GPUS=0 mount_fails "-o device_gpus: the machine has no GPU" \
+		-f -o "disk_path=$SPILL,device_backend=sim,device_gpus=all"
+}
+
+@test "gpu must be among the gpus listed, in the file or in -o" {
+	printf '[device]\nbackend = sim\ngpus = 0, 1\ngpu = 3\n' >"$CONF"
+	mount_fails "$CONF:4: gpu: GPU 3 is not among the gpus listed" \
+		-f -o "config=$CONF,disk_path=$SPILL"
+	mount_fails "-o device_gpu: GPU 0 is not among the gpus listed" \
+		-f -o "disk_path=$SPILL,device_backend=sim,device_gpus=1:2,device_gpu=0"
+	mount_fails "-o device_gpus: '1:1': GPU 1 is listed twice" \
+		-f -o "disk_path=$SPILL,device_backend=sim,device_gpus=1:1"
+}
+
+@test "several GPUs in one mount are refused with what to do instead" {
+	mount_fails "device_gpus: 2 GPUs: one mount serves one GPU so far" \
+		-f -o "disk_path=$SPILL,device_backend=sim,device_gpus=0:1"
+	TFS_SIM_GPUS=3 mount_fails "device_gpus: 3 GPUs" \
+		-f -o "disk_path=$SPILL,device_backend=sim,device_gpus=all"
+}
