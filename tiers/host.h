@@ -15,7 +15,13 @@
 
 struct host_pool;
 
-/* Called for each chunk the pool maps (pin) and before it unmaps one. */
+/*
+ * Called for each range the pool maps (pin) and before it unmaps one
+ * (unpin, with the same pointer and length). With a pin hook the ranges are
+ * slabs of many chunks, pinned once: a quarter of the limit at most, 64 MiB
+ * at most; a slab goes back to the system only when all its chunks are
+ * free.
+ */
 struct host_pool_hooks {
 	int (*pin)(void *ctx, void *ptr, size_t len);
 	void (*unpin)(void *ctx, void *ptr, size_t len);
@@ -23,7 +29,8 @@ struct host_pool_hooks {
 };
 
 /*
- * A pool of @chunk_size chunks that keeps up to @keep bytes of free chunks.
+ * A pool of @chunk_size chunks that keeps up to @keep bytes of free chunks
+ * (with slabs, more while a slab that is not wholly free holds them).
  * @hooks may be NULL; pinning is why freed chunks are worth keeping even
  * more: page-locking costs far more than a page fault.
  */
