@@ -44,6 +44,9 @@ struct tier_dev_info {
 	char model[64]; /* "NVIDIA H200", "simulated device" */
 	uint64_t capacity; /* total bytes */
 	uint64_t free; /* bytes free at init */
+	/* Allocations are rounded up to a multiple of this (cuda: 2 MiB,
+	 * sim: a page): what the store reserves before it allocates. */
+	uint64_t granule;
 	uint8_t uuid[16];
 };
 

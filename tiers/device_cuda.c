@@ -742,6 +742,7 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 		 (int)sizeof(d->info.model) - 1, prop.name);
 	d->info.capacity = total_b;
 	d->info.free = free_b;
+	d->info.granule = CUDA_GRANULE;
 	_Static_assert(sizeof(prop.uuid.bytes) == sizeof(d->info.uuid),
 		       "uuid size");
 	memcpy(d->info.uuid, prop.uuid.bytes, sizeof(d->info.uuid));

@@ -396,6 +396,7 @@ static void sim_info(struct tier_dev *dev, struct tier_dev_info *out)
 	out->name = "sim";
 	snprintf(out->model, sizeof(out->model), "simulated device");
 	out->capacity = d->capacity;
+	out->granule = page_round(1);
 	pthread_mutex_lock(&d->lock);
 	out->free = d->capacity - d->used;
 	pthread_mutex_unlock(&d->lock);

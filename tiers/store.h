@@ -67,6 +67,8 @@ struct tier_store_stats {
 	char backend[16]; /* "cuda", "sim", "none" */
 	char device_model[64];
 	bool has_device;
+	/* "ok", "failed" (a sticky error: see tierfs(8)) or "none" */
+	char device_state[8];
 	struct tier_usage tier[TFS_TIER_COUNT];
 	uint64_t files; /* buffers alive */
 	uint64_t logical_bytes; /* sum of sizes */

@@ -11,25 +11,18 @@
 
 #include "tiers/store_i.h"
 
-/* Read one chunk of the buffer's fastest copy into @dst (chunk_size). */
-static int read_top_chunk(struct tier_buf *b, uint64_t idx, void *dst,
-			  size_t *lenp)
+/*
+ * Where a spill reads from: the host copy when there is one, which is as
+ * good and costs no copy across PCIe; the device copy otherwise.
+ */
+static bool spill_from_dev(struct tier_buf *b)
 {
-	struct tier_store *s = b->s;
-	uint64_t off = idx * s->chunk_size;
-	size_t len = b->size - off < s->chunk_size ? b->size - off :
-						      s->chunk_size;
-
-	*lenp = len;
-	if (b->dmem)
-		return s->dev->ops->read(s->dev, b->dmem, dst, len, off);
-	st_host_read(b, dst, len, off);
-	return 0;
+	return b->dmem && !b->has_host;
 }
 
 static bool is_hole(struct tier_buf *b, uint64_t idx)
 {
-	return !b->dmem && (idx >= b->nchunks || !b->chunks[idx]);
+	return !spill_from_dev(b) && (idx >= b->nchunks || !b->chunks[idx]);
 }
 
 /* Write a full disk copy from the device or host copy. */
@@ -42,6 +35,8 @@ int st_disk_spill(struct tier_buf *b)
 
 	if (b->dobj)
 		return 0;
+	if (st_dev_lost(b))
+		return -EIO;
 	if (b->pobj) {
 		/* Written around the committed version, which stays until
 		 * the next commit. */
@@ -55,9 +50,10 @@ int st_disk_spill(struct tier_buf *b)
 	/*
 	 * A run of up to SPILL_BATCH chunks is compressed in parallel on the
 	 * disk tier's pool: straight from the host copy, or from the device
-	 * through as many staging chunks.
+	 * through as many scratch chunks, copied as one batch.
 	 */
 	for (uint64_t i = 0; i < n;) {
+		struct tier_dev_seg seg[SPILL_BATCH];
 		const void *srcs[SPILL_BATCH];
 		size_t lens[SPILL_BATCH], room = 0, k = 0;
 
@@ -70,16 +66,14 @@ int st_disk_spill(struct tier_buf *b)
 
 			lens[k] = b->size - off < s->chunk_size ?
 					  b->size - off : s->chunk_size;
-			if (b->dmem) {
+			if (spill_from_dev(b)) {
 				if (!scratch[k] &&
 				    !(scratch[k] = st_chunk_get(s))) {
 					rc = -ENOMEM;
 					goto out;
 				}
-				rc = read_top_chunk(b, i + k, scratch[k],
-						    &lens[k]);
-				if (rc)
-					goto out;
+				seg[k] = (struct tier_dev_seg){ scratch[k],
+								lens[k], off };
 				srcs[k] = scratch[k];
 			} else {
 				srcs[k] = b->chunks[i + k];
@@ -87,6 +81,10 @@ int st_disk_spill(struct tier_buf *b)
 			room += tier_disk_chunk_bound(s->disk, lens[k], false);
 			k++;
 		} while (k < SPILL_BATCH && i + k < n && !is_hole(b, i + k));
+		if (spill_from_dev(b) &&
+		    (rc = tier_dev_readv(s->dev, b->dmem, seg,
+					 (unsigned int)k)))
+			goto out;
 		uint64_t before = tier_dobj_stored(b->dobj);
 
 		rc = st_reserve(b, TFS_TIER_DISK, room);

@@ -343,6 +343,10 @@ static int evict_copy(struct tier_buf *v, int t)
 	struct tier_store *s = v->s;
 	int rc = 0;
 
+	/* A copy on a failed device is no copy: let it go wherever there is
+	 * another, so that nothing below is dropped in its favour. */
+	if (v->dmem && tier_dev_failed(s->dev) && (v->has_host || v->dobj))
+		st_dev_drop(v);
 	if (t == TFS_TIER_DEVICE && v->dmem) {
 		if (!v->has_host && !v->dobj) {
 			rc = -ENOSPC;
@@ -383,7 +387,7 @@ int st_unspill_target(struct tier_buf *b)
 
 	if (u == CFG_UNSPILL_NONE || !movable_b)
 		return -1;
-	if (u == CFG_UNSPILL_DEVICE && s->dev &&
+	if (u == CFG_UNSPILL_DEVICE && st_dev_usable(s) &&
 	    b->size <= dlim / PROMOTE_SHARE && top != TFS_TIER_DEVICE)
 		return TFS_TIER_DEVICE;
 	if (top == TFS_TIER_DISK &&
@@ -425,7 +429,10 @@ void *st_spiller_main(void *arg)
 		bool work = false;
 
 		for (int t = TFS_TIER_DEVICE; t < TFS_TIER_DISK; t++) {
-			if (!over_high(s, t))
+			/* A failed device keeps what it holds: nothing more
+			 * can be read off it to move down. */
+			if (!over_high(s, t) ||
+			    (t == TFS_TIER_DEVICE && !st_dev_usable(s)))
 				continue;
 			uint64_t goal = (uint64_t)(s->target *
 						   (double)s->use[t].limit);

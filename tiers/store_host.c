@@ -200,12 +200,15 @@ int st_host_fetch(struct tier_buf *b)
 	struct tier_store *s = b->s;
 	uint64_t need = st_host_bytes_for(s, b->size);
 	uint64_t n = st_nchunks_for(s, b->size);
+	bool from_dev;
 	int rc;
 
 	if (b->has_host)
 		return 0;
 	if (n > UINT32_MAX)
 		return -ENOSPC;
+	if (st_dev_lost(b))
+		return -EIO;
 	rc = st_reserve(b, TFS_TIER_HOST, need);
 	if (rc)
 		return rc;
@@ -219,13 +222,18 @@ int st_host_fetch(struct tier_buf *b)
 		goto out_drop;
 	}
 	b->nchunks = (uint32_t)n;
+	/* From a device that failed, the lower copy is all there is. */
+	from_dev = b->dmem && !tier_dev_failed(s->dev);
 	for (uint64_t i = 0; i < n;) {
-		void *dsts[SPILL_BATCH];
-		size_t lens[SPILL_BATCH], k;
+		/* From disk, a batch of chunks is decompressed in parallel on
+		 * the disk tier's pool; from the device, a batch is copied
+		 * with one wait. */
+		size_t max = from_dev ? DEV_BATCH : SPILL_BATCH, k;
+		struct tier_dev_seg seg[DEV_BATCH];
+		void *dsts[DEV_BATCH];
+		size_t lens[DEV_BATCH];
 
-		/* From disk, a batch of chunks is decompressed in parallel
-		 * on the disk tier's pool. */
-		for (k = 0; k < SPILL_BATCH && i + k < n; k++) {
+		for (k = 0; k < max && i + k < n; k++) {
 			uint64_t off = (i + k) * s->chunk_size;
 			void *c = b->cap0 ? calloc(1, b->cap0) :
 					    st_chunk_get(s);
@@ -238,23 +246,21 @@ int st_host_fetch(struct tier_buf *b)
 			dsts[k] = c;
 			lens[k] = b->size - off < s->chunk_size ?
 					  b->size - off : s->chunk_size;
-			if (b->dmem)
-				rc = s->dev->ops->read(s->dev, b->dmem, c,
-						       lens[k], off);
-			else if (!b->dobj)
+			seg[k] = (struct tier_dev_seg){ c, lens[k], off };
+			if (!from_dev && !b->dobj)
 				memset(c, 0, lens[k]);
-			if (rc)
-				goto out_drop;
 			if (!b->cap0)
 				memset((char *)c + lens[k], 0,
 				       s->chunk_size - lens[k]);
 		}
-		if (!b->dmem && b->dobj) {
+		if (from_dev)
+			rc = tier_dev_readv(s->dev, b->dmem, seg,
+					    (unsigned int)k);
+		else if (b->dobj)
 			rc = tier_dobj_read_chunks(s->disk, b->dobj, i, dsts,
 						   lens, k);
-			if (rc)
-				goto out_drop;
-		}
+		if (rc)
+			goto out_drop;
 		i += k;
 	}
 	st_count_written(s, TFS_TIER_HOST, b->size);

@@ -51,6 +51,8 @@
 #define PROMOTE_SHARE 4
 /* Chunks handed to the disk tier's compression pool at once. */
 #define SPILL_BATCH 8
+/* Chunks copied to or from the device as one batch, waited for once. */
+#define DEV_BATCH 64
 
 struct lease {
 	uint64_t owner;
@@ -310,16 +312,33 @@ ssize_t st_disk_write(struct tier_buf *b, const char *src, size_t len,
  * it, or stays for the next mount when the store keeps its files. */
 void st_pobj_release(struct tier_buf *b);
 
-/* store_dev.c: the device copy; b->lock held for writing. */
+/* store_dev.c: the device copy; b->lock held for writing unless said. */
 
+/*
+ * Any lock or none. Whether there is a device tier to place buffers on:
+ * there is one, and it has not failed (a sticky CUDA error: see
+ * device.h). A failed device keeps what it holds, but nothing new goes
+ * there and reads are served from lower copies where there are any.
+ */
+static inline bool st_dev_usable(const struct tier_store *s)
+{
+	return s->dev && !tier_dev_failed(s->dev);
+}
+/* Any lock or none. What a device copy of @len bytes takes, charged to
+ * the device tier: the backend rounds allocations up to its granule. */
+uint64_t st_dev_granted_for(struct tier_store *s, uint64_t len);
+/* b->lock held. Whether @b's only copy is on a device that failed: its
+ * bytes are gone. */
+bool st_dev_lost(struct tier_buf *b);
 /* Free the device copy and give back its charge; waits for I/O
  * references. */
 void st_dev_drop(struct tier_buf *b);
-/* Charge and allocate @len bytes of device memory, evicting further when
- * the device is fuller than the accounting says. 0 or -ENOSPC. */
+/* Charge and allocate @len bytes of device memory, charged at what the
+ * device takes, evicting further when the device is fuller than the
+ * accounting says. 0, -ENOSPC, or -ENODEV when the device failed. */
 int st_dev_alloc(struct tier_buf *b, size_t len);
 /* Build a device copy from the host or disk copy; 0 when there is one
- * already, -ENODEV without a device. */
+ * already, -ENODEV without a usable device. */
 int st_dev_fill(struct tier_buf *b);
 
 /* store_limits.c */

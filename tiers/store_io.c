@@ -61,19 +61,49 @@ static int make_writable_disk(struct tier_buf *b)
 	return 0;
 }
 
-/* Serve a read from the fastest copy; b->lock held. */
+/* Takes s->lock. Does a lease on @b let a GPU program write it? */
+static bool write_leased(struct tier_buf *b)
+{
+	bool w = false;
+
+	pthread_mutex_lock(&b->s->lock);
+	for (uint32_t i = 0; i < b->nleases && !w; i++)
+		w = b->leases[i].writable;
+	pthread_mutex_unlock(&b->s->lock);
+	return w;
+}
+
+/*
+ * b->lock held. Should a read of @b come from its host copy rather than
+ * its device copy? A host copy next to a device copy is a clean copy of it,
+ * as fast to read as anything and no copy across PCIe, unless a GPU program
+ * holds a write lease: then the device copy may be newer until it commits.
+ * A device that failed serves nothing.
+ */
+static bool read_host(struct tier_buf *b)
+{
+	if (!b->has_host)
+		return false;
+	if (!b->dmem || tier_dev_failed(b->s->dev))
+		return true;
+	return !write_leased(b);
+}
+
+/* Serve a read from the fastest clean copy; b->lock held. */
 static int serve_read(struct tier_buf *b, void *dst, size_t len, uint64_t off)
 {
 	struct tier_store *s = b->s;
 
-	if (b->dmem)
-		return s->dev->ops->read(s->dev, b->dmem, dst, len, off);
-	if (b->has_host) {
+	if (read_host(b)) {
 		st_host_read(b, dst, len, off);
 		return 0;
 	}
+	if (b->dmem && !tier_dev_failed(s->dev))
+		return s->dev->ops->read(s->dev, b->dmem, dst, len, off);
 	if (b->dobj)
 		return st_disk_read(b, dst, len, off);
+	if (b->dmem)
+		return -EIO; /* its only copy was on a device that failed */
 	memset(dst, 0, len);
 	return 0;
 }
@@ -136,7 +166,11 @@ ssize_t tier_buf_read_iov(struct tier_buf *b, size_t len, off_t off,
 	}
 	if (len > b->size - (uint64_t)off)
 		len = b->size - (uint64_t)off;
-	if (b->dmem) {
+	if (read_host(b)) {
+		n = st_host_iov(b, len, (uint64_t)off, iov, max);
+		if (n < 0)
+			n = -EAGAIN;
+	} else if (b->dmem && !tier_dev_failed(s->dev)) {
 		char *p = s->dev->ops->host_ptr ?
 				  s->dev->ops->host_ptr(s->dev, b->dmem) :
 				  NULL;
@@ -145,10 +179,6 @@ ssize_t tier_buf_read_iov(struct tier_buf *b, size_t len, off_t off,
 			iov[0] = (struct iovec){ p + off, len };
 			n = 1;
 		}
-	} else if (b->has_host) {
-		n = st_host_iov(b, len, (uint64_t)off, iov, max);
-		if (n < 0)
-			n = -EAGAIN;
 	}
 	if (n < 0) {
 		pthread_rwlock_unlock(&b->lock);
@@ -210,6 +240,15 @@ ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
 		return -EFBIG;
 	pthread_rwlock_wrlock(&b->lock);
 	b->refused = TFS_TIER_COUNT;
+	if (b->dmem && tier_dev_failed(s->dev)) {
+		/* Writes go where the lower copies are; a buffer whose only
+		 * copy was on the device is lost, bar a truncate to 0. */
+		if (st_dev_lost(b)) {
+			rc = -EIO;
+			goto out;
+		}
+		st_dev_drop(b);
+	}
 	if (b->dmem && (st_lease_count(b) || (uint64_t)off + len <= b->size)) {
 		/* In place on the device: O(bytes written), and the only
 		 * choice while a GPU program maps the buffer. */
@@ -288,8 +327,10 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 	}
 	if (!b->has_host) {
 		/* An empty buffer needs no fetch: an empty host copy is
-		 * free, and every buffer must keep at least one copy. */
-		if (b->size) {
+		 * free, and every buffer must keep at least one copy. Nor
+		 * does one cut to nothing whose bytes a failed device lost:
+		 * that is how a lost file is overwritten. */
+		if (b->size && !(size == 0 && st_dev_lost(b))) {
 			rc = make_writable_host(b);
 		} else {
 			st_dev_drop(b);
@@ -426,8 +467,10 @@ int tier_buf_register(struct tier_buf *b)
 		st_wc_free(b);
 	else if (rc == -ENOSPC)
 		st_count_enospc(b);
-	if (b->dirty && s->dev && b->size && !b->dmem && b->has_host &&
-	    b->size <= st_tier_limit(s, TFS_TIER_DEVICE)) {
+	if (b->dirty && st_dev_usable(s) && b->size && !b->dmem &&
+	    b->has_host &&
+	    st_dev_granted_for(s, b->size) <=
+		    st_tier_limit(s, TFS_TIER_DEVICE)) {
 		/* Not fitting on the device is fine: the buffer stays on
 		 * host, and a later read or prefetch may bring it up. */
 		int e = st_dev_fill(b);
@@ -450,7 +493,7 @@ int tier_buf_move(struct tier_buf *b, enum tfs_tier tier, uint64_t owner)
 
 	if (tier >= TFS_TIER_COUNT)
 		return -EINVAL;
-	if (tier == TFS_TIER_DEVICE && !s->dev)
+	if (tier == TFS_TIER_DEVICE && !st_dev_usable(s))
 		return -ENODEV;
 	pthread_rwlock_wrlock(&b->lock);
 	pthread_mutex_lock(&s->lock);

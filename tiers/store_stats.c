@@ -42,6 +42,8 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 	snprintf(out->device_model, sizeof(out->device_model), "%s",
 		 s->dev ? s->dev_info.model : "");
 	out->has_device = s->dev != NULL;
+	snprintf(out->device_state, sizeof(out->device_state), "%s",
+		 !s->dev ? "none" : tier_dev_failed(s->dev) ? "failed" : "ok");
 	pthread_mutex_lock(&s->lock);
 	memcpy(out->tier, s->use, sizeof(out->tier));
 	out->files = s->files;
@@ -121,6 +123,7 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 	EMIT("device.yield_bytes=%" PRIu64 "\n", st.yield_bytes);
 	EMIT("device.reclaims=%" PRIu64 "\n", st.reclaims);
 	EMIT("device.reclaimed_bytes=%" PRIu64 "\n", st.reclaimed_bytes);
+	EMIT("device.state=%s\n", st.device_state);
 #undef EMIT
 	return n;
 }

@@ -62,7 +62,8 @@
  *   TFS_MOCK_STATS=FILE       one line appended at exit: "registers N
  *                             unregisters N registered-left N direct-copies
  *                             N staged-copies N waits N calls N dev-left N
- *                             contexts D:N,D:N"
+ *                             d2h N contexts D:N,D:N" (d2h: copies device
+ *                             to host)
  *
  * A test linked with it calls tfs_mock_fail_next_copy() to make the next
  * cudaMemcpyAsync fail when queued (not sticky),
@@ -182,6 +183,7 @@ static bool fail_next_register; /* mock_lock */
 static bool streams_held; /* mock_lock */
 static unsigned long registered_copies, staged_copies; /* mock_lock */
 static unsigned long registers, unregisters; /* mock_lock */
+static unsigned long d2h_copies; /* mock_lock */
 static unsigned long shm_seq; /* mock_lock */
 static unsigned long waits, calls; /* atomic */
 static __thread cudaError_t last_error;
@@ -1163,6 +1165,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 		registered_copies++;
 	else if (host)
 		staged_copies++;
+	if (kind == cudaMemcpyDeviceToHost)
+		d2h_copies++;
 	pthread_mutex_unlock(&mock_lock);
 	enqueue_op(s, dst, src, n, 0, host, inject_async);
 	return cudaSuccess;
@@ -1577,9 +1581,9 @@ __attribute__((destructor)) static void mock_exit(void)
 	}
 	if (path && (f = fopen(path, "a"))) {
 		fprintf(f,
-			"registers %lu unregisters %lu registered-left %lu direct-copies %lu staged-copies %lu waits %lu calls %lu dev-left %lu contexts",
+			"registers %lu unregisters %lu registered-left %lu direct-copies %lu staged-copies %lu waits %lu calls %lu dev-left %lu d2h %lu contexts",
 			registers, unregisters, left, registered_copies,
-			staged_copies, waits, calls, dev_left);
+			staged_copies, waits, calls, dev_left, d2h_copies);
 		for (i = 0; i < ndevs; i++)
 			fprintf(f, "%c%d:%d", i ? ',' : ' ', i,
 				devs[i].ctx.created ? 1 : 0);

@@ -129,3 +129,125 @@ hold() {
 	[ "$(tfs_stat backend)" = none ]
 	grep -q "exclusive-process compute mode" "$LOG"
 }
+
+# Unmount and wait for the daemon to exit, so that the fake runtime has
+# written its stats: a bounded wait, long for a loaded machine.
+unmount_wait() {
+	local i
+	fusermount3 -u "$MNT"
+	for i in $(seq 1 600); do
+		kill -0 "$TFS_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	tfs_unmount
+}
+
+# mstat FILE KEY: KEY's number in the fake runtime's stats line at FILE.
+mstat() {
+	awk -v k="$2" '{ for (i = 1; i < NF; i++) if ($i == k) print $(i + 1) }' "$1"
+}
+
+@test "the device tier is charged whole 2 MiB blocks" {
+	mount_cuda
+	mkfile a 4096
+	[ "$(tfs_tier "$MNT/a")" = device ]
+	[ "$(tfs_stat device.used)" -eq $((2 << 20)) ]
+	mkfile b $(((2 << 20) + 4096))
+	[ "$(tfs_tier "$MNT/b")" = device ]
+	[ "$(tfs_stat device.used)" -eq $((6 << 20)) ]
+	[ "$(getfattr --only-values -n user.tierfs.stored_size "$MNT/b")" -eq $((4 << 20)) ]
+	# A 64 MiB tier holds 32 blocks, however small the files.
+	for i in $(seq 1 40); do echo "$i" >"$MNT/s$i"; done
+	[ "$(tfs_stat device.used)" -le $((64 << 20)) ]
+	for i in $(seq 1 40); do [ "$(cat "$MNT/s$i")" = "$i" ]; done
+	cmp "$TFS_TMP/b" "$MNT/b"
+}
+
+@test "reads come from the clean host copy, not across PCIe" {
+	TFS_MOCK_STATS=$TFS_TMP/daemon.stats mount_cuda
+	mkfile f $((8 << 20))
+	[ "$(tfs_tier "$MNT/f")" = device ]
+	for i in 1 2 3; do cmp "$TFS_TMP/f" "$MNT/f"; done
+	unmount_wait
+	cat "$TFS_TMP/daemon.stats"
+	[ "$(mstat "$TFS_TMP/daemon.stats" d2h)" -eq 0 ]
+}
+
+@test "a sticky GPU error fails the device once; files with a host copy stay readable" {
+	# Its own stats: a dead context keeps its memory until the process
+	# exits, which the fake runtime counts as left over.
+	TFS_MOCK_BREAK_FILE=$TFS_TMP/break \
+		TFS_MOCK_STATS=$TFS_TMP/daemon.stats mount_cuda
+	mkfile a 3000000
+	# g lives on the GPU only: written there and committed.
+	"$EXPORT_CLIENT" alloc "$MNT/g" 1000000
+	"$EXPORT_CLIENT" fill "$MNT/g" 7
+	[ "$(tfs_tier "$MNT/a")" = device ]
+	[ "$(tfs_tier "$MNT/g")" = device ]
+	[ "$(tfs_stat device.state)" = ok ]
+	local nlog
+	nlog=$(wc -l <"$LOG")
+	# The context breaks (an ECC error, an Xid): the next CUDA call says so.
+	touch "$TFS_TMP/break"
+	for i in 1 2 3 4 5; do
+		run cat "$MNT/g"
+		[ "$status" -ne 0 ]
+		[[ "$output" == *"Input/output error"* ]]
+	done
+	cmp "$TFS_TMP/a" "$MNT/a"
+	[ "$(tfs_stat device.state)" = failed ]
+	[ "$(tfs_stat backend)" = cuda ]
+	# Logged once, and nothing else about it.
+	tail -n +$((nlog + 1)) "$LOG" >"$TFS_TMP/after"
+	cat "$TFS_TMP/after"
+	[ "$(wc -l <"$TFS_TMP/after")" -eq 1 ]
+	grep -q "cuda: gpu 0 failed: .*cudaErrorECCUncorrectable" "$TFS_TMP/after"
+	# Nothing new goes to the GPU, and nothing is asked of it.
+	mkfile c 1000000
+	[ "$(tfs_tier "$MNT/c")" = host ]
+	cmp "$TFS_TMP/c" "$MNT/c"
+	run "$EXPORT_CLIENT" cat "$MNT/a"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"No such device"* ]]
+	run setfattr -n user.tierfs.tier -v device "$MNT/c"
+	[ "$status" -ne 0 ]
+	setfattr -n user.tierfs.tier -v disk "$MNT/a"
+	cmp "$TFS_TMP/a" "$MNT/a"
+	# The lost file can be written over, or removed.
+	echo again >"$MNT/g"
+	[ "$(cat "$MNT/g")" = again ]
+	rm "$MNT/a" "$MNT/g"
+	[ "$(wc -l <"$TFS_TMP/after")" -eq 1 ]
+}
+
+@test "a placement and a fetch back wait once per batch, not per chunk" {
+	TFS_MOCK_STATS=$TFS_TMP/daemon.stats mount_cuda
+	head -c $((32 << 20)) /dev/urandom >"$MNT/f"
+	[ "$(tfs_tier "$MNT/f")" = device ]
+	# Only on the GPU now, then fetched back to host.
+	"$EXPORT_CLIENT" fill "$MNT/f" 3
+	setfattr -n user.tierfs.tier -v host "$MNT/f"
+	"$EXPORT_CLIENT" pattern $((32 << 20)) 3 | cmp - "$MNT/f"
+	unmount_wait
+	cat "$TFS_TMP/daemon.stats"
+	local direct waits
+	direct=$(mstat "$TFS_TMP/daemon.stats" direct-copies)
+	waits=$(mstat "$TFS_TMP/daemon.stats" waits)
+	[ "$direct" -ge 64 ]
+	[ "$waits" -le $((direct / 8)) ]
+}
+
+@test "page-locked host memory is registered in slabs, not per chunk" {
+	TFS_MOCK_STATS=$TFS_TMP/daemon.stats mount_cuda
+	head -c $((32 << 20)) /dev/urandom >"$TFS_TMP/f"
+	cp "$TFS_TMP/f" "$MNT/f"
+	cmp "$TFS_TMP/f" "$MNT/f"
+	unmount_wait
+	cat "$TFS_TMP/daemon.stats"
+	local reg
+	reg=$(mstat "$TFS_TMP/daemon.stats" registers)
+	# 16 MiB slabs under the 64 MiB host limit: two or three, not 32.
+	[ "$reg" -ge 1 ] && [ "$reg" -le 4 ]
+	[ "$(mstat "$TFS_TMP/daemon.stats" unregisters)" -eq "$reg" ]
+	[ "$(mstat "$TFS_TMP/daemon.stats" direct-copies)" -ge 32 ]
+}

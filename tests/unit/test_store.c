@@ -293,6 +293,143 @@ static void test_host_pool_trim(void)
 	host_pool_destroy(p);
 }
 
+/* What the pool pins and unpins: at most 8 ranges at once. */
+struct pins {
+	void *ptr[8];
+	size_t len[8];
+	int calls, live, bad;
+};
+
+static int pin_count(void *ctx, void *ptr, size_t len)
+{
+	struct pins *pn = ctx;
+	int i;
+
+	for (i = 0; i < 8 && pn->ptr[i]; i++)
+		;
+	if (i == 8)
+		return -ENOMEM;
+	pn->ptr[i] = ptr;
+	pn->len[i] = len;
+	pn->calls++;
+	pn->live++;
+	return 0;
+}
+
+static void unpin_count(void *ctx, void *ptr, size_t len)
+{
+	struct pins *pn = ctx;
+
+	for (int i = 0; i < 8; i++) {
+		if (pn->ptr[i] == ptr) {
+			pn->bad += pn->len[i] != len;
+			pn->ptr[i] = NULL;
+			pn->live--;
+			return;
+		}
+	}
+	pn->bad++;
+}
+
+/*
+ * With pinning, chunks come from slabs pinned once each (a quarter of the
+ * limit here), not from a pin per chunk in the write path; a slab is
+ * unpinned whole, with the pointer it was pinned with, once all its chunks
+ * are free and the pool is idle.
+ */
+static void test_host_pool_slabs(void)
+{
+	struct pins pn = { 0 };
+	struct host_pool_hooks hooks = { .pin = pin_count,
+					 .unpin = unpin_count, .ctx = &pn };
+	const size_t chunk = 64 * 1024;
+	struct host_pool *p;
+	void *c[300];
+
+	/* 16 MiB limit: 4 MiB slabs of 64 chunks. */
+	CHECK_EQ(host_pool_init(&p, chunk, 16 * MiB, &hooks), 0);
+	for (int i = 0; i < 100; i++) {
+		c[i] = host_chunk_get(p);
+		CHECK(c[i] != NULL);
+		memset(c[i], i, chunk);
+	}
+	CHECK_EQ(pn.calls, 2);
+	CHECK_EQ(pn.len[0], 4 * MiB);
+	for (int i = 0; i < 100; i++)
+		CHECK(((unsigned char *)c[i])[chunk - 1] == (unsigned char)i);
+	/* Freed chunks are reused, from the fuller slab first. */
+	host_chunk_put(p, c[3]);
+	host_chunk_put(p, c[90]);
+	void *again = host_chunk_get(p);
+
+	CHECK(again == c[3]);
+	CHECK_EQ(pn.calls, 2);
+	host_chunk_put(p, again);
+	for (int i = 0; i < 100; i++)
+		if (i != 3 && i != 90)
+			host_chunk_put(p, c[i]);
+	CHECK_EQ(host_pool_free_bytes(p), 128 * chunk);
+	host_pool_trim(p, 0); /* taken since the last trim: keep */
+	CHECK_EQ(pn.live, 2);
+	host_pool_trim(p, 0); /* idle: half of 128 chunks is one slab */
+	CHECK_EQ(pn.live, 1);
+	CHECK_EQ(host_pool_free_bytes(p), 64 * chunk);
+	host_pool_trim(p, 64 * chunk); /* never below the floor */
+	CHECK_EQ(pn.live, 1);
+	host_pool_destroy(p);
+	CHECK_EQ(pn.live, 0);
+	CHECK_EQ(pn.bad, 0);
+
+	/* Past the limit, a slab that comes free goes at once. */
+	memset(&pn, 0, sizeof(pn));
+	CHECK_EQ(host_pool_init(&p, chunk, 8 * MiB, &hooks), 0);
+	for (int i = 0; i < 96; i++)
+		c[i] = host_chunk_get(p);
+	CHECK_EQ(pn.calls, 3); /* 2 MiB slabs of 32 chunks */
+	host_pool_set_keep(p, 2 * MiB);
+	for (int i = 0; i < 96; i++)
+		host_chunk_put(p, c[i]);
+	CHECK(pn.live <= 1);
+	host_pool_destroy(p);
+	CHECK_EQ(pn.live, 0);
+	CHECK_EQ(pn.bad, 0);
+}
+
+/*
+ * The device tier is charged what the device takes, the backend's rounded
+ * size (a page for sim, 2 MiB for cuda), not the buffer's length: else a
+ * tier of small files holds many times its limit.
+ */
+static void test_device_granted(void)
+{
+	struct tier_store *s = mk_store("sim", 4 * MiB, 16 * MiB, 0);
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
+	struct tier_store_stats st;
+	struct tier_buf_stat bs;
+	struct tier_buf *b[3];
+
+	b[0] = mk_file(s, 1, pg + 1);
+	b[1] = mk_file(s, 2, 10);
+	b[2] = mk_file(s, 3, 3 * pg);
+	for (int i = 0; i < 3; i++)
+		CHECK(tier_of(b[i]) == TFS_TIER_DEVICE);
+	tier_buf_stat(b[0], &bs);
+	CHECK_EQ(bs.stored_size, 2 * pg);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_DEVICE].used, 6 * pg);
+	CHECK(!strcmp(st.device_state, "ok"));
+	CHECK(verify(b[0], 1, pg + 1) && verify(b[1], 2, 10));
+	/* Dropped, the whole rounded size comes back. */
+	CHECK_EQ(tier_buf_move(b[0], TFS_TIER_HOST, 0), 0);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_DEVICE].used, 4 * pg);
+	for (int i = 0; i < 3; i++)
+		tier_buf_destroy(b[i]);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_DEVICE].used, 0);
+	tier_store_destroy(s);
+}
+
 static void test_spill_order(void)
 {
 	struct tier_store *s = mk_store("sim", 4 * MiB, 8 * MiB, 0);
@@ -1148,6 +1285,8 @@ int main(void)
 	TAP_RUN(test_small_grown_by_truncate);
 	TAP_RUN(test_read_iov);
 	TAP_RUN(test_host_pool_trim);
+	TAP_RUN(test_host_pool_slabs);
+	TAP_RUN(test_device_granted);
 	TAP_RUN(test_spill_order);
 	TAP_RUN(test_clean_respill_and_move);
 	TAP_RUN(test_pinned_survives_pressure);
