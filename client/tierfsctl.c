@@ -54,6 +54,9 @@ static const char usage_text[] =
 	"                            spill GPU buffers until SIZE bytes of the\n"
 	"                            GPU's memory are given back (default: the\n"
 	"                            mount's default GPU)\n"
+	"  recover --list [--json] [MOUNT]\n"
+	"                            what the last start of a persistent mount\n"
+	"                            dropped or rolled back\n"
 	"\n"
 	"MOUNT defaults to the only tierfs mount. See tierfsctl(1).\n";
 
@@ -78,6 +81,7 @@ static const struct command {
 	{ "metrics", cmd_metrics, "metrics [-o FILE] [MOUNT...]" },
 	{ "cleanup", cmd_cleanup, "cleanup [-q] DIR..." },
 	{ "reclaim", cmd_reclaim, "reclaim [--gpu N] [-q] MOUNT SIZE" },
+	{ "recover", cmd_recover, "recover --list [--json] [MOUNT]" },
 };
 
 static const struct command *find_command(const char *name)

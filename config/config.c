@@ -28,6 +28,12 @@ static const char *const compression_names[] = {
 	[CFG_COMPRESS_NONE] = "none",
 	[CFG_COMPRESS_NONE + 1] = NULL,
 };
+static const char *const persist_names[] = {
+	[CFG_PERSIST_NO] = "no",
+	[CFG_PERSIST_YES] = "yes",
+	[CFG_PERSIST_CLOSE] = "close",
+	[CFG_PERSIST_CLOSE + 1] = NULL,
+};
 static const char *const unspill_names[] = {
 	[CFG_UNSPILL_DEVICE] = "device",
 	[CFG_UNSPILL_HOST] = "host",
@@ -83,6 +89,14 @@ static const struct cfg_key keys[] = {
 	{ "disk", "chunk_size", CFG_SIZE32, CFG_F_POW2, FIELD(disk, chunk_size),
 	  .min = 64 * KiB, .max = 64 * MiB, .def = "1M", .arg = "SIZE",
 	  .help = "spill chunk size, a power of two from 64K to 64M" },
+	{ "disk", "persist", CFG_CHOICE_ENUM, 0, FIELD(disk, persist),
+	  .choices = persist_names, .def = "no", .arg = "no|yes|close",
+	  .help = "keep the files across restarts and crashes: fsync is "
+		  "durable; close: the last close of a file too" },
+	{ "disk", "name", CFG_NAME, 0, FIELD(disk, name), .def = NULL,
+	  .arg = "NAME",
+	  .help = "with persist, name the spill directory tierfs-persist.NAME "
+		  "(default: after the mount point)" },
 	{ "policy", "eviction", CFG_CHOICE_STR, 0, FIELD(policy, eviction),
 	  .choices = eviction_names, .def = "lru", .arg = "lru",
 	  .help = "which buffers spill first" },
@@ -122,7 +136,8 @@ static const struct cfg_key keys[] = {
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 _Static_assert(NKEYS <= CFG_MAX_KEYS, "raise CFG_MAX_KEYS");
 _Static_assert(sizeof(enum cfg_compression) == sizeof(int) &&
-		       sizeof(enum cfg_unspill) == sizeof(int),
+		       sizeof(enum cfg_unspill) == sizeof(int) &&
+		       sizeof(enum cfg_persist) == sizeof(int),
 	       "CFG_CHOICE_ENUM stores an int");
 
 static const char *const sections[] = { "device", "host", "disk", "policy",
@@ -342,6 +357,18 @@ static int key_set(struct tfs_config *cfg, const struct cfg_key *k,
 		return 0;
 	case CFG_GPUS:
 		return parse_gpus(value, f, why, whylen);
+	case CFG_NAME:
+		if (!*value || strlen(value) >= k->size || value[0] == '.' ||
+		    strspn(value, "abcdefghijklmnopqrstuvwxyz"
+				  "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+			    strlen(value)) {
+			say(why, whylen, "'%s' is not a name: 1 to %zu letters, "
+			    "digits, '.', '_' or '-', not starting with '.'",
+			    value, k->size - 1);
+			return -EINVAL;
+		}
+		snprintf(f, k->size, "%s", value);
+		return 0;
 	}
 	say(why, whylen, "internal error: bad key type");
 	return -EINVAL;

@@ -23,6 +23,8 @@ enum cfg_type {
 	CFG_FRACTION, /* double, 0 < x <= 1 */
 	CFG_PATH, /* char *, owned by the config */
 	CFG_GPUS, /* struct cfg_gpus */
+	CFG_NAME, /* a char array: 1 to size - 1 of [A-Za-z0-9._-], no
+		   * leading dot (it becomes part of a file name) */
 };
 
 #define CFG_F_PERCENT 0x1u /* a size may be a percentage */

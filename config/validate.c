@@ -222,6 +222,13 @@ int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
 	rc = check_disk_path(cfg, mountpoint, err, errlen);
 	if (rc)
 		return rc;
+	if (cfg->disk.name[0] && cfg->disk.persist == CFG_PERSIST_NO) {
+		key_where(cfg, find_key("disk", "name"), where, sizeof(where));
+		say(err, errlen, "%s: '%s' names a persistent spill directory; "
+				 "set persist = yes or close too",
+		    where, cfg->disk.name);
+		return -EINVAL;
+	}
 	if (cfg->device.gpus.n) {
 		int ord[CFG_MAX_GPUS];
 		unsigned int def;

@@ -262,7 +262,10 @@ size_t tfs_daemon_stats(char *buf, size_t len)
 		     "read_only=%d\n",
 		     (long)getpid(), reloads, reload_error, tfs_readonly());
 	pthread_mutex_unlock(&reload_lock);
-	return n > 0 ? (size_t)n : 0;
+	if (n < 0)
+		n = 0;
+	return (size_t)n + tfs_pj_stats(buf + ((size_t)n < len ? (size_t)n : len),
+					(size_t)n < len ? len - (size_t)n : 0);
 }
 
 static pthread_t hup_thread;

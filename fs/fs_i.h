@@ -130,6 +130,13 @@ struct tfs_inode {
 	};
 	struct tfs_xattr *xattrs;
 	uint32_t xattr_bytes;
+	/* Persistent mounts (fs/persist.c), regular files only. */
+	bool pinned; /* ns_lock: user.tierfs.pin, as the journal has it */
+	/* Changed since its last sync: an I_DIRTY record was written. */
+	_Atomic bool unsynced;
+	/* The committed version the journal last named (for snapshots):
+	 * swapped under the journal's lock. */
+	struct tfs_pdata *pdata;
 };
 
 static inline uint32_t tfs_fsflags(const struct tfs_inode *i)
@@ -224,6 +231,11 @@ struct tfs_inode *tfs_inode_get_locked(fuse_ino_t ino);
 int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
 			 struct tier_buf *buf, char *target,
 			 struct tfs_inode **out);
+/* An inode of number @ino that a persistent mount brings back, charged
+ * to the budget like a new one; the caller fills in the rest. Same
+ * returns as tfs_inode_new_locked(). */
+int tfs_inode_restore_locked(uint64_t ino, uint32_t mode, struct tier_buf *buf,
+			     char *target, struct tfs_inode **out);
 /* Queue @i for freeing when it has no name, no lookups and no opens. */
 void tfs_inode_check_locked(struct tfs_inode *i, struct tfs_inode **reap);
 /* Free what tfs_inode_check_locked() queued; call without the lock. */
@@ -332,6 +344,54 @@ int tfs_remount(const char *mountpoint);
  * writing, which every TFS_IOC_* that rewrites bytes needs. No lock.
  */
 bool tfs_readonly(void);
+
+/*
+ * persist.c: persistent mounts ([disk] persist). Every function is a
+ * no-op, or returns 0, on a mount that is not persistent.
+ *
+ * Recording, ns_lock held: the changes of an operation collect in the
+ * calling thread and tfs_ns_unlock() writes them as one record.
+ * tfs_pj_attr_locked(): @i's attributes (mode, owner, times, links,
+ * flags, xattrs, pin) changed, or it lost its last name.
+ * tfs_pj_dirty_locked(): a regular file's bytes changed.
+ * tfs_pj_dset_locked() and tfs_pj_ddel_locked() are called by
+ * tfs_dentry_add_locked() and tfs_dentry_del_locked().
+ */
+bool tfs_persistent(void);
+/* persist = close: the last close is a sync point. */
+bool tfs_persist_close(void);
+void tfs_pj_attr_locked(struct tfs_inode *i);
+void tfs_pj_dirty_locked(struct tfs_inode *i);
+void tfs_pj_dset_locked(const struct tfs_dentry *d);
+void tfs_pj_ddel_locked(const struct tfs_dentry *d);
+/* tfs_ns_unlock() calls it: append this thread's record. */
+void tfs_pj_txn_end_locked(void);
+/*
+ * A sync point for regular file @i, without ns_lock: its bytes go to the
+ * disk tier, fdatasync'd, its committed version into the journal, durable
+ * before this returns. With @namespace_too the journal is made durable
+ * even when the bytes were synced already (fsync). 0 or -errno.
+ */
+int tfs_pj_sync(struct tfs_inode *i, bool namespace_too);
+/* Make every record so far durable (fsyncdir). */
+int tfs_pj_flush(void);
+/*
+ * At start, after the store: read the spill directory's snapshot and
+ * journals, rebuild the tree, adopt the files, start the journal thread.
+ * Returns 0 or -errno with why in @err (another version, another chunk
+ * size, no snapshot that checks out, out of memory).
+ */
+int tfs_pj_start(enum cfg_persist mode, char *err, size_t errlen);
+/* After the unmount: save every file and write a snapshot. */
+void tfs_pj_stop(void);
+/* After tfs_ns_destroy(): close the journal. */
+void tfs_pj_destroy(void);
+/* The persist lines of user.tierfs.stats; the length needed, like
+ * snprintf. */
+size_t tfs_pj_stats(char *buf, size_t len);
+/* What the last start's recovery dropped (user.tierfs.recovery): its
+ * length, -E2BIG when @len is short, -ENODATA when not persistent. */
+ssize_t tfs_pj_notes(char *buf, size_t len);
 
 /* dir.c */
 void tfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);

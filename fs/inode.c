@@ -194,6 +194,8 @@ void tfs_ns_lock(void)
 
 void tfs_ns_unlock(void)
 {
+	if (tfs_persistent())
+		tfs_pj_txn_end_locked();
 	pthread_mutex_unlock(&tfs.ns_lock);
 }
 
@@ -210,6 +212,12 @@ void tfs_touch_locked(struct tfs_inode *i, bool mtime)
 	i->ctime = now;
 	if (mtime)
 		i->mtime = now;
+	/* A regular file's mtime moves with its bytes, which its next sync
+	 * records; anything else that changed is attributes. */
+	if (S_ISREG(i->mode) && mtime)
+		tfs_pj_dirty_locked(i);
+	else
+		tfs_pj_attr_locked(i);
 }
 
 void tfs_file_link_locked(struct tfs_file *f)
@@ -278,9 +286,11 @@ struct tfs_inode *tfs_inode_get_locked(fuse_ino_t ino)
 	return i;
 }
 
-int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
-			 struct tier_buf *buf, char *target,
-			 struct tfs_inode **out)
+/* An inode of @ino in the table, charged to the metadata budget, with
+ * what its kind needs; @buf or @target is owned by it on success. */
+static int inode_make_locked(uint64_t ino, uint32_t mode,
+			     struct tier_buf *buf, char *target,
+			     struct tfs_inode **out)
 {
 	size_t cost = inode_cost(mode, target);
 	struct tfs_inode *i;
@@ -306,19 +316,11 @@ int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
 	} else if (S_ISLNK(mode)) {
 		i->target = target;
 	}
-	i->ino = tfs.next_ino++;
-	if (i->ino != FUSE_ROOT_ID)
-		i->generation = tfs.next_generation++;
+	i->ino = ino;
 	/* Lock-free: the store reports its changes to the kernel by it. */
 	if (S_ISREG(mode) && buf)
 		tier_buf_set_cookie(buf, i->ino);
 	i->mode = mode;
-	i->uid = uid;
-	i->gid = gid;
-	i->rdev = rdev;
-	tfs_now(&i->atime);
-	i->mtime = i->ctime = i->atime;
-
 	at = inode_bucket(&tfs.inodes, i->ino);
 	i->hnext = tfs.inodes.b[at];
 	tfs.inodes.b[at] = i;
@@ -330,6 +332,35 @@ int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
 out_uncharge:
 	tfs_meta_uncharge(cost);
 	return -ENOMEM;
+}
+
+int tfs_inode_restore_locked(uint64_t ino, uint32_t mode, struct tier_buf *buf,
+			     char *target, struct tfs_inode **out)
+{
+	return inode_make_locked(ino, mode, buf, target, out);
+}
+
+int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
+			 struct tier_buf *buf, char *target,
+			 struct tfs_inode **out)
+{
+	struct tfs_inode *i;
+	int rc;
+
+	rc = inode_make_locked(tfs.next_ino, mode, buf, target, &i);
+	if (rc)
+		return rc;
+	tfs.next_ino++;
+	if (i->ino != FUSE_ROOT_ID)
+		i->generation = tfs.next_generation++;
+	i->uid = uid;
+	i->gid = gid;
+	i->rdev = rdev;
+	tfs_now(&i->atime);
+	i->mtime = i->ctime = i->atime;
+	tfs_pj_attr_locked(i);
+	*out = i;
+	return 0;
 }
 
 static void inode_unhash_locked(struct tfs_inode *i)
@@ -376,6 +407,7 @@ static void inode_free(struct tfs_inode *i)
 		tfs_meta_uncharge(tfs_xattr_cost(x->nlen, x->vlen));
 		free(x);
 	}
+	free(i->pdata);
 	free(i);
 }
 
@@ -477,6 +509,7 @@ int tfs_dentry_add_locked(struct tfs_inode *parent, const char *name,
 	tfs.dentries.b[at] = d;
 	if (++tfs.dentries.count > tfs.dentries.mask + 1)
 		dentry_hash_grow(&tfs.dentries);
+	tfs_pj_dset_locked(d);
 	return 0;
 
 out_uncharge:
@@ -528,6 +561,7 @@ void tfs_dentry_del_locked(struct tfs_dentry *d)
 	if (dir->n - dir->live > 32 && dir->n - dir->live > dir->live)
 		dir_compact(dir);
 	tfs_meta_uncharge(dentry_cost(d->namelen));
+	tfs_pj_ddel_locked(d);
 	free(d);
 }
 

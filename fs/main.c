@@ -707,6 +707,14 @@ int main(int argc, char **argv)
 	tfs.entry_timeout = 86400.0;
 	tfs.attr_timeout = 86400.0;
 	tier_store_set_inval(tfs.store, tfs_inval_queue, NULL);
+	/* After the budget is known: restored files count against it. */
+	err[0] = '\0';
+	rc = tfs_pj_start(cfg.disk.persist, err, sizeof(err));
+	if (rc) {
+		fail("cannot start the persistent mount: %s",
+		     err[0] ? err : strerror(-rc));
+		goto out_store;
+	}
 	tfs_ops_set_read_ahead(cfg.fs.read_ahead_kb);
 	tfs.writeback = cfg.fs.writeback_cache;
 
@@ -787,8 +795,14 @@ out_session:
 	fuse_session_destroy(tfs.se);
 	tfs.se = NULL;
 out_store:
+	/* A persistent mount saves everything, now that nothing can change
+	 * it; whatever happened, its files stay. */
+	tfs_pj_stop();
+	if (tfs.store)
+		tier_store_keep_files(tfs.store);
 	/* Buffers first: the store refuses to go while any is alive. */
 	tfs_ns_destroy();
+	tfs_pj_destroy();
 	tier_store_destroy(tfs.store);
 	tfs.store = NULL;
 out_ns:

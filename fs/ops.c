@@ -338,6 +338,9 @@ static void tfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		i->ctime = attr->st_ctim;
 	else
 		i->ctime = now;
+	tfs_pj_attr_locked(i);
+	if (to_set & FUSE_SET_ATTR_SIZE)
+		tfs_pj_dirty_locked(i);
 	tfs_stat_locked(i, &st);
 	tfs_ns_unlock();
 	tfs_stat_data(i, &st);
@@ -715,6 +718,8 @@ static int rename_exchange_locked(struct tfs_inode *op, struct tfs_dentry *sd,
 		return -EINVAL;
 	sd->inode = b;
 	dd->inode = a;
+	tfs_pj_dset_locked(sd);
+	tfs_pj_dset_locked(dd);
 	reparent_locked(a, op, np);
 	reparent_locked(b, np, op);
 	tfs_touch_locked(a, false);
@@ -845,10 +850,12 @@ static int do_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		drop_link_locked(np, victim, &reap);
 	}
 	/* The whiteout takes over the old name, and its readdir place. */
-	if (wh)
+	if (wh) {
 		sd->inode = wh;
-	else
+		tfs_pj_dset_locked(sd);
+	} else {
 		tfs_dentry_del_locked(sd);
+	}
 	reparent_locked(src, op, np);
 	tfs_touch_locked(src, false);
 	tfs_touch_locked(op, true);
@@ -1173,6 +1180,9 @@ static void tfs_flush(fuse_req_t req, fuse_ino_t ino,
 	 * chunk in memory: a full disk must fail close(2), not vanish. */
 	int rc = only ? register_if_dirty(i) : 0;
 
+	/* persist = close: close(2) returns once the file is durable. */
+	if (!rc && only && tfs_persist_close())
+		rc = tfs_pj_sync(i, false);
 	fuse_reply_err(req, rc < 0 ? -rc : 0);
 }
 
@@ -1196,8 +1206,12 @@ static void tfs_release(fuse_req_t req, fuse_ino_t ino,
 	last = --i->nopen == 0 && i->nlink;
 	tfs_inode_check_locked(i, &reap);
 	tfs_ns_unlock();
-	if (last && !reap)
+	if (last && !reap) {
 		register_if_dirty(i);
+		/* Writes after the flush (a dup'd descriptor, a mapping). */
+		if (tfs_persist_close())
+			tfs_pj_sync(i, false);
+	}
 	tfs_reap(reap);
 	free(f);
 	fuse_reply_err(req, 0);
@@ -1207,14 +1221,19 @@ static void tfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 		      struct fuse_file_info *fi)
 {
 	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
+	int rc = register_if_dirty(f->inode);
 
-	fuse_reply_err(req, -register_if_dirty(f->inode));
+	/* On a persistent mount, what it means on a disk filesystem: the
+	 * bytes on the disk tier and in the journal, both synced. */
+	if (!rc)
+		rc = tfs_pj_sync(f->inode, true);
+	fuse_reply_err(req, -rc);
 }
 
 static void tfs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 			 struct fuse_file_info *fi)
 {
-	fuse_reply_err(req, 0);
+	fuse_reply_err(req, -tfs_pj_flush());
 }
 
 static void tfs_statfs(fuse_req_t req, fuse_ino_t ino)

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/limits.h>
+#include <unistd.h>
 #include <sys/xattr.h>
 
 #include "fs/args.h"
@@ -132,7 +133,15 @@ static int virtual_set(struct tfs_inode *i, const char *name,
 		rc = tfs_xattr_parse_pin(value, size, &pin);
 		if (rc < 0)
 			return rc;
-		return pin ? tier_buf_pin(i->buf) : tier_buf_unpin(i->buf);
+		rc = pin ? tier_buf_pin(i->buf) : tier_buf_unpin(i->buf);
+		if (!rc) {
+			/* A persistent mount keeps the pin. */
+			tfs_ns_lock();
+			i->pinned = pin;
+			tfs_pj_attr_locked(i);
+			tfs_ns_unlock();
+		}
+		return rc;
 	}
 	/* The counters, the stats and names not (yet) defined. */
 	return -EPERM;
@@ -170,8 +179,17 @@ void tfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		}
 	}
 	tfs_ns_unlock();
-	if (i && has_prefix(name, TFS_XATTR_PREFIX))
+	if (i == tfs.root && !strcmp(name, TFS_XATTR_RECOVERY)) {
+		const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+		/* It names files in directories others may not read. */
+		if (ctx->uid && ctx->uid != geteuid())
+			len = -EACCES;
+		else
+			len = tfs_pj_notes(buf, TFS_IO_MAX);
+	} else if (i && has_prefix(name, TFS_XATTR_PREFIX)) {
 		len = virtual_get(i, name, buf, TFS_IO_MAX);
+	}
 	if (len < 0)
 		fuse_reply_err(req, (int)-len);
 	else if (!size)

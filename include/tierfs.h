@@ -37,6 +37,9 @@ enum tfs_tier {
 #define TFS_XATTR_PIN "user.tierfs.pin" /* rw: 1 pins, 0 unpins */
 /* Answered on the mount root: "key=value\n" lines, see tierfs(8). */
 #define TFS_XATTR_STATS "user.tierfs.stats"
+/* On a persistent mount's root, to root and the daemon's user: what the
+ * last start's recovery dropped, "kind\tpath\twhy\n" lines. */
+#define TFS_XATTR_RECOVERY "user.tierfs.recovery"
 
 #define TFS_IOC_MAGIC 0xf7
 

@@ -695,6 +695,11 @@ int pj_cut(struct pj *j)
 	return rc;
 }
 
+void pj_cut_abort(struct pj *j)
+{
+	pthread_mutex_unlock(&j->lock);
+}
+
 /* Remove snap.N and journal.N for every N below @gen, and stale
  * temporaries. */
 static void remove_older(struct pj *j, uint64_t gen)

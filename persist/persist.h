@@ -292,6 +292,8 @@ bool pj_want_snapshot(struct pj *j);
  */
 void pj_hold(struct pj *j);
 int pj_cut(struct pj *j);
+/* Let appends in again without a cut: the snapshot was given up. */
+void pj_cut_abort(struct pj *j);
 int pj_snapshot_write(struct pj *j, const struct pj_rec *body);
 
 void pj_stats(struct pj *j, struct pj_stats *out);

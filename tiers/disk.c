@@ -1932,11 +1932,20 @@ int tier_dobj_write_chunks_desc(struct tier_disk *d, struct tier_dobj *o,
 	rc = meta_grow(o, first_idx + n);
 	if (rc < 0)
 		return rc;
-	/* Every slot the loop below may hand out, so that it cannot fail
-	 * half way. */
-	if (c && (rc = cow_bits_grow(c, (uint64_t)c->nwords * 64 + n +
-					       first_idx)))
-		return rc;
+	/* Room for every slot the loop below may hand out, so that it
+	 * cannot fail half way: a chunk's own index, or one of the first n
+	 * free slots, which all lie below the slots taken plus n. */
+	if (c) {
+		uint64_t taken = 0;
+
+		for (uint32_t k = 0; k < c->nwords; k++)
+			taken += (uint64_t)__builtin_popcountll(c->used[k] |
+								c->pin[k]);
+		rc = cow_bits_grow(c, (first_idx > taken ? first_idx : taken) +
+					      n - 1);
+		if (rc)
+			return rc;
+	}
 	if (n > SMALL_BATCH && !(old = malloc(n * sizeof(*old))))
 		return -ENOMEM;
 	w.fd = obj_fd_get(d, o);

@@ -297,6 +297,9 @@ bool tier_store_persistent(struct tier_store *s);
 int tier_store_dirfd(struct tier_store *s);
 const char *tier_store_dir(struct tier_store *s);
 
+/* The chunk size the store and its disk tier work in. */
+uint32_t tier_store_chunk_size(struct tier_store *s);
+
 /* The buffer's id, which names its spill file; stable for its life. */
 uint64_t tier_buf_id(struct tier_buf *b);
 
@@ -355,6 +358,9 @@ int tier_buf_sync_commit(struct tier_buf *b);
  */
 void *tier_store_graves_take(struct tier_store *s);
 void tier_store_graves_bury(struct tier_store *s, void *graves);
+/* Free a graves list keeping the files (the journal could not be made
+ * durable: a later start removes them as files nothing names). */
+void tier_store_graves_keep(struct tier_store *s, void *graves);
 
 /* From now on destroying a buffer keeps its committed version's file:
  * the mount is going down and the next one adopts them. */

@@ -234,6 +234,22 @@ void tier_store_graves_bury(struct tier_store *s, void *graves)
 	free(g);
 }
 
+void tier_store_graves_keep(struct tier_store *s, void *graves)
+{
+	struct graves *g = graves;
+
+	if (!g)
+		return;
+	for (size_t k = 0; k < g->n; k++)
+		tier_dobj_close(s->disk, g->o[k]);
+	free(g);
+}
+
+uint32_t tier_store_chunk_size(struct tier_store *s)
+{
+	return s->chunk_size;
+}
+
 void tier_store_keep_files(struct tier_store *s)
 {
 	pthread_mutex_lock(&s->lock);

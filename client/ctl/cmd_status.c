@@ -143,6 +143,48 @@ static void put_bar(FILE *f, double frac, int width, bool unicode)
 	fputc(']', f);
 }
 
+/*
+ * "persist  no", or for a persistent mount its journal, last snapshot and
+ * how its last start went. A daemon without persistence says nothing.
+ */
+static void print_persist(FILE *f, const struct ctl_stats *s)
+{
+	const char *mode = ctl_stats_get(s, "persist");
+	const char *how = ctl_stats_get(s, "recovery"), *jerr;
+	uint64_t jb = stats_u64_or0(s, "journal_bytes");
+	uint64_t sb = stats_u64_or0(s, "snapshot_bytes");
+	uint64_t st = stats_u64_or0(s, "snapshot_time");
+	uint64_t dropped = stats_u64_or0(s, "recovery_dropped");
+	uint64_t rolled = stats_u64_or0(s, "recovery_rolled_back");
+	char a[32], b[32], when[32] = "never";
+	time_t t = (time_t)st;
+	struct tm tm;
+
+	if (!mode)
+		return;
+	if (!strcmp(mode, "no")) {
+		fprintf(f, "persist  no: the files go with the mount\n");
+		return;
+	}
+	if (st && localtime_r(&t, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+	fprintf(f, "persist  %s: journal %s (%" PRIu64 " records), "
+		   "snapshot %s at %s\n", mode,
+		ctl_fmt_bytes(a, sizeof(a), jb),
+		stats_u64_or0(s, "journal_records"),
+		ctl_fmt_bytes(b, sizeof(b), sb), when);
+	jerr = ctl_stats_get(s, "journal_error");
+	if (jerr && strcmp(jerr, "0"))
+		fprintf(f, "persist  the journal cannot be written: syncs fail "
+			   "(see the log)\n");
+	if (how && !strcmp(how, "crash"))
+		fprintf(f, "recovery after a crash: %" PRIu64 " files back, %"
+			   PRIu64 " dropped, %" PRIu64 " rolled back%s\n",
+			stats_u64_or0(s, "recovered_files"), dropped, rolled,
+			dropped || rolled ? " (tierfsctl recover --list)" :
+					    "");
+}
+
 static void status_text(FILE *f, const char *mount,
 			const struct ctl_stats *s, const struct ctl_stats *prev,
 			const struct status_opts *o, bool unicode)
@@ -243,6 +285,7 @@ static void status_text(FILE *f, const char *mount,
 		stats_u64_or0(s, "spill_read_errors"),
 		stats_u64_or0(s, "spill_write_errors"),
 		stats_u64_or0(s, "host_alloc_failures"));
+	print_persist(f, s);
 	/* The daemon kept its configuration; the operator should know. */
 	reload = ctl_stats_get(s, "reload_error");
 	if (reload && *reload)

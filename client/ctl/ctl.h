@@ -53,6 +53,7 @@ int cmd_unpin(int argc, char **argv);
 int cmd_metrics(int argc, char **argv);
 int cmd_cleanup(int argc, char **argv);
 int cmd_reclaim(int argc, char **argv);
+int cmd_recover(int argc, char **argv);
 
 /* ------------------------------------------------------------------ */
 /* the command line (tierfsctl.c) */

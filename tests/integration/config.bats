@@ -376,7 +376,7 @@ fstab_mounted() {
 	tfs_unmount
 	# Every ';' key set to its documented default.
 	sed 's/^;//' "$SRC/config/tierfs.conf" >"$CONF"
-	[ "$(grep -c '^[a-z_]* = ' "$CONF")" -eq 17 ]
+	[ "$(grep -c '^[a-z_]* = ' "$CONF")" -eq 18 ]
 	tfs_mount -o "config=$CONF,device_backend=sim,device_limit=4M"
 	[ "$(tfs_stat host.limit)" -gt 0 ]
 }

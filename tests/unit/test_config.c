@@ -514,6 +514,49 @@ static void test_disk_keys(void)
 	CHECK_EQ(set2(&cfg, "disk", "chunk_size", "25%"), -EINVAL);
 	CHECK(has(err, "only allowed for limits"));
 	CHECK_EQ(cfg.disk.chunk_size, 256 * KiB);
+
+	CHECK_EQ(cfg.disk.persist, CFG_PERSIST_NO);
+	CHECK_EQ(set2(&cfg, "disk", "persist", "yes"), 0);
+	CHECK_EQ(cfg.disk.persist, CFG_PERSIST_YES);
+	CHECK_EQ(set2(&cfg, "disk", "persist", "CLOSE"), 0);
+	CHECK_EQ(cfg.disk.persist, CFG_PERSIST_CLOSE);
+	CHECK_EQ(set2(&cfg, "disk", "persist", "always"), -EINVAL);
+	CHECK(has(err, "'always' is not one of no, yes or close"));
+	CHECK_EQ(cfg.disk.persist, CFG_PERSIST_CLOSE);
+
+	CHECK(!cfg.disk.name[0]);
+	CHECK_EQ(set2(&cfg, "disk", "name", "job-42.a_b"), 0);
+	CHECK(!strcmp(cfg.disk.name, "job-42.a_b"));
+	CHECK_EQ(set2(&cfg, "disk", "name", "a/b"), -EINVAL);
+	CHECK(has(err, "'a/b' is not a name"));
+	CHECK_EQ(set2(&cfg, "disk", "name", ".."), -EINVAL);
+	CHECK_EQ(set2(&cfg, "disk", "name", ""), -EINVAL);
+	memset(want, 'n', 65);
+	want[65] = '\0';
+	CHECK_EQ(set2(&cfg, "disk", "name", want), -EINVAL);
+	want[64] = '\0';
+	CHECK_EQ(set2(&cfg, "disk", "name", want), 0);
+	CHECK(!strcmp(cfg.disk.name, want));
+	cfg_free(&cfg);
+}
+
+/* A name without persist is a mistake worth a message. */
+static void test_validate_name(void)
+{
+	struct tfs_config cfg;
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_name", "job", err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(!strcmp(err, "-o disk_name: 'job' names a persistent spill "
+			   "directory; set persist = yes or close too") ||
+	      !printf("#   %s\n", err));
+	CHECK_EQ(cfg_set_option(&cfg, "disk_persist", "yes", err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
 	cfg_free(&cfg);
 }
 
@@ -1013,8 +1056,8 @@ static void test_example_file(void)
 	}
 	fclose(in);
 	fclose(out);
-	/* every key but the three limits and the log file */
-	CHECK_EQ(keys, 17);
+	/* every key but the three limits, the log file and the disk name */
+	CHECK_EQ(keys, 18);
 	CHECK_EQ(load(&cfg, text), 0);
 	CHECK(!err[0] || !printf("#   %s\n", err));
 	cfg_defaults(&def);
@@ -1026,6 +1069,7 @@ static void test_example_file(void)
 	CHECK(size_eq(&def.host.limit, &cfg.host.limit));
 	CHECK_EQ(def.host.pinned, cfg.host.pinned);
 	CHECK(!strcmp(def.disk.path, cfg.disk.path));
+	CHECK_EQ(def.disk.persist, cfg.disk.persist);
 	CHECK(size_eq(&def.disk.limit, &cfg.disk.limit));
 	CHECK_EQ(def.disk.compression, cfg.disk.compression);
 	CHECK_EQ(def.disk.chunk_size, cfg.disk.chunk_size);
@@ -1307,6 +1351,7 @@ int main(void)
 			 "mount is not allowed");
 	undo_unwritable(tmp_path("ro"));
 	TAP_RUN(test_validate_watermarks);
+	TAP_RUN(test_validate_name);
 	TAP_RUN(test_validate_log_file);
 	cleanup();
 	return tap_done();
