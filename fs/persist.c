@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/limits.h>
 
 #include "fs/fs_i.h"
 #include "persist/persist.h"
@@ -530,19 +531,42 @@ static int inode_restore(struct tfs_inode *i, struct pj_inode *pi)
 	return xattrs_restore(i, a);
 }
 
+/*
+ * Keep what recovery said for user.tierfs.recovery. An xattr value cannot
+ * pass XATTR_SIZE_MAX, and a damaged snapshot can drop many thousands of
+ * files: past that the first notes are kept (the journals' and snapshots'
+ * come first) and one line counts the rest, which the log holds.
+ */
 static void notes_keep(const struct pj_image *img)
 {
-	size_t len = 0;
+	const size_t room = XATTR_SIZE_MAX - 128;
+	size_t len = 0, more = 0;
 	char *p;
 
-	for (const struct pj_note *n = img->notes; n; n = n->next)
-		len += strlen(n->text) + 1;
-	if (!len || !(p = malloc(len + 1)))
+	for (const struct pj_note *n = img->notes; n; n = n->next) {
+		if (!more && len + strlen(n->text) + 1 <= room)
+			len += strlen(n->text) + 1;
+		else
+			more++;
+	}
+	if (!len && !more)
+		return;
+	p = malloc(len + 128);
+	if (!p)
 		return;
 	P.notes = p;
-	for (const struct pj_note *n = img->notes; n; n = n->next)
+	for (const struct pj_note *n = img->notes; n && len; n = n->next) {
+		size_t l = strlen(n->text) + 1;
+
+		if (l > len)
+			break;
 		p += sprintf(p, "%s\n", n->text);
-	P.notes_len = len;
+		len -= l;
+	}
+	if (more)
+		p += sprintf(p, "more\t-\t%zu more not shown here: the "
+			     "daemon's log has every one\n", more);
+	P.notes_len = (size_t)(p - P.notes);
 }
 
 static uint64_t now_ms(void)

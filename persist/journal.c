@@ -31,7 +31,7 @@
  * growing without bound. */
 #define JOURNAL_SLACK (8u << 20)
 /* Snapshot records are cut at item boundaries near this size. */
-#define SNAP_REC_TARGET (1u << 20)
+#define SNAP_REC_TARGET (64u << 10)
 
 struct pj {
 	pthread_mutex_t lock; /* a leaf: see persist.h */
