@@ -59,7 +59,9 @@ tfs_unmount() {
 	fi
 	if [ -n "${TFS_PID:-}" ]; then
 		local i
-		for i in $(seq 1 100); do
+		# A persistent mount writes out what it holds before it
+		# exits: seconds for thousands of files on a loaded machine.
+		for i in $(seq 1 1200); do
 			kill -0 "$TFS_PID" 2>/dev/null || break
 			sleep 0.05
 		done

@@ -424,6 +424,61 @@ PY
 	[ "$(cat "$MNT/f3" | head -c 1)" = 3 ]
 }
 
+@test "SIGTERM is a clean stop: files never fsynced come back, and clean copies are not written again" {
+	local opts=disk_persist=yes,host_limit=32M i
+	tfs_mount -o "$opts"
+	head -c 5M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/f"
+	echo small >"$MNT/s"
+	kill -TERM "$TFS_PID"
+	for i in $(seq 1 600); do
+		kill -0 "$TFS_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	! kill -0 "$TFS_PID" 2>/dev/null
+	wait "$TFS_PID" || true
+	TFS_PID=
+	! mountpoint -q "$MNT"
+	tfs_mount -o "$opts"
+	grep -q "persist: 2 files .* after a clean stop" "$LOG"
+	cmp "$TFS_TMP/src" "$MNT/f"
+	[ "$(cat "$MNT/s")" = small ]
+	# Both were read back to memory unchanged: the next stop leaves
+	# their spill files as they are.
+	find "$(pdir)" -regex '.*/[0-9]+' -printf '%p %s %T@\n' | sort >"$TFS_TMP/sp1"
+	[ "$(wc -l <"$TFS_TMP/sp1")" -eq 2 ]
+	[ "$(tfs_tier "$MNT/f")" != disk ]
+	tfs_unmount
+	find "$(pdir)" -regex '.*/[0-9]+' -printf '%p %s %T@\n' | sort >"$TFS_TMP/sp2"
+	diff "$TFS_TMP/sp1" "$TFS_TMP/sp2"
+}
+
+@test "a journal cut short by a crash: recovery stops at the last whole record" {
+	tfs_mount -o disk_persist=yes
+	python3 - "$MNT" <<'PY'
+import os, sys
+m = sys.argv[1]
+for k in range(5):
+    fd = os.open(f"{m}/f{k}", os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(fd, b"%d\n" % k * 1000); os.fsync(fd); os.close(fd)
+PY
+	kill9
+	local j
+	j=$(ls "$(pdir)"/journal.* | sort -t. -k2 -n | tail -1)
+	# A torn write: the last record (f4's data) lost its last bytes.
+	truncate -s -3 "$j"
+	tfs_mount -o disk_persist=yes
+	for k in 0 1 2 3; do
+		cmp "$MNT/f$k" <(python3 -c "import sys; sys.stdout.buffer.write(b'$k\n' * 1000)")
+	done
+	[ ! -e "$MNT/f4" ]
+	grep -q "recovery: journal '$(basename "$j")': stopped at byte .*: an incomplete record" "$LOG"
+	run "$CTL" recover --list "$MNT"
+	echo "$output"
+	[[ "$output" == *"journal      $(basename "$j")"*"an incomplete record"* ]]
+	[[ "$output" == *"dropped      $MNT/f4 "* ]]
+}
+
 @test "a damaged snapshot: what checks out comes back, nothing with wrong bytes; thousands dropped are listed" {
 	tfs_mount -o disk_persist=yes
 	python3 - "$MNT" <<'PY'
