@@ -45,7 +45,7 @@ trap 'rm -rf "$out"' EXIT
 cc -std=gnu11 -g -O1 -D_GNU_SOURCE -DTFS_HAVE_CUDA=1 -Wall -Wextra \
 	-Wno-unused-parameter -Werror -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -I include -I . -isystem "$CUDA/include" \
-	tests/gpu/backend_check.c tiers/device_cuda.c config/log.c \
+	tests/gpu/backend_check.c tiers/device_cuda.c tiers/device_cuda_copy.c config/log.c \
 	tests/gpu/cuda_mock.c -lpthread -o "$out/check" || exit 1
 
 failed=0

@@ -179,7 +179,7 @@ for h in gpu_check gpu_bw gpu_probe gpu_hog; do
 done
 cc -std=gnu11 -O2 -D_GNU_SOURCE -DTFS_HAVE_CUDA=1 -Wall -Wextra \
 	-Wno-unused-parameter -I include -I . -isystem "$CUDA/include" \
-	tests/gpu/backend_check.c tiers/device_cuda.c config/log.c \
+	tests/gpu/backend_check.c tiers/device_cuda.c tiers/device_cuda_copy.c config/log.c \
 	"$CUDA/lib64/libcudart_static.a" -ldl -lpthread -lrt \
 	-o "$HELP_DIR/backend_check" >"$LOGS/cc-backend_check.log" 2>&1 ||
 	fatal "backend_check does not build: $(head -3 "$LOGS/cc-backend_check.log")"

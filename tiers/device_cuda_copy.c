@@ -1,0 +1,522 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+/*
+ * The cuda backend's copies: a pool of slots (a non-blocking stream, two
+ * pinned staging buffers and three events each), the table of host ranges
+ * page-locked through host_register, and batches of copies that take one
+ * slot and wait once. Split from device_cuda.c, whose top comment says why
+ * the backend is built this way; shared state is in device_cuda_i.h.
+ *
+ * Concurrency: a batch holds its slot for its whole duration, so no two
+ * calls share a stream or a staging buffer; pool_lock is held only to take
+ * or return a slot, reg_lock only to look up or change the table.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+
+#include "config/log.h"
+#include "tiers/device_cuda_i.h"
+
+/* --- the slot pool -------------------------------------------------------- */
+
+struct cuda_slot *cuda_slot_get(struct cuda_dev *d)
+{
+	struct cuda_slot *s;
+	int i;
+
+	pthread_mutex_lock(&d->pool_lock);
+	while (!d->pool_free)
+		pthread_cond_wait(&d->pool_cond, &d->pool_lock);
+	i = __builtin_ctz(d->pool_free);
+	d->pool_free &= ~(1u << i);
+	s = &d->slots[i];
+	pthread_mutex_unlock(&d->pool_lock);
+	return s;
+}
+
+/*
+ * Return a slot. The caller has synchronised its stream: a slot goes back
+ * with no copy in flight, or the next user would overwrite staging that a
+ * DMA still reads.
+ */
+void cuda_slot_put(struct cuda_dev *d, struct cuda_slot *s)
+{
+	unsigned int i = (unsigned int)(s - d->slots);
+
+	pthread_mutex_lock(&d->pool_lock);
+	d->pool_free |= 1u << i;
+	pthread_cond_signal(&d->pool_cond);
+	pthread_mutex_unlock(&d->pool_lock);
+}
+
+/*
+ * How long a copy's waiter polls before it sleeps. Not measured: there was
+ * no GPU to measure on when this was written, so the reasoning is below and
+ * the number wants checking with tests/gpu/run.sh.
+ *
+ * The runtime's default (cudaDeviceScheduleAuto with one context) spins in
+ * cudaEventSynchronize for the whole copy. The daemon runs a FUSE thread per
+ * request, the spiller and lz4 workers on machines with a few cores; four
+ * slots spinning would take those cores from the threads that feed or drain
+ * the copies. cudaDeviceScheduleBlockingSync fixes that but pays a wakeup (an
+ * interrupt, then a futex) on every wait; batches wait once, but a staged
+ * copy still waits once per 2 MiB chunk, some 40-80 us of DMA, and a wakeup
+ * of 5-20 us would cost a good part of the 0.8x of raw cudaMemcpy.
+ *
+ * So neither, per wait: poll cudaEventQuery, yielding the CPU between polls,
+ * for about the length of one staging chunk's DMA, then block in
+ * cudaEventSynchronize, which sleeps because the slot's events are created
+ * with cudaEventBlockingSync. The device flag stays as it is: it is process
+ * wide, so every other wait would sleep too.
+ */
+#define CUDA_SPIN_NS (100 * 1000)
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Wait for @ev: poll for CUDA_SPIN_NS, then sleep (see CUDA_SPIN_NS). */
+cudaError_t cuda_event_wait(cudaEvent_t ev)
+{
+	uint64_t until = 0;
+	cudaError_t e;
+
+	for (;;) {
+		e = cudaEventQuery(ev);
+		if (e != cudaErrorNotReady)
+			return e;
+		/* Clocks cost a syscall-free vDSO read, queries a driver
+		 * call: start the clock only once a wait is not instant. */
+		if (!until)
+			until = now_ns() + CUDA_SPIN_NS;
+		else if (now_ns() >= until)
+			break;
+		sched_yield();
+	}
+	return cudaEventSynchronize(ev);
+}
+
+/* --- page-locked host ranges ---------------------------------------------- */
+
+/* Index of the first entry whose base is above @p. reg_lock. */
+static size_t reg_upper(const struct cuda_dev *d, uintptr_t p)
+{
+	size_t lo = 0, hi = d->nreg;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (d->reg[mid].base <= p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Is all of [p, p + len) inside one range page-locked by host_register?
+ * Anything else (a FUSE buffer, a small file's malloc'd chunk) is staged,
+ * which is always correct. */
+static bool host_registered(struct cuda_dev *d, const void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p;
+	bool ok = false;
+
+	pthread_rwlock_rdlock(&d->reg_lock);
+	if (d->nreg && a) {
+		size_t i = reg_upper(d, a);
+
+		if (i) {
+			const struct cuda_reg *r = &d->reg[i - 1];
+
+			ok = a - r->base <= r->len && len <= r->len - (a - r->base);
+		}
+	}
+	pthread_rwlock_unlock(&d->reg_lock);
+	return ok;
+}
+
+/* Add [base, base + len). Write side of reg_lock. */
+static int reg_insert(struct cuda_dev *d, uintptr_t base, size_t len)
+{
+	size_t i;
+
+	if (d->nreg == d->reg_cap) {
+		size_t cap = d->reg_cap ? d->reg_cap * 2 : 64;
+		struct cuda_reg *r = realloc(d->reg, cap * sizeof(*r));
+
+		if (!r)
+			return -ENOMEM;
+		d->reg = r;
+		d->reg_cap = cap;
+	}
+	i = reg_upper(d, base);
+	memmove(&d->reg[i + 1], &d->reg[i], (d->nreg - i) * sizeof(*d->reg));
+	d->reg[i] = (struct cuda_reg){ base, len };
+	d->nreg++;
+	return 0;
+}
+
+/* Forget the range starting at @base; its length, or 0 if there was none.
+ * Write side of reg_lock. */
+static size_t reg_remove(struct cuda_dev *d, uintptr_t base)
+{
+	size_t i = reg_upper(d, base), len;
+
+	if (!i || d->reg[i - 1].base != base)
+		return 0;
+	len = d->reg[i - 1].len;
+	memmove(&d->reg[i - 1], &d->reg[i], (d->nreg - i) * sizeof(*d->reg));
+	d->nreg--;
+	return len;
+}
+
+/* --- the slots' streams, events and staging ------------------------------- */
+
+
+void cuda_slots_destroy(struct cuda_dev *d)
+{
+	int i, j;
+
+	for (i = 0; i < CUDA_SLOTS; i++) {
+		struct cuda_slot *s = &d->slots[i];
+
+		if (s->stream && !dev_failed(d))
+			cudaStreamSynchronize(s->stream);
+		for (j = 0; j < 2; j++) {
+			if (s->done[j])
+				cudaEventDestroy(s->done[j]);
+			if (s->stage[j])
+				cudaFreeHost(s->stage[j]);
+		}
+		if (s->fin)
+			cudaEventDestroy(s->fin);
+		if (s->stream)
+			cudaStreamDestroy(s->stream);
+	}
+	(void)cudaGetLastError();
+}
+
+int cuda_slots_create(struct cuda_dev *d, char *err, size_t errlen)
+{
+	const unsigned int evflags =
+		cudaEventDisableTiming | cudaEventBlockingSync;
+	cudaError_t e;
+	int i, j;
+
+	for (i = 0; i < CUDA_SLOTS; i++) {
+		struct cuda_slot *s = &d->slots[i];
+
+		e = cudaStreamCreateWithFlags(&s->stream,
+					      cudaStreamNonBlocking);
+		if (e != cudaSuccess)
+			return cuda_init_fail(e, "cudaStreamCreateWithFlags",
+					      err, errlen);
+		e = cudaEventCreateWithFlags(&s->fin, evflags);
+		if (e != cudaSuccess)
+			return cuda_init_fail(e, "cudaEventCreateWithFlags",
+					      err, errlen);
+		for (j = 0; j < 2; j++) {
+			e = cudaHostAlloc(&s->stage[j], CUDA_CHUNK,
+					  cudaHostAllocDefault);
+			if (e != cudaSuccess)
+				return cuda_init_fail(e, "cudaHostAlloc", err,
+						      errlen);
+			e = cudaEventCreateWithFlags(&s->done[j], evflags);
+			if (e != cudaSuccess)
+				return cuda_init_fail(e,
+						      "cudaEventCreateWithFlags",
+						      err, errlen);
+		}
+	}
+	d->pool_free = (1u << CUDA_SLOTS) - 1;
+	return 0;
+}
+
+/*
+ * Page-lock host memory. Every range would fail for the same reason (the
+ * system refusing to lock more memory, a driver without support), so only
+ * the first failure is logged; destroy counts the rest. The store carries
+ * on with the memory pageable, and copies of it are staged.
+ */
+int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
+{
+	struct cuda_dev *d = to_cdev(dev);
+	cudaError_t e;
+	char why[256];
+	int rc;
+
+	if (!ptr || !len)
+		return -EINVAL;
+	if (dev_failed(d))
+		return -ENODEV;
+	e = cuda_enter(d);
+	if (e == cudaSuccess)
+		e = cudaHostRegister(ptr, len, cudaHostRegisterDefault);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		if (cuda_sticky(d, e))
+			return cuda_dev_fail(d, e, "cudaHostRegister");
+		rc = cuda_errno(e);
+		if (__atomic_fetch_add(&d->reg_failed, 1, __ATOMIC_RELAXED) == 0)
+			tfs_warn("cuda: cudaHostRegister of %zu bytes: %s; host copies stay pageable and are staged",
+				 len, cuda_describe(e, why, sizeof(why)));
+		return rc ? rc : -EIO;
+	}
+	pthread_rwlock_wrlock(&d->reg_lock);
+	rc = reg_insert(d, (uintptr_t)ptr, len);
+	pthread_rwlock_unlock(&d->reg_lock);
+	if (rc) {
+		cudaHostUnregister(ptr);
+		(void)cudaGetLastError();
+	}
+	return rc;
+}
+
+/*
+ * The store calls this for everything it unmaps, registered or not (a
+ * failed register leaves memory pageable); only ours go to the runtime, so
+ * never-registered memory leaves no error behind. The caller guarantees no
+ * copy of it is in flight: it is unmapped next.
+ */
+void cuda_host_unregister(struct tier_dev *dev, void *ptr, size_t len)
+{
+	struct cuda_dev *d = to_cdev(dev);
+	cudaError_t e;
+	char why[256];
+	size_t had;
+
+	pthread_rwlock_wrlock(&d->reg_lock);
+	had = reg_remove(d, (uintptr_t)ptr);
+	pthread_rwlock_unlock(&d->reg_lock);
+	if (!had || dev_failed(d))
+		return;
+	e = cuda_enter(d);
+	if (e == cudaSuccess)
+		e = cudaHostUnregister(ptr);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		if (cuda_sticky(d, e))
+			cuda_dev_fail(d, e, "cudaHostUnregister");
+		else if (!__atomic_exchange_n(&d->unreg_warned, true,
+					      __ATOMIC_RELAXED))
+			tfs_warn("cuda: cudaHostUnregister of %zu bytes: %s",
+				 had, cuda_describe(e, why, sizeof(why)));
+	}
+}
+
+/* --- batched copies ------------------------------------------------------- */
+
+/*
+ * One batch of copies on one slot's stream. Direct pieces (host memory
+ * page-locked by host_register) are queued as they come; staged pieces go
+ * through the slot's two pinned buffers in turns, waiting only when a
+ * buffer comes round again. The batch ends with one event and one wait.
+ */
+struct xfer {
+	struct cuda_dev *d;
+	struct cuda_slot *s;
+	char *dev; /* the allocation's first byte */
+	bool busy[2]; /* stage[i] has a queued copy not yet waited for */
+	char *out[2]; /* d2h: where stage[i]'s bytes go once it is done */
+	size_t out_len[2];
+	int next; /* the staging buffer to use next */
+	int rc;
+};
+
+/* Wait for staging buffer @b and, for a read, copy its bytes out. */
+static int stage_drain(struct xfer *x, int b, uint64_t off)
+{
+	cudaError_t e;
+
+	if (!x->busy[b])
+		return 0;
+	e = cuda_event_wait(x->s->done[b]);
+	if (e != cudaSuccess)
+		return cuda_copy_fail(x->d, e, "staged copy", CUDA_CHUNK,
+				      off);
+	if (x->out[b])
+		memcpy(x->out[b], x->s->stage[b], x->out_len[b]);
+	x->busy[b] = false;
+	x->out[b] = NULL;
+	return 0;
+}
+
+/* Queue one piece of at most CUDA_CHUNK through staging. */
+static int stage_one(struct xfer *x, void *host, size_t n, uint64_t off,
+		     bool d2h)
+{
+	struct cuda_slot *s = x->s;
+	int b = x->next, rc;
+	cudaError_t e;
+
+	x->next ^= 1;
+	rc = stage_drain(x, b, off);
+	if (rc)
+		return rc;
+	if (d2h) {
+		e = cudaMemcpyAsync(s->stage[b], x->dev + off, n,
+				    cudaMemcpyDeviceToHost, s->stream);
+		x->out[b] = host;
+		x->out_len[b] = n;
+	} else {
+		memcpy(s->stage[b], host, n);
+		e = cudaMemcpyAsync(x->dev + off, s->stage[b], n,
+				    cudaMemcpyHostToDevice, s->stream);
+	}
+	if (e == cudaSuccess)
+		e = cudaEventRecord(s->done[b], s->stream);
+	if (e != cudaSuccess) {
+		x->out[b] = NULL;
+		return cuda_copy_fail(x->d, e,
+				      d2h ? "cudaMemcpyAsync d2h" :
+					    "cudaMemcpyAsync h2d",
+				      n, off);
+	}
+	x->busy[b] = true;
+	return 0;
+}
+
+/* Queue one segment. */
+static int xfer_seg(struct xfer *x, const struct tier_dev_seg *g, bool d2h)
+{
+	struct cuda_slot *s = x->s;
+	cudaError_t e;
+	size_t at;
+	int rc;
+
+	if (!g->len)
+		return 0;
+	if (!d2h && !g->host) {
+		/* A slot's stream, not the legacy default stream, which
+		 * would serialise with every other copy on the device. */
+		e = cudaMemsetAsync(x->dev + g->off, 0, g->len, s->stream);
+		return e == cudaSuccess ? 0 :
+					  cuda_copy_fail(x->d, e, "cudaMemsetAsync",
+							 g->len, g->off);
+	}
+	if (host_registered(x->d, g->host, g->len)) {
+		/* One DMA of the whole range, as raw cudaMemcpy does. */
+		e = d2h ? cudaMemcpyAsync(g->host, x->dev + g->off, g->len,
+					  cudaMemcpyDeviceToHost, s->stream) :
+			  cudaMemcpyAsync(x->dev + g->off, g->host, g->len,
+					  cudaMemcpyHostToDevice, s->stream);
+		return e == cudaSuccess ? 0 :
+					  cuda_copy_fail(x->d, e,
+							 d2h ? "cudaMemcpyAsync d2h" :
+							       "cudaMemcpyAsync h2d",
+							 g->len, g->off);
+	}
+	for (at = 0; at < g->len; at += CUDA_CHUNK) {
+		size_t n = g->len - at < CUDA_CHUNK ? g->len - at : CUDA_CHUNK;
+
+		rc = stage_one(x, (char *)g->host + at, n, g->off + at, d2h);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int cuda_xfer(struct tier_dev *dev, struct tier_dmem *dm,
+		     const struct tier_dev_seg *seg, unsigned int n, bool d2h)
+{
+	struct cuda_dev *d = to_cdev(dev);
+	struct cuda_dmem *m = to_cmem(dm);
+	struct xfer x = { .d = d, .dev = m->ptr };
+	uint64_t first = n ? seg[0].off : 0;
+	size_t total = 0;
+	cudaError_t e;
+	unsigned int i;
+	int rc = 0;
+
+	for (i = 0; i < n; i++) {
+		if (!in_range(m, seg[i].len, seg[i].off))
+			return -EINVAL;
+		total += seg[i].len;
+	}
+	if (dev_failed(d))
+		return -EIO;
+	e = cuda_enter(d);
+	if (e != cudaSuccess)
+		return cuda_copy_fail(d, e, "cudaSetDevice", 0, 0);
+	x.s = cuda_slot_get(d);
+	for (i = 0; i < n && !rc; i++)
+		rc = xfer_seg(&x, &seg[i], d2h);
+	if (!rc) {
+		/* The stream runs in order: its last event covers it all. */
+		e = cudaEventRecord(x.s->fin, x.s->stream);
+		if (e == cudaSuccess)
+			e = cuda_event_wait(x.s->fin);
+		if (e != cudaSuccess)
+			rc = cuda_copy_fail(d, e,
+					    d2h ? "d2h copy" : "h2d copy",
+					    total, first);
+	}
+	if (!rc) {
+		for (i = 0; i < 2; i++)
+			if (x.out[i])
+				memcpy(x.out[i], x.s->stage[i], x.out_len[i]);
+	} else if (!dev_failed(d)) {
+		/* A DMA may still target staging: drain before reuse. */
+		cudaStreamSynchronize(x.s->stream);
+		(void)cudaGetLastError();
+	}
+	cuda_slot_put(d, x.s);
+	return rc;
+}
+
+int cuda_readv(struct tier_dev *dev, struct tier_dmem *m,
+		      const struct tier_dev_seg *seg, unsigned int n)
+{
+	for (unsigned int i = 0; i < n; i++)
+		if (seg[i].len && !seg[i].host)
+			return -EINVAL;
+	return cuda_xfer(dev, m, seg, n, true);
+}
+
+int cuda_writev(struct tier_dev *dev, struct tier_dmem *m,
+		       const struct tier_dev_seg *seg, unsigned int n)
+{
+	return cuda_xfer(dev, m, seg, n, false);
+}
+
+int cuda_read(struct tier_dev *dev, struct tier_dmem *m, void *dst,
+		     size_t len, uint64_t off)
+{
+	struct tier_dev_seg g = { .host = dst, .len = len, .off = off };
+
+	return len ? cuda_readv(dev, m, &g, 1) :
+		     (in_range(to_cmem(m), 0, off) ? 0 : -EINVAL);
+}
+
+int cuda_write(struct tier_dev *dev, struct tier_dmem *m,
+		      const void *src, size_t len, uint64_t off)
+{
+	struct tier_dev_seg g = { .host = (void *)src, .len = len, .off = off };
+
+	if (!len)
+		return in_range(to_cmem(m), 0, off) ? 0 : -EINVAL;
+	if (!src)
+		return -EINVAL;
+	return cuda_writev(dev, m, &g, 1);
+}
+
+int cuda_zero(struct tier_dev *dev, struct tier_dmem *m, size_t len,
+		     uint64_t off)
+{
+	struct tier_dev_seg g = { .host = NULL, .len = len, .off = off };
+
+	return len ? cuda_writev(dev, m, &g, 1) :
+		     (in_range(to_cmem(m), 0, off) ? 0 : -EINVAL);
+}
