@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <strings.h>
 
 #include "fs/args.h"
 #include "tiers/store.h"
@@ -140,9 +141,36 @@ static size_t trim_value(const char *value, size_t size)
 	return size;
 }
 
-int tfs_xattr_parse_tier(const char *value, size_t size, enum tfs_tier *out)
+int tfs_xattr_parse_tier(const char *value, size_t size, enum tfs_tier *out,
+			 int *gpu)
 {
-	return tier_parse(value, trim_value(value, size), out);
+	static const char dev[] = "device:";
+	const size_t dl = sizeof(dev) - 1;
+	size_t len = size;
+	int g = 0;
+
+	while (len && (value[len - 1] == '\n' || value[len - 1] == '\0'))
+		len--;
+	if (len <= dl || strncasecmp(value, dev, dl)) {
+		int rc = tier_parse(value, len, out);
+
+		if (!rc)
+			*gpu = -1;
+		return rc;
+	}
+	/* "device:N", N a GPU ordinal of 1 to 3 digits, 0 to 255. */
+	if (len - dl > 3)
+		return -EINVAL;
+	for (size_t i = dl; i < len; i++) {
+		if (value[i] < '0' || value[i] > '9')
+			return -EINVAL;
+		g = g * 10 + (value[i] - '0');
+	}
+	if (g > TFS_XATTR_GPU_MAX)
+		return -EINVAL;
+	*out = TFS_TIER_DEVICE;
+	*gpu = g;
+	return 0;
 }
 
 int tfs_xattr_parse_pin(const char *value, size_t size, bool *pin)

@@ -55,12 +55,18 @@ union tfs_ioc_args {
  */
 int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out);
 
+/* The highest GPU ordinal "device:N" takes, as [device] gpus does. */
+#define TFS_XATTR_GPU_MAX 255
+
 /*
- * A user.tierfs.tier value: a tier name in any case; newlines and NUL
- * bytes at its end are ignored (setfattr -v and echo add a newline, some
- * callers the NUL). Returns 0 with *@out set, or -EINVAL.
+ * A user.tierfs.tier value: a tier name in any case, or "device:N" for the
+ * device tier of GPU N (0 to TFS_XATTR_GPU_MAX, decimal digits only);
+ * newlines and NUL bytes at its end are ignored (setfattr -v and echo add
+ * a newline, some callers the NUL). Returns 0 with *@out set and *@gpu the
+ * ordinal, or -1 when none was named; or -EINVAL, leaving both alone.
  */
-int tfs_xattr_parse_tier(const char *value, size_t size, enum tfs_tier *out);
+int tfs_xattr_parse_tier(const char *value, size_t size, enum tfs_tier *out,
+			 int *gpu);
 
 /* A user.tierfs.pin value: "1" pins, "0" unpins, one trailing newline
  * allowed. Returns 0 with *@pin set, or -EINVAL. */

@@ -107,6 +107,8 @@ static ssize_t virtual_get(struct tfs_inode *i, const char *name, char *buf,
 				     (uint64_t)st.pins + st.leases);
 	else if (!strcmp(name, TFS_XATTR_PIN))
 		n = (size_t)snprintf(buf, cap, "%d", st.pins > 0);
+	else if (!strcmp(name, TFS_XATTR_DEVICE) && st.gpu >= 0)
+		n = (size_t)snprintf(buf, cap, "%d", st.gpu);
 	else
 		return -ENODATA;
 	return (ssize_t)n;
@@ -117,16 +119,23 @@ static int virtual_set(struct tfs_inode *i, const char *name,
 {
 	enum tfs_tier tier;
 	bool pin;
-	int rc;
+	int rc, gpu;
 
 	if (!S_ISREG(i->mode))
 		return -EPERM;
 	/* The values are parsed in fs/args.c, which the fuzzer
 	 * tests/fuzz/fuzz_xattr.c drives. */
 	if (!strcmp(name, TFS_XATTR_TIER)) {
-		rc = tfs_xattr_parse_tier(value, size, &tier);
+		rc = tfs_xattr_parse_tier(value, size, &tier, &gpu);
 		if (rc < 0)
 			return rc;
+		/* One device tier per mount so far: device:N names it or
+		 * a GPU the mount does not serve. */
+		if (gpu >= 0) {
+			rc = tier_store_check_gpu(tfs.store, gpu);
+			if (rc < 0)
+				return rc;
+		}
 		return tier_buf_move(i->buf, tier, 0);
 	}
 	if (!strcmp(name, TFS_XATTR_PIN)) {

@@ -29,12 +29,13 @@ enum tfs_tier {
 
 /* Extended attributes answered on every regular file. */
 #define TFS_XATTR_PREFIX "user.tierfs."
-#define TFS_XATTR_TIER "user.tierfs.tier" /* rw: device|host|disk */
+#define TFS_XATTR_TIER "user.tierfs.tier" /* rw: device[:N]|host|disk */
 #define TFS_XATTR_SIZE "user.tierfs.size" /* ro: logical bytes */
 #define TFS_XATTR_STORED "user.tierfs.stored_size" /* ro: bytes in tier */
 #define TFS_XATTR_ATIME "user.tierfs.last_access" /* ro: ns since epoch */
 #define TFS_XATTR_PINS "user.tierfs.pins" /* ro: pins + leases */
 #define TFS_XATTR_PIN "user.tierfs.pin" /* rw: 1 pins, 0 unpins */
+#define TFS_XATTR_DEVICE "user.tierfs.device" /* ro: its device copy's GPU */
 /* Answered on the mount root: "key=value\n" lines, see tierfs(8). */
 #define TFS_XATTR_STATS "user.tierfs.stats"
 /* On a persistent mount's root, to root and the daemon's user: what the

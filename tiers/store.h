@@ -43,6 +43,7 @@ struct tier_buf_stat {
 	uint32_t pins;
 	uint32_t leases;
 	uint64_t generation;
+	int gpu; /* ordinal of the GPU holding the device copy; -1: none */
 };
 
 struct tier_usage {
@@ -87,6 +88,7 @@ struct tier_store_stats {
 	 * room other processes leave the device tier (UINT64_MAX: nobody
 	 * else uses the device). */
 	uint64_t device_free, device_others, device_reserve, device_room;
+	int gpu; /* the GPU the device tier is on; -1 without one */
 	/* Reclaims asked and yields to other processes, with the bytes each
 	 * gave back. */
 	uint64_t reclaims, reclaimed_bytes, yields, yield_bytes;
@@ -142,6 +144,10 @@ int tier_store_reclaim(struct tier_store *s, int gpu, uint64_t bytes,
 /* The ordinal of the default GPU ([device] gpu); -ENODEV without a device
  * tier. */
 int tier_store_default_gpu(struct tier_store *s);
+
+/* 0 when GPU @gpu holds a device tier of the store; -ENXIO when it does
+ * not, -ENODEV without a device tier. */
+int tier_store_check_gpu(struct tier_store *s, int gpu);
 
 /* The ordinal of the store's GPU whose UUID is @uuid; -ENXIO when none,
  * -ENODEV without a device tier. */

@@ -183,6 +183,13 @@ int tier_store_default_gpu(struct tier_store *s)
 	return s->dev ? s->gpu : -ENODEV;
 }
 
+int tier_store_check_gpu(struct tier_store *s, int gpu)
+{
+	if (!s->dev)
+		return -ENODEV;
+	return gpu == s->gpu ? 0 : -ENXIO;
+}
+
 int tier_store_gpu_by_uuid(struct tier_store *s, const uint8_t uuid[16])
 {
 	if (!s->dev)

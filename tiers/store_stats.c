@@ -44,6 +44,7 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 	out->has_device = s->dev != NULL;
 	snprintf(out->device_state, sizeof(out->device_state), "%s",
 		 !s->dev ? "none" : tier_dev_failed(s->dev) ? "failed" : "ok");
+	out->gpu = s->dev ? s->gpu : -1;
 	pthread_mutex_lock(&s->lock);
 	memcpy(out->tier, s->use, sizeof(out->tier));
 	out->files = s->files;
@@ -124,6 +125,29 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 	EMIT("device.reclaims=%" PRIu64 "\n", st.reclaims);
 	EMIT("device.reclaimed_bytes=%" PRIu64 "\n", st.reclaimed_bytes);
 	EMIT("device.state=%s\n", st.device_state);
+	/*
+	 * Each GPU's device tier under its ordinal, "gpus" listing them
+	 * (empty without a device tier). One GPU per mount so far: its keys
+	 * repeat the device tier's.
+	 */
+	EMIT("gpus=");
+	if (st.gpu >= 0) {
+		const struct tier_usage *u = &st.tier[TFS_TIER_DEVICE];
+		int g = st.gpu;
+
+		EMIT("%d\n", g);
+		EMIT("device%d.model=%s\n", g, st.device_model);
+		EMIT("device%d.used=%" PRIu64 "\n", g, u->used);
+		EMIT("device%d.limit=%" PRIu64 "\n", g, u->limit);
+		EMIT("device%d.buffers=%" PRIu64 "\n", g, u->buffers);
+		EMIT("device%d.reserve=%" PRIu64 "\n", g, st.device_reserve);
+		EMIT("device%d.free=%" PRIu64 "\n", g, st.device_free);
+		EMIT("device%d.others=%" PRIu64 "\n", g, st.device_others);
+		EMIT("device%d.room=%" PRIu64 "\n", g,
+		     st.device_room < u->limit ? st.device_room : u->limit);
+	} else {
+		EMIT("\n");
+	}
 #undef EMIT
 	return n;
 }
@@ -162,6 +186,7 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st)
 	st->pins = b->pins;
 	st->leases = b->nleases;
 	st->generation = b->generation;
+	st->gpu = b->present & (1u << TFS_TIER_DEVICE) ? s->gpu : -1;
 	pthread_mutex_unlock(&s->lock);
 	st->blocks = (st->stored_size + 511) / 512;
 }

@@ -16,8 +16,10 @@ struct metric {
 	const char *name;
 	const char *type;
 	const char *help;
-	const char *field; /* "T.field" for per-tier ones, else the key */
+	/* "T.field" for per-tier ones, "deviceG.field" per GPU, else the key */
+	const char *field;
 	bool per_tier;
+	bool per_gpu;
 };
 
 static const struct metric metrics[] = {
@@ -88,6 +90,18 @@ static const struct metric metrics[] = {
 	{ "tierfs_device_reclaimed_bytes_total", "counter",
 	  "Bytes of device memory reclaims gave back.",
 	  "device.reclaimed_bytes", false },
+	{ "tierfs_gpu_used_bytes", "gauge",
+	  "Bytes held by buffer copies in the GPU's device tier.", "used",
+	  .per_gpu = true },
+	{ "tierfs_gpu_limit_bytes", "gauge",
+	  "Configured size of the GPU's device tier in bytes.", "limit",
+	  .per_gpu = true },
+	{ "tierfs_gpu_buffers", "gauge",
+	  "Buffers with a copy in the GPU's device tier.", "buffers",
+	  .per_gpu = true },
+	{ "tierfs_gpu_room_bytes", "gauge",
+	  "What the GPU's device tier may hold now: its limit, less while "
+	  "other processes leave it less.", "room", .per_gpu = true },
 };
 
 /* Label values escape backslash, double quote and newline. */
@@ -105,6 +119,32 @@ static void prom_label(FILE *f, const char *s)
 			fputc(*s, f);
 	}
 	fputc('"', f);
+}
+
+/* @mt for each GPU the mount's "gpus" key lists, labelled gpu="N". */
+static void gpu_samples(FILE *f, const struct metric *mt, const char *mount,
+			const struct ctl_stats *st)
+{
+	const char *p = ctl_stats_get(st, "gpus");
+
+	while (p && *p) {
+		size_t len = strcspn(p, ",");
+		char key[64];
+		uint64_t v;
+		int g;
+
+		if (len == 0 || len > 3 || sscanf(p, "%d", &g) != 1)
+			return;
+		snprintf(key, sizeof(key), "device%d.%s", g, mt->field);
+		if (ctl_stats_u64(st, key, &v)) {
+			fprintf(f, "%s{gpu=\"%d\",mount=", mt->name, g);
+			prom_label(f, mount);
+			fprintf(f, "} %" PRIu64 "\n", v);
+		}
+		p += len;
+		if (*p == ',')
+			p++;
+	}
 }
 
 /*
@@ -138,6 +178,10 @@ static void metrics_write(FILE *f, char **mounts, struct ctl_stats *st,
 		for (int m = 0; m < n; m++) {
 			uint64_t v;
 
+			if (mt->per_gpu) {
+				gpu_samples(f, mt, mounts[m], &st[m]);
+				continue;
+			}
 			if (!mt->per_tier) {
 				if (!ctl_stats_u64(&st[m], mt->field, &v))
 					continue;

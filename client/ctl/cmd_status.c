@@ -185,6 +185,41 @@ static void print_persist(FILE *f, const struct ctl_stats *s)
 					    "");
 }
 
+/* Key "device<g>.<field>" of the stats, 0 when missing. */
+static uint64_t gpu_u64(const struct ctl_stats *s, int g, const char *field)
+{
+	char key[64];
+
+	snprintf(key, sizeof(key), "device%d.%s", g, field);
+	return stats_u64_or0(s, key);
+}
+
+/* A line per GPU the device tier is on ("gpus=0,1"; none without one). */
+static void status_gpus(FILE *f, const struct ctl_stats *s)
+{
+	const char *list = ctl_stats_get(s, "gpus");
+	char a[32], b[32], c[32], key[64];
+
+	for (const char *p = list; p && *p;) {
+		size_t len = strcspn(p, ",");
+		const char *model;
+		int g;
+
+		if (len == 0 || len > 3 || sscanf(p, "%d", &g) != 1)
+			break;
+		snprintf(key, sizeof(key), "device%d.model", g);
+		model = ctl_stats_get(s, key);
+		fprintf(f, "gpu %-3d %10s  %10s  room %s%s%s\n", g,
+			ctl_fmt_bytes(a, sizeof(a), gpu_u64(s, g, "used")),
+			ctl_fmt_bytes(b, sizeof(b), gpu_u64(s, g, "limit")),
+			ctl_fmt_bytes(c, sizeof(c), gpu_u64(s, g, "room")),
+			model && *model ? ", " : "", model ? model : "");
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+}
+
 static void status_text(FILE *f, const char *mount,
 			const struct ctl_stats *s, const struct ctl_stats *prev,
 			const struct status_opts *o, bool unicode)
@@ -246,6 +281,8 @@ static void status_text(FILE *f, const char *mount,
 		fprintf(f, " %8" PRIu64 " %8" PRIu64 "\n", bufs,
 			tier_u64(s, t, "enospc"));
 	}
+
+	status_gpus(f, s);
 
 	fprintf(f, "\n%-7s %22s %22s", "TIER", "SPILLED OUT (BUFFERS)",
 		"UNSPILLED IN (BUFFERS)");

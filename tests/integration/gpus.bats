@@ -77,3 +77,76 @@ reclaim_on() {
 	TFS_SIM_GPUS=3 mount_fails "device_gpus: 3 GPUs" \
 		-f -o "disk_path=$SPILL,device_backend=sim,device_gpus=all"
 }
+
+stat_of() {
+	getfattr --absolute-names --only-values -n user.tierfs.stats "$MNT" |
+		sed -n "s/^$1=//p"
+}
+
+@test "user.tierfs.device reads the GPU of the file's device copy" {
+	tfs_mount -o device_backend=sim,device_gpus=3,device_limit=16M
+	head -c 1M /dev/urandom >"$TFS_TMP/a"
+	cp "$TFS_TMP/a" "$MNT/a"
+	[ "$(tfs_tier "$MNT/a")" = device ]
+	run getfattr --absolute-names --only-values -n user.tierfs.device "$MNT/a"
+	[ "$status" -eq 0 ]
+	[ "$output" = 3 ]
+	# Without a device copy there is no GPU to name.
+	setfattr -n user.tierfs.tier -v host "$MNT/a"
+	run getfattr --absolute-names --only-values -n user.tierfs.device "$MNT/a"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"No such attribute"* ]]
+	# It is read-only, and never listed (cp -a would copy it).
+	run setfattr -n user.tierfs.device -v 3 "$MNT/a"
+	[ "$status" -ne 0 ]
+	! getfattr -d -m - "$MNT/a" 2>/dev/null | grep -q tierfs
+	cmp "$TFS_TMP/a" "$MNT/a"
+}
+
+@test "user.tierfs.tier = device:N moves to GPU N, and refuses GPUs not served" {
+	tfs_mount -o device_backend=sim,device_gpus=1,device_limit=16M
+	head -c 1M /dev/urandom >"$TFS_TMP/a"
+	cp "$TFS_TMP/a" "$MNT/a"
+	setfattr -n user.tierfs.tier -v disk "$MNT/a"
+	[ "$(tfs_tier "$MNT/a")" = disk ]
+	setfattr -n user.tierfs.tier -v device:1 "$MNT/a"
+	[ "$(tfs_tier "$MNT/a")" = device ]
+	[ "$(getfattr --absolute-names --only-values -n user.tierfs.device "$MNT/a")" = 1 ]
+	setfattr -n user.tierfs.tier -v host "$MNT/a"
+	run setfattr -n user.tierfs.tier -v device:0 "$MNT/a"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"No such device or address"* ]]
+	run setfattr -n user.tierfs.tier -v device:256 "$MNT/a"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"Invalid argument"* ]]
+	[ "$(tfs_tier "$MNT/a")" = host ]
+	cmp "$TFS_TMP/a" "$MNT/a"
+}
+
+@test "device:N without a device tier says so" {
+	tfs_mount -o device_backend=none
+	echo hi >"$MNT/a"
+	run setfattr -n user.tierfs.tier -v device:0 "$MNT/a"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"No such device"* ]]
+	[ "$(stat_of gpus)" = "" ]
+}
+
+@test "stats, status and metrics show each GPU under its ordinal" {
+	tfs_mount -o device_backend=sim,device_gpus=2,device_limit=16M
+	head -c 3M /dev/urandom >"$MNT/a"
+	[ "$(stat_of gpus)" = 2 ]
+	[ "$(stat_of device2.used)" -eq "$(stat_of device.used)" ]
+	[ "$(stat_of device2.used)" -ge $((3 << 20)) ]
+	[ "$(stat_of device2.limit)" -eq $((16 << 20)) ]
+	[ "$(stat_of device2.buffers)" -eq 1 ]
+	[ "$(stat_of device2.model)" = "simulated device" ]
+	run "$TIERFSCTL_BIN" status "$MNT"
+	[ "$status" -eq 0 ]
+	echo "$output"
+	echo "$output" | grep -Eq '^gpu 2 +3\.0 MiB +16\.0 MiB +room 16\.0 MiB, simulated device$'
+	run "$TIERFSCTL_BIN" metrics "$MNT"
+	[ "$status" -eq 0 ]
+	echo "$output" | grep -q "^tierfs_gpu_used_bytes{gpu=\"2\",mount=\"$MNT\"} $(stat_of device2.used)\$"
+	echo "$output" | grep -q "^tierfs_gpu_limit_bytes{gpu=\"2\",mount=\"$MNT\"} $((16 << 20))\$"
+}

@@ -144,16 +144,34 @@ static void test_xattr_values(void)
 {
 	enum tfs_tier t;
 	bool pin;
+	int g;
 
-	CHECK_EQ(tfs_xattr_parse_tier("disk", 4, &t), 0);
+	CHECK_EQ(tfs_xattr_parse_tier("disk", 4, &t, &g), 0);
 	CHECK_EQ(t, TFS_TIER_DISK);
-	CHECK_EQ(tfs_xattr_parse_tier("Device\n", 7, &t), 0);
+	CHECK_EQ(tfs_xattr_parse_tier("Device\n", 7, &t, &g), 0);
 	CHECK_EQ(t, TFS_TIER_DEVICE);
-	CHECK_EQ(tfs_xattr_parse_tier("host\0", 5, &t), 0);
+	CHECK_EQ(tfs_xattr_parse_tier("host\0", 5, &t, &g), 0);
 	CHECK_EQ(t, TFS_TIER_HOST);
-	CHECK_EQ(tfs_xattr_parse_tier("dis", 3, &t), -EINVAL);
-	CHECK_EQ(tfs_xattr_parse_tier("disk ", 5, &t), -EINVAL);
-	CHECK_EQ(tfs_xattr_parse_tier("", 0, &t), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_tier("dis", 3, &t, &g), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_tier("disk ", 5, &t, &g), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_tier("", 0, &t, &g), -EINVAL);
+	/* device:N names a GPU; a plain name names none. */
+	CHECK_EQ(tfs_xattr_parse_tier("host", 4, &t, &g), 0);
+	CHECK_EQ(g, -1);
+	CHECK_EQ(tfs_xattr_parse_tier("device:1\n", 9, &t, &g), 0);
+	CHECK(t == TFS_TIER_DEVICE && g == 1);
+	CHECK_EQ(tfs_xattr_parse_tier("DEVICE:255", 10, &t, &g), 0);
+	CHECK(t == TFS_TIER_DEVICE && g == 255);
+	t = TFS_TIER_DISK;
+	g = 7;
+	CHECK_EQ(tfs_xattr_parse_tier("device:256", 10, &t, &g), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_tier("device:", 7, &t, &g), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_tier("device:-1", 9, &t, &g), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_tier("device: 1", 9, &t, &g), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_tier("device:0001", 11, &t, &g), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_tier("host:1", 6, &t, &g), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_tier("device:1x", 9, &t, &g), -EINVAL);
+	CHECK(t == TFS_TIER_DISK && g == 7);
 	CHECK_EQ(tfs_xattr_parse_pin("1", 1, &pin), 0);
 	CHECK(pin);
 	CHECK_EQ(tfs_xattr_parse_pin("0\n", 2, &pin), 0);
