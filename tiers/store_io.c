@@ -310,6 +310,39 @@ out:
 	return rc;
 }
 
+/* Resize @b on disk, in place: for a file host has no room for. */
+static int truncate_on_disk(struct tier_buf *b, uint64_t size)
+{
+	struct tier_store *s = b->s;
+	int rc = make_writable_disk(b);
+
+	if (!rc && size < b->size && size % s->chunk_size) {
+		rc = st_wc_load(b, size / s->chunk_size);
+		if (!rc) {
+			size_t in = size % s->chunk_size;
+
+			memset((char *)b->wc + in, 0, s->chunk_size - in);
+			b->wc_dirty = true;
+		}
+	}
+	/* A cached chunk past the new end must not come back when the file
+	 * grows again. */
+	if (!rc && b->wc && b->wc_idx >= st_nchunks_for(s, size))
+		st_wc_free(b);
+	if (!rc && size < b->size) {
+		rc = tier_dobj_truncate(s->disk, b->dobj,
+					st_nchunks_for(s, size));
+		st_disk_recharge(b);
+	}
+	if (!rc) {
+		b->size = size;
+		rc = st_wc_flush(b);
+		b->dirty = true;
+		b->synced = false;
+	}
+	return rc;
+}
+
 int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 {
 	struct tier_store *s = b->s;
@@ -338,34 +371,8 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 			b->has_host = true;
 		}
 		if (rc == -ENOSPC) {
-			/* Too big for host: trim on disk. */
-			rc = make_writable_disk(b);
-			if (!rc && size < b->size && size % s->chunk_size) {
-				rc = st_wc_load(b, size / s->chunk_size);
-				if (!rc) {
-					size_t in = size % s->chunk_size;
-
-					memset((char *)b->wc + in, 0,
-					       s->chunk_size - in);
-					b->wc_dirty = true;
-				}
-			}
-			/* A cached chunk past the new end must not come
-			 * back when the file grows again. */
-			if (!rc && b->wc &&
-			    b->wc_idx >= st_nchunks_for(s, size))
-				st_wc_free(b);
-			if (!rc && size < b->size) {
-				rc = tier_dobj_truncate(s->disk, b->dobj,
-						st_nchunks_for(s, size));
-				st_disk_recharge(b);
-			}
-			if (!rc) {
-				b->size = size;
-				rc = st_wc_flush(b);
-				b->dirty = true;
-				b->synced = false;
-			}
+			/* Too big for host: resize on disk. */
+			rc = truncate_on_disk(b, size);
 			goto out;
 		}
 		if (rc)
@@ -373,9 +380,13 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 	}
 	st_dev_drop(b);
 	st_disk_drop(b);
-	/* A small chunk always holds the whole file. */
-	if (b->cap0 && size > b->cap0 && (rc = st_unsmall(b)))
+	/* A small chunk always holds the whole file. Growing one needs a
+	 * full chunk; with host full of what cannot move, grow on disk. */
+	if (b->cap0 && size > b->cap0 && (rc = st_unsmall(b))) {
+		if (rc == -ENOSPC)
+			rc = truncate_on_disk(b, size);
 		goto out;
+	}
 	if (size < b->size) {
 		uint64_t keep = st_nchunks_for(s, size);
 		size_t in = size % s->chunk_size;

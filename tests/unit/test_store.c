@@ -630,6 +630,46 @@ static void test_evict_counters(void)
 	tier_store_destroy(s);
 }
 
+/*
+ * Growing a small file by truncate needs a host chunk; with host full of
+ * what cannot move, the file grows on disk instead of failing (the soak's
+ * writer met ENOSPC from truncate(2) with a 1 GiB disk tier nearly empty).
+ */
+static void test_truncate_grow_host_full(void)
+{
+	struct tier_store *s = mk_store("none", 0, 4 * MiB, 0);
+	struct tier_buf *p[4], *b;
+	uint8_t *got = malloc(3 * MiB);
+	bool zero = true;
+	int i;
+
+	/* A small file on host, then host filled with pinned files. */
+	b = mk_file(s, 7, 100);
+	tier_buf_pin(b);
+	for (i = 0; i < 4; i++) {
+		p[i] = mk_file(s, i, i < 3 ? MiB : 256 * 1024);
+		tier_buf_pin(p[i]);
+	}
+	CHECK_EQ(tier_of(b), TFS_TIER_HOST);
+	CHECK_EQ(tier_of(p[3]), TFS_TIER_HOST);
+	CHECK_EQ(tier_buf_truncate(b, 3 * MiB - 7), 0);
+	CHECK_EQ(tier_buf_size(b), 3 * MiB - 7);
+	CHECK_EQ(tier_buf_read(b, got, 3 * MiB, 0), (ssize_t)(3 * MiB - 7));
+	for (uint64_t k = 0; k < 100; k++)
+		zero &= got[k] == pat(7, k);
+	for (uint64_t k = 100; k < 3 * MiB - 7; k++)
+		zero &= !got[k];
+	CHECK(zero);
+	check_limits(s);
+	for (i = 0; i < 4; i++) {
+		CHECK(verify(p[i], i, i < 3 ? MiB : 256 * 1024));
+		tier_buf_destroy(p[i]);
+	}
+	tier_buf_destroy(b);
+	free(got);
+	tier_store_destroy(s);
+}
+
 static void test_larger_than_host(void)
 {
 	struct tier_store *s = mk_store("none", 0, 4 * MiB, 0);
@@ -1292,6 +1332,7 @@ int main(void)
 	TAP_RUN(test_pinned_survives_pressure);
 	TAP_RUN(test_enospc_keeps_data);
 	TAP_RUN(test_evict_counters);
+	TAP_RUN(test_truncate_grow_host_full);
 	TAP_RUN(test_larger_than_host);
 	TAP_RUN(test_concurrent_under_spilling);
 	TAP_RUN(test_export_sim);
