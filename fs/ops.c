@@ -1285,7 +1285,8 @@ static void tfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 		fuse_reply_err(req, EPERM);
 		return;
 	}
-	if (mode) {
+	/* What tmpfs has: allocate, keep the size, punch a hole. */
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE)) {
 		fuse_reply_err(req, EOPNOTSUPP);
 		return;
 	}
@@ -1293,14 +1294,43 @@ static void tfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	rc = tier_buf_fallocate(f->inode->buf, (uint64_t)off, (uint64_t)len);
+	rc = tier_buf_fallocate(f->inode->buf,
+				((mode & FALLOC_FL_KEEP_SIZE) ?
+					 TIER_FALLOC_KEEP_SIZE : 0) |
+				((mode & FALLOC_FL_PUNCH_HOLE) ?
+					 TIER_FALLOC_PUNCH_HOLE : 0),
+				(uint64_t)off, (uint64_t)len);
 	if (!rc) {
 		tfs_ns_lock();
-		tfs_touch_locked(f->inode, true);
+		/* As tmpfs: a punched hole changes the data, an allocation
+		 * only the inode. */
+		tfs_touch_locked(f->inode, mode & FALLOC_FL_PUNCH_HOLE);
 		f->inode->flags |= TFS_I_DIRTY;
 		tfs_ns_unlock();
 	}
 	fuse_reply_err(req, rc < 0 ? -rc : 0);
+}
+
+/* SEEK_DATA and SEEK_HOLE; the kernel answers the other whences. */
+static void tfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+		      struct fuse_file_info *fi)
+{
+	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
+	int64_t r;
+
+	if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (!S_ISREG(f->inode->mode)) {
+		fuse_reply_err(req, ESPIPE);
+		return;
+	}
+	r = tier_buf_seek(f->inode->buf, (uint64_t)off, whence == SEEK_HOLE);
+	if (r < 0)
+		fuse_reply_err(req, (int)-r);
+	else
+		fuse_reply_lseek(req, (off_t)r);
 }
 
 static void tfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
@@ -1432,5 +1462,6 @@ const struct fuse_lowlevel_ops tfs_ops = {
 	.create = tfs_create,
 	.ioctl = tfs_ioctl,
 	.fallocate = tfs_fallocate,
+	.lseek = tfs_lseek,
 	.copy_file_range = tfs_copy_file_range,
 };

@@ -890,13 +890,11 @@ static void scatter_pages(const uint64_t *map, const char *pay, size_t raw,
 }
 
 /*
- * Fill @out with @n bytes of chunk @idx from its byte @lo on, or of its
- * payload when @payload (the same bytes unless the chunk has holes). @m
- * is the chunk's meta word, nonzero.
+ * Fill @out with @n bytes of chunk @idx from its byte @lo on. @m is the
+ * chunk's meta word, nonzero.
  */
 static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
-		      uint64_t idx, uint32_t m, char *out, size_t lo, size_t n,
-		      bool payload)
+		      uint64_t idx, uint32_t m, char *out, size_t lo, size_t n)
 {
 	/* The header names the chunk, not the slot: a stale slot of another
 	 * chunk fails the index check. */
@@ -950,7 +948,7 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 		memset(out, 0, n);
 		return 0;
 	}
-	if (mlen && !payload) {
+	if (mlen) {
 		/* The whole payload, then the pages the range covers. The
 		 * map is not aligned in the file: copy it out. */
 		uint64_t map[MAX_CHUNK_SIZE / TIER_PAGE / 64];
@@ -1018,7 +1016,7 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
  * @off). */
 static int range_chunk(struct tier_disk *d, const struct tier_dobj *o,
 		       int fd, char *dst, size_t len, uint64_t off,
-		       uint64_t idx, bool payload)
+		       uint64_t idx)
 {
 	uint64_t cs = d->chunk_size, start = idx * cs;
 	uint64_t lo = off > start ? off - start : 0;
@@ -1030,7 +1028,7 @@ static int range_chunk(struct tier_disk *d, const struct tier_dobj *o,
 		memset(out, 0, end - lo);
 		return 0;
 	}
-	return chunk_load(d, o, fd, idx, m, out, lo, end - lo, payload);
+	return chunk_load(d, o, fd, idx, m, out, lo, end - lo);
 }
 
 /* --- jobs --- */
@@ -1088,10 +1086,10 @@ static void read_item(struct pool_job *job, size_t i)
 	if (r->dsts)
 		rc = range_chunk(r->d, r->o, r->fd, r->dsts[i], r->lens[i],
 				 (r->first + i) * r->d->chunk_size,
-				 r->first + i, true);
+				 r->first + i);
 	else
 		rc = range_chunk(r->d, r->o, r->fd, r->dst, r->len, r->off,
-				 r->first + i, false);
+				 r->first + i);
 	if (rc < 0)
 		__atomic_compare_exchange_n(&r->err, &zero, rc, false,
 					    __ATOMIC_RELAXED,

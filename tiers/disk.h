@@ -222,10 +222,10 @@ int tier_dobj_read(struct tier_disk *d, struct tier_dobj *o, void *dst,
 		   size_t len, uint64_t off);
 
 /*
- * Read the first @lens[i] bytes of the payload of chunks @first_idx + i
- * into @dsts[i], for i < @n, decompressing in parallel on the worker pool:
- * the chunk's bytes, or for a chunk stored with a page map the packed pages
- * as they were given. Same errors as tier_dobj_read().
+ * Read the first @lens[i] bytes of chunks @first_idx + i into @dsts[i],
+ * for i < @n, decompressing in parallel on the worker pool (holes of a
+ * chunk stored with a page map read as zeroes). Same errors as
+ * tier_dobj_read().
  */
 int tier_dobj_read_chunks(struct tier_disk *d, struct tier_dobj *o,
 			  uint64_t first_idx, void *const *dsts,

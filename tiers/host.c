@@ -251,6 +251,11 @@ void *host_chunk_get(struct host_pool *p)
 
 void host_chunk_put(struct host_pool *p, void *chunk)
 {
+	host_chunk_put_within(p, chunk, SIZE_MAX);
+}
+
+void host_chunk_put_within(struct host_pool *p, void *chunk, size_t room)
+{
 	struct free_chunk *c = chunk;
 	struct slab gone = { 0 };
 
@@ -265,11 +270,14 @@ void host_chunk_put(struct host_pool *p, void *chunk)
 		sl->free = c;
 		sl->nfree++;
 		p->nfree++;
-		/* Past what the pool keeps, a slab that came free goes. */
-		if (p->nfree > p->keep && sl->nfree == p->slab_chunks)
+		/* Past what the pool keeps, or past @room, a slab that came
+		 * free goes. */
+		if ((p->nfree > p->keep || p->nfree * p->chunk_size > room) &&
+		    sl->nfree == p->slab_chunks)
 			gone = slab_take(p, i);
 		c = NULL;
-	} else if (p->nfree < p->keep) {
+	} else if (p->nfree < p->keep &&
+		   (p->nfree + 1) * p->chunk_size <= room) {
 		c->next = p->free;
 		p->free = c;
 		p->nfree++;
@@ -317,6 +325,42 @@ void host_pool_trim(struct host_pool *p, size_t floor)
 			c->next = drop;
 			drop = c;
 		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	while (drop) {
+		struct free_chunk *c = drop;
+
+		drop = c->next;
+		chunk_unmap(p, c);
+	}
+	for (size_t i = 0; i < nslabs; i++)
+		slab_unmap(p, &slabs[i]);
+	free(slabs);
+}
+
+void host_pool_shrink(struct host_pool *p, size_t room)
+{
+	struct free_chunk *drop = NULL;
+	struct slab *slabs = NULL;
+	size_t nslabs = 0;
+
+	pthread_mutex_lock(&p->lock);
+	if (p->slab_chunks) {
+		/* whole free slabs only */
+		slabs = malloc(p->nslabs * sizeof(*slabs));
+		for (size_t i = p->nslabs; slabs && i-- > 0 &&
+					   p->nfree * p->chunk_size > room;)
+			if (p->slabs[i].nfree == p->slab_chunks)
+				slabs[nslabs++] = slab_take(p, i);
+	}
+	while (!p->slab_chunks && p->nfree &&
+	       p->nfree * p->chunk_size > room) {
+		struct free_chunk *c = p->free;
+
+		p->free = c->next;
+		p->nfree--;
+		c->next = drop;
+		drop = c;
 	}
 	pthread_mutex_unlock(&p->lock);
 	while (drop) {

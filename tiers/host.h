@@ -54,4 +54,14 @@ size_t host_pool_free_bytes(struct host_pool *p);
 void *host_chunk_get(struct host_pool *p);
 void host_chunk_put(struct host_pool *p, void *chunk);
 
+/* host_chunk_put(), but the pool keeps the chunk only while its free
+ * chunks, this one included, take at most @room bytes (with slabs: a
+ * slab that came free goes past @room). */
+void host_chunk_put_within(struct host_pool *p, void *chunk, size_t room);
+
+/* Give free chunks back to the system until the pool holds at most
+ * @room bytes of them (with slabs, whole free slabs only: it may keep
+ * more). */
+void host_pool_shrink(struct host_pool *p, size_t room);
+
 #endif

@@ -402,6 +402,7 @@ void tier_buf_destroy(struct tier_buf *b)
 	st_disk_drop(b);
 	if (b->pobj)
 		st_pobj_release(b);
+	st_chunks_free(b);
 	b->size = 0;
 	st_publish(b);
 	pthread_mutex_lock(&s->lock);

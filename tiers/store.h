@@ -246,8 +246,32 @@ ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
 /* Set the size; growth reads as zeroes and costs no memory. */
 int tier_buf_truncate(struct tier_buf *b, uint64_t size);
 
-/* Make [off, off+len) part of the file (zeroes where it grows). */
-int tier_buf_fallocate(struct tier_buf *b, uint64_t off, uint64_t len);
+/* tier_buf_fallocate() modes, as FALLOC_FL_KEEP_SIZE and _PUNCH_HOLE. */
+#define TIER_FALLOC_KEEP_SIZE 0x1u
+#define TIER_FALLOC_PUNCH_HOLE 0x2u
+
+/*
+ * fallocate(2) as tmpfs has it. Without PUNCH_HOLE: allocate the pages of
+ * [off, off+len) that are not, charging the tier the bytes would be
+ * written to (host, or disk for a buffer larger than host) as a write
+ * does; they read as zeroes and stay holes to SEEK_DATA until written. The
+ * size grows to off+len unless KEEP_SIZE. -ENOSPC when the tiers have no
+ * room for all of it: then nothing is allocated. PUNCH_HOLE (with
+ * KEEP_SIZE only, else -EOPNOTSUPP): pages wholly inside the range are
+ * freed in every tier, the bytes of the others zeroed. -EBUSY while a GPU
+ * program maps the buffer.
+ */
+int tier_buf_fallocate(struct tier_buf *b, unsigned int mode, uint64_t off,
+		       uint64_t len);
+
+/*
+ * SEEK_DATA (@hole false) and SEEK_HOLE: the first data or hole at or
+ * after @off, exactly at page granularity as tmpfs answers (pages never
+ * written, and pages fallocate took that nothing wrote, are holes; the
+ * end of the file is one). -ENXIO when @off is at or past the end, or
+ * (SEEK_DATA) there is no data after it.
+ */
+int64_t tier_buf_seek(struct tier_buf *b, uint64_t off, bool hole);
 
 /* Copy a range between buffers (or within one). Returns bytes copied. */
 ssize_t tier_buf_copy(struct tier_buf *dst, uint64_t dst_off,

@@ -88,22 +88,43 @@ int st_dev_alloc(struct tier_buf *b, size_t len)
 	return 0;
 }
 
-/* Copy chunks [first, first + n) of the host copy to the device as one
- * batch; holes are zeroed. */
-static int fill_from_host(struct tier_buf *b, uint64_t first, unsigned int n)
+/*
+ * Copy chunks [first, first + n) of the host copy to the device as one
+ * batch; holes are zeroed. The device copy is one flat allocation a GPU
+ * program maps: a packed chunk is laid out flat in one of @scratch
+ * (SPILL_BATCH, taken as needed), and the batch ends early when they run
+ * out. Returns the chunks copied, or -errno.
+ */
+static int fill_from_host(struct tier_buf *b, uint64_t first, unsigned int n,
+			  void **scratch)
 {
 	struct tier_store *s = b->s;
 	struct tier_dev_seg seg[DEV_BATCH];
+	unsigned int k, used = 0;
+	int rc;
 
-	for (unsigned int k = 0; k < n; k++) {
+	for (k = 0; k < n; k++) {
 		uint64_t idx = first + k, off = idx * s->chunk_size;
+		const struct tier_chunk *ck = idx < b->nck ? &b->ck[idx] :
+							     NULL;
 
 		seg[k].off = off;
 		seg[k].len = b->size - off < s->chunk_size ? b->size - off :
 							      s->chunk_size;
-		seg[k].host = idx < b->nchunks ? b->chunks[idx] : NULL;
+		seg[k].host = NULL;
+		if (!ck || !ck->host || ck->dense) {
+			seg[k].host = ck ? ck->host : NULL;
+			continue;
+		}
+		if (used == SPILL_BATCH)
+			break;
+		if (!scratch[used] && !(scratch[used] = st_chunk_get(s)))
+			return -ENOMEM;
+		st_host_read(b, scratch[used], seg[k].len, off);
+		seg[k].host = scratch[used++];
 	}
-	return tier_dev_writev(s->dev, b->dmem, seg, n);
+	rc = tier_dev_writev(s->dev, b->dmem, seg, k);
+	return rc ? rc : (int)k;
 }
 
 /* The same from the disk copy, through @scratch chunks (SPILL_BATCH). */
@@ -156,22 +177,29 @@ int st_dev_fill(struct tier_buf *b)
 			goto out_drop;
 		}
 	}
-	for (uint64_t i = 0; i < n; i += batch) {
+	for (uint64_t i = 0; i < n;) {
 		unsigned int k = n - i < batch ? (unsigned int)(n - i) : batch;
 
-		rc = b->has_host ? fill_from_host(b, i, k) :
-				   fill_from_disk(b, i, k, scratch);
+		if (b->has_host) {
+			rc = fill_from_host(b, i, k, scratch);
+			if (rc < 0)
+				goto out_drop;
+			i += (unsigned int)rc;
+			continue;
+		}
+		rc = fill_from_disk(b, i, k, scratch);
 		if (rc)
 			goto out_drop;
+		i += k;
 	}
 	for (int k = 0; k < SPILL_BATCH; k++)
-		host_chunk_put(s->pool, scratch[k]);
+		st_chunk_put(s, scratch[k]);
 	st_count_written(s, TFS_TIER_DEVICE, b->size);
 	return 0;
 
 out_drop:
 	for (int k = 0; k < SPILL_BATCH; k++)
-		host_chunk_put(s->pool, scratch[k]);
+		st_chunk_put(s, scratch[k]);
 	st_dev_drop(b);
 	return rc;
 }

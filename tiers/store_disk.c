@@ -20,16 +20,10 @@ static bool spill_from_dev(struct tier_buf *b)
 	return b->dmem && !b->has_host;
 }
 
-static bool is_hole(struct tier_buf *b, uint64_t idx)
-{
-	return !spill_from_dev(b) && (idx >= b->nchunks || !b->chunks[idx]);
-}
-
 /* Write a full disk copy from the device or host copy. */
 int st_disk_spill(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;
-	uint64_t n = st_nchunks_for(s, b->size);
 	void *scratch[SPILL_BATCH] = { NULL };
 	int rc = 0;
 
@@ -50,50 +44,63 @@ int st_disk_spill(struct tier_buf *b)
 	/*
 	 * A run of up to SPILL_BATCH chunks is compressed in parallel on the
 	 * disk tier's pool: straight from the host copy, or from the device
-	 * through as many scratch chunks, copied as one batch.
+	 * through as many scratch chunks, copied as one batch. Only
+	 * allocated pages are stored: holes are no bytes on disk either.
 	 */
-	for (uint64_t i = 0; i < n;) {
+	for (uint64_t i = 0; i < b->nck;) {
 		struct tier_dev_seg seg[SPILL_BATCH];
 		const void *srcs[SPILL_BATCH];
-		size_t lens[SPILL_BATCH], room = 0, k = 0;
+		struct tier_chunk_desc descs[SPILL_BATCH];
+		size_t lens[SPILL_BATCH], room = 0, k = 0, nseg = 0;
+		bool dev = spill_from_dev(b);
 
-		if (is_hole(b, i)) {
+		if (!st_chunk_used(b, i)) {
 			i++;
 			continue;
 		}
 		do {
 			uint64_t off = (i + k) * s->chunk_size;
+			const struct tier_chunk *ck = &b->ck[i + k];
 
-			lens[k] = b->size - off < s->chunk_size ?
-					  b->size - off : s->chunk_size;
-			if (spill_from_dev(b)) {
-				if (!scratch[k] &&
-				    !(scratch[k] = st_chunk_get(s))) {
-					rc = -ENOMEM;
-					goto out;
-				}
-				seg[k] = (struct tier_dev_seg){ scratch[k],
-								lens[k], off };
-				srcs[k] = scratch[k];
-			} else {
-				srcs[k] = b->chunks[i + k];
+			if ((dev || (ck->dense && ck->map)) && !scratch[k] &&
+			    !(scratch[k] = st_chunk_get(s))) {
+				rc = -ENOMEM;
+				goto out;
 			}
-			room += tier_disk_chunk_bound(s->disk, lens[k], false);
+			if (dev) {
+				size_t len = off >= b->size ? 0 :
+					     b->size - off < s->chunk_size ?
+							   b->size - off :
+							   s->chunk_size;
+
+				/* a chunk past the end: pages fallocate
+				 * kept, zeroes the device copy lacks */
+				memset((char *)scratch[k] + len, 0,
+				       s->chunk_size - len);
+				if (len)
+					seg[nseg++] = (struct tier_dev_seg){
+						scratch[k], len, off
+					};
+			}
 			k++;
-		} while (k < SPILL_BATCH && i + k < n && !is_hole(b, i + k));
-		if (spill_from_dev(b) &&
-		    (rc = tier_dev_readv(s->dev, b->dmem, seg,
-					 (unsigned int)k)))
+		} while (k < SPILL_BATCH && i + k < b->nck &&
+			 st_chunk_used(b, i + k));
+		if (nseg && (rc = tier_dev_readv(s->dev, b->dmem, seg,
+						 (unsigned int)nseg)))
 			goto out;
+		for (size_t j = 0; j < k; j++) {
+			srcs[j] = st_chunk_payload(b, i + j, scratch[j], dev,
+						   &lens[j], &descs[j]);
+			room += tier_disk_chunk_bound(s->disk, lens[j],
+						      descs[j].map != NULL);
+		}
 		uint64_t before = tier_dobj_stored(b->dobj);
 
 		rc = st_reserve(b, TFS_TIER_DISK, room);
 		if (rc)
 			goto out;
-		rc = k == 1 ? tier_dobj_write_chunk(s->disk, b->dobj, i,
-						    srcs[0], lens[0]) :
-			      tier_dobj_write_chunks(s->disk, b->dobj, i, srcs,
-						     lens, k);
+		rc = tier_dobj_write_chunks_desc(s->disk, b->dobj, i, srcs,
+						 lens, descs, k);
 		int64_t grew = (int64_t)(tier_dobj_stored(b->dobj) - before);
 
 		st_unreserve(b, TFS_TIER_DISK, room);
@@ -108,7 +115,7 @@ int st_disk_spill(struct tier_buf *b)
 	}
 out:
 	for (int k = 0; k < SPILL_BATCH; k++)
-		host_chunk_put(s->pool, scratch[k]);
+		st_chunk_put(s, scratch[k]);
 	if (rc)
 		st_disk_drop(b);
 	return rc;
@@ -159,18 +166,36 @@ void st_disk_drop(struct tier_buf *b)
 int st_wc_flush(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;
-	uint64_t off = b->wc_idx * s->chunk_size;
 	size_t len;
 	int rc;
 
 	if (!b->wc || !b->wc_dirty)
 		return 0;
-	len = b->size - off < s->chunk_size ? b->size - off : s->chunk_size;
 	uint64_t before = tier_dobj_stored(b->dobj);
 
 	/* st_wc_load() charged the most this write can add; now the real
 	 * cost takes its place. */
-	rc = tier_dobj_write_chunk(s->disk, b->dobj, b->wc_idx, b->wc, len);
+	if (!st_chunk_used(b, b->wc_idx)) {
+		rc = tier_dobj_drop_chunk(s->disk, b->dobj, b->wc_idx);
+		len = 0;
+	} else {
+		struct tier_chunk_desc desc;
+		void *tmp = NULL;
+		const void *src;
+
+		/* Packing its pages must leave the cache as it is. */
+		if (b->ck[b->wc_idx].map) {
+			tmp = st_chunk_get(s);
+			if (!tmp)
+				return -ENOMEM;
+			memcpy(tmp, b->wc, s->chunk_size);
+		}
+		src = st_chunk_payload(b, b->wc_idx, tmp ? tmp : b->wc, true,
+				       &len, &desc);
+		rc = tier_dobj_write_chunks_desc(s->disk, b->dobj, b->wc_idx,
+						 &src, &len, &desc, 1);
+		st_chunk_put(s, tmp);
+	}
 	pthread_mutex_lock(&s->lock);
 	st_charge(s, b, TFS_TIER_DISK,
 		  (int64_t)(tier_dobj_stored(b->dobj) - before));
@@ -264,6 +289,9 @@ ssize_t st_disk_write(struct tier_buf *b, const char *src, size_t len,
 		if (n > len - done)
 			n = len - done;
 		rc = st_wc_load(b, idx);
+		if (rc)
+			return done ? (ssize_t)done : rc;
+		rc = st_pages_written(b, off + done, n);
 		if (rc)
 			return done ? (ssize_t)done : rc;
 		memcpy((char *)b->wc + in, src + done, n);

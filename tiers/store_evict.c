@@ -254,10 +254,11 @@ static bool disk_has_room(struct tier_store *s, uint64_t bytes)
 int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
 {
 	struct tier_store *s = b->s;
+	uint64_t limit, room = 0;
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	uint64_t limit = st_room(s, t);
+	limit = st_room(s, t);
 
 	if (bytes > limit) {
 		rc = -ENOSPC;
@@ -273,10 +274,18 @@ int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
 		st_charge(s, b, t, (int64_t)bytes);
 		if (over_high(s, t))
 			pthread_cond_signal(&s->spill_wake);
+		room = s->use[t].used < limit ? limit - s->use[t].used : 0;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
 		b->refused = (uint8_t)t;
+	/*
+	 * The pool's free chunks count within the host limit: what the
+	 * reservation took from the room goes from the pool, so that the
+	 * host tier's memory (used and pool) never passes the limit.
+	 */
+	else if (t == TFS_TIER_HOST && host_pool_free_bytes(s->pool) > room)
+		host_pool_shrink(s->pool, room);
 	return rc;
 }
 
@@ -391,7 +400,7 @@ int st_unspill_target(struct tier_buf *b)
 	    b->size <= dlim / PROMOTE_SHARE && top != TFS_TIER_DEVICE)
 		return TFS_TIER_DEVICE;
 	if (top == TFS_TIER_DISK &&
-	    st_host_bytes_for(s, b->size) <= hlim / PROMOTE_SHARE)
+	    st_host_cost(b) <= hlim / PROMOTE_SHARE)
 		return TFS_TIER_HOST;
 	return -1;
 }
@@ -405,7 +414,7 @@ int st_promote(struct tier_buf *b, int t)
 	if (b->wc && (rc = st_wc_flush(b)))
 		return rc;
 	if (st_top_tier(b) == TFS_TIER_DISK &&
-	    st_host_bytes_for(s, b->size) <=
+	    st_host_cost(b) <=
 		    st_tier_limit(s, TFS_TIER_HOST) / PROMOTE_SHARE) {
 		rc = st_host_fetch(b);
 		if (rc && t == TFS_TIER_HOST)

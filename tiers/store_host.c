@@ -1,8 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * A buffer's host copy: a table of pool chunks with holes, or one small
- * malloc'd block for a file under half a chunk. b->lock is held for writing
- * unless a function says otherwise.
+ * A buffer's chunks: which pages of each hold bytes (the page maps, kept
+ * whatever tier holds the buffer) and the host copy of those bytes (see
+ * struct tier_chunk).
+ *
+ * Writes that fill chunks land in pool chunks (dense): memory faulted in
+ * once and reused, the fast path for large files. Writes that do not land
+ * packed, in a malloc'd block of the pages they touch that grows as they
+ * go. When the file is placed (tier_buf_register(): close, fsync), every
+ * chunk that is not full is packed to its exact size, the file's tail cut
+ * at its end: the host copy then takes what the file holds, a page at most
+ * per hole, plus what malloc itself takes per block. A fetch from a lower
+ * tier builds that layout directly.
+ *
+ * b->lock is held for writing unless a function says otherwise.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -12,52 +23,194 @@
 #include "config/log.h"
 #include "tiers/store_i.h"
 
+#define PG TIER_PAGE
+
 uint64_t st_nchunks_for(struct tier_store *s, uint64_t size)
 {
 	return (size + s->chunk_size - 1) / s->chunk_size;
 }
 
-/* Bytes a dense host copy of @size bytes takes. */
-uint64_t st_host_bytes_for(struct tier_store *s, uint64_t size)
+uint64_t st_malloc_cost(uint64_t n)
 {
-	if (size < s->chunk_size)
-		return (size + SMALL_ALIGN - 1) / SMALL_ALIGN * SMALL_ALIGN;
-	return st_nchunks_for(s, size) * s->chunk_size;
-}
-
-void st_host_drop(struct tier_buf *b)
-{
-	struct tier_store *s = b->s;
-
-	st_io_quiesce(b);
-	if (b->cap0) {
-		free(b->chunks[0]);
-	} else {
-		for (uint64_t i = 0; i < b->nchunks; i++)
-			host_chunk_put(s->pool, b->chunks[i]);
-	}
-	free(b->chunks);
-	b->chunks = NULL;
-	b->nchunks = 0;
-	b->cap0 = 0;
-	b->has_host = false;
-	st_uncharge_all(b, TFS_TIER_HOST);
-}
-
-static int grow_table(struct tier_buf *b, uint64_t n)
-{
-	if (n <= b->nchunks)
+	/* glibc: an 8-byte header and 16-byte steps, 32 bytes at least;
+	 * blocks of 128 KiB and more may be mapped, whole pages then. */
+	if (!n)
 		return 0;
-	if (n > UINT32_MAX)
-		return -EFBIG;
-	void **c = realloc(b->chunks, n * sizeof(*c));
+	if (n < 128 * 1024)
+		return n + 8 <= 32 ? 32 : (n + 8 + 15) / 16 * 16;
+	return (n + 32 + 4095) / 4096 * 4096;
+}
 
-	if (!c)
-		return -ENOMEM;
-	memset(c + b->nchunks, 0, (n - b->nchunks) * sizeof(*c));
-	b->chunks = c;
-	b->nchunks = (uint32_t)n;
+static uint32_t ppc(const struct tier_store *s)
+{
+	return s->chunk_size / PG;
+}
+
+static uint32_t mapw(const struct tier_store *s)
+{
+	return (ppc(s) + 63) / 64;
+}
+
+static bool bit(const uint64_t *m, uint32_t p)
+{
+	return m[p / 64] >> (p % 64) & 1;
+}
+
+static void bit_set(uint64_t *m, uint32_t p, bool on)
+{
+	if (on)
+		m[p / 64] |= 1ull << (p % 64);
+	else
+		m[p / 64] &= ~(1ull << (p % 64));
+}
+
+static uint32_t popcount_below(const uint64_t *m, uint32_t p)
+{
+	uint32_t r = 0, w;
+
+	for (w = 0; w < p / 64; w++)
+		r += (uint32_t)__builtin_popcountll(m[w]);
+	if (p % 64)
+		r += (uint32_t)__builtin_popcountll(m[w] &
+						    ((1ull << (p % 64)) - 1));
+	return r;
+}
+
+static bool ck_alloc(const struct tier_chunk *ck, uint32_t p)
+{
+	return ck->map ? bit(ck->map, p) : p < ck->npages;
+}
+
+/* The place of page @p among the allocated pages: its page in a packed
+ * copy. */
+static uint32_t ck_rank(const struct tier_chunk *ck, uint32_t p)
+{
+	if (ck->map)
+		return popcount_below(ck->map, p);
+	return p < ck->npages ? p : ck->npages;
+}
+
+/* @ck's allocated and unwritten pages as full bitmaps. */
+static void ck_get(const struct tier_store *s, const struct tier_chunk *ck,
+		   uint64_t *a, uint64_t *u)
+{
+	uint32_t w = mapw(s);
+
+	memset(u, 0, w * sizeof(*u));
+	if (ck->map) {
+		memcpy(a, ck->map, w * sizeof(*a));
+		if (ck->unw)
+			memcpy(u, ck->map + w, w * sizeof(*u));
+		return;
+	}
+	memset(a, 0, w * sizeof(*a));
+	for (uint32_t p = 0; p < ck->npages; p++)
+		bit_set(a, p, true);
+}
+
+static uint32_t count(const struct tier_store *s, const uint64_t *a)
+{
+	uint32_t n = 0;
+
+	for (uint32_t w = 0; w < mapw(s); w++)
+		n += (uint32_t)__builtin_popcountll(a[w]);
+	return n;
+}
+
+/* The highest page set in @a; @a must have one. */
+static uint32_t last_page(const struct tier_store *s, const uint64_t *a)
+{
+	for (uint32_t w = mapw(s); w--;)
+		if (a[w])
+			return w * 64 + 63 - (uint32_t)__builtin_clzll(a[w]);
 	return 0;
+}
+
+static bool any(const struct tier_store *s, const uint64_t *m)
+{
+	for (uint32_t w = 0; w < mapw(s); w++)
+		if (m[w])
+			return true;
+	return false;
+}
+
+/* Set @ck's maps to @a and @u: the prefix form when @a is [0, n) and @u
+ * is empty. 0 or -ENOMEM (nothing changed). */
+static int ck_set(const struct tier_store *s, struct tier_chunk *ck,
+		  const uint64_t *a, const uint64_t *u)
+{
+	uint32_t w = mapw(s), n = count(s, a);
+	bool unw = any(s, u);
+
+	if (!unw && (!n || last_page(s, a) + 1 == n)) {
+		free(ck->map);
+		ck->map = NULL;
+		ck->unw = false;
+		ck->npages = (uint16_t)n;
+		return 0;
+	}
+	if (!ck->map && !(ck->map = malloc(2 * w * sizeof(*ck->map))))
+		return -ENOMEM;
+	memcpy(ck->map, a, w * sizeof(*a));
+	memcpy(ck->map + w, u, w * sizeof(*u));
+	ck->unw = unw;
+	ck->npages = (uint16_t)n;
+	return 0;
+}
+
+/* Bytes of chunk @idx before the file's end (0 past it, chunk_size for a
+ * chunk wholly inside). */
+static uint32_t eof_in(const struct tier_buf *b, uint64_t idx)
+{
+	uint64_t start = idx * b->s->chunk_size;
+
+	if (b->size <= start)
+		return 0;
+	return b->size - start < b->s->chunk_size ?
+		       (uint32_t)(b->size - start) :
+		       b->s->chunk_size;
+}
+
+/*
+ * Bytes a packed copy of chunk @idx with pages @a (unwritten @u) needs:
+ * to the end of the last page, cut at the file's end unless unwritten
+ * pages keep their room.
+ */
+static uint32_t fit_len(const struct tier_buf *b, uint64_t idx,
+			const uint64_t *a, const uint64_t *u)
+{
+	const struct tier_store *s = b->s;
+	uint32_t n = count(s, a), last, end, tail = PG;
+
+	if (!n)
+		return 0;
+	if (any(s, u))
+		return n * PG;
+	last = last_page(s, a);
+	end = eof_in(b, idx);
+	if (end > last * PG && end - last * PG < PG)
+		tail = end - last * PG;
+	return (n - 1) * PG + tail;
+}
+
+/* Whether chunk @idx with pages @a is best dense: all its pages
+ * allocated and the file going past it. */
+static bool full(const struct tier_buf *b, uint64_t idx, const uint64_t *a)
+{
+	return count(b->s, a) == ppc(b->s) && eof_in(b, idx) == b->s->chunk_size;
+}
+
+static uint64_t ck_cost(const struct tier_store *s, const struct tier_chunk *ck)
+{
+	if (!ck->host)
+		return 0;
+	return ck->dense ? s->chunk_size : st_malloc_cost(ck->hcap);
+}
+
+static uint64_t layout_cost(const struct tier_store *s, bool dense,
+			    uint32_t cap)
+{
+	return dense ? s->chunk_size : st_malloc_cost(cap);
 }
 
 void *st_chunk_get(struct tier_store *s)
@@ -73,207 +226,422 @@ void *st_chunk_get(struct tier_store *s)
 	return c;
 }
 
-/* Turn a small chunk 0 into a full pool chunk. */
-int st_unsmall(struct tier_buf *b)
+void st_chunk_put(struct tier_store *s, void *c)
+{
+	uint64_t room;
+
+	if (!c)
+		return;
+	/* The pool's chunks count within the host limit: keep one only
+	 * while the tier's use and the pool fit in it. */
+	pthread_mutex_lock(&s->lock);
+	room = s->use[TFS_TIER_HOST].used < s->use[TFS_TIER_HOST].limit ?
+		       s->use[TFS_TIER_HOST].limit -
+			       s->use[TFS_TIER_HOST].used :
+		       0;
+	pthread_mutex_unlock(&s->lock);
+	host_chunk_put_within(s->pool, c, room);
+}
+
+/* Free the host bytes of @ck; the caller gives back their charge. */
+static void ck_release(struct tier_store *s, struct tier_chunk *ck)
+{
+	if (ck->dense)
+		st_chunk_put(s, ck->host);
+	else
+		free(ck->host);
+	ck->host = NULL;
+	ck->dense = false;
+	ck->hlen = ck->hcap = 0;
+}
+
+/* Free the host bytes of @ck, giving back what they were charged. */
+static void ck_free_host(struct tier_buf *b, struct tier_chunk *ck)
+{
+	uint64_t cost = ck_cost(b->s, ck);
+
+	if (!ck->host)
+		return;
+	ck_release(b->s, ck);
+	if (cost)
+		st_unreserve(b, TFS_TIER_HOST, cost);
+}
+
+void st_host_drop(struct tier_buf *b)
+{
+	st_io_quiesce(b);
+	for (uint32_t i = 0; i < b->nck; i++)
+		if (b->ck[i].host)
+			ck_release(b->s, &b->ck[i]);
+	b->has_host = false;
+	st_uncharge_all(b, TFS_TIER_HOST);
+}
+
+/* Charge @b's host tier what its host copy takes now. */
+static void recount(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;
-	int rc = st_reserve(b, TFS_TIER_HOST, s->chunk_size - b->cap0);
+	uint64_t sum = 0;
 
-	if (rc)
-		return rc;
-	void *c = st_chunk_get(s);
+	for (uint32_t i = 0; i < b->nck; i++)
+		sum += ck_cost(s, &b->ck[i]);
+	pthread_mutex_lock(&s->lock);
+	st_charge(s, b, TFS_TIER_HOST,
+		  (int64_t)sum - (int64_t)b->charged[TFS_TIER_HOST]);
+	pthread_mutex_unlock(&s->lock);
+}
 
-	if (!c) {
-		st_unreserve(b, TFS_TIER_HOST, s->chunk_size - b->cap0);
+void st_chunks_free(struct tier_buf *b)
+{
+	for (uint32_t i = 0; i < b->nck; i++)
+		free(b->ck[i].map);
+	free(b->ck);
+	b->ck = NULL;
+	b->nck = 0;
+}
+
+static int grow_table(struct tier_buf *b, uint64_t n)
+{
+	struct tier_chunk *c;
+
+	if (n <= b->nck)
+		return 0;
+	if (n > UINT32_MAX)
+		return -EFBIG;
+	c = realloc(b->ck, n * sizeof(*c));
+	if (!c)
 		return -ENOMEM;
-	}
-	memcpy(c, b->chunks[0], b->cap0);
-	memset((char *)c + b->cap0, 0, s->chunk_size - b->cap0);
-	st_io_quiesce(b);
-	free(b->chunks[0]);
-	b->chunks[0] = c;
-	b->cap0 = 0;
+	memset(c + b->nck, 0, (n - b->nck) * sizeof(*c));
+	b->ck = c;
+	b->nck = (uint32_t)n;
 	return 0;
 }
 
+bool st_chunk_used(struct tier_buf *b, uint64_t idx)
+{
+	return idx < b->nck && b->ck[idx].npages;
+}
+
 /*
- * Make chunk @idx writable over [lo, hi) (offsets inside the chunk). Bytes
- * of a new chunk outside that range are zeroed, so that everything past the
- * file's end inside a chunk always reads as zero.
+ * Where the bytes of page @p of @ck are in its host copy, and how many of
+ * them are stored there (the rest reads as zero); NULL when none are.
  */
-static int host_chunk_prepare(struct tier_buf *b, uint64_t idx, size_t lo,
-			      size_t hi, bool whole_file_small)
+static const char *page_bytes(const struct tier_chunk *ck, uint32_t p,
+			      uint32_t *have)
+{
+	uint32_t at;
+
+	*have = 0;
+	if (!ck->host || !ck_alloc(ck, p))
+		return NULL;
+	if (ck->dense) {
+		*have = PG;
+		return ck->host + (size_t)p * PG;
+	}
+	at = ck_rank(ck, p) * PG;
+	if (at >= ck->hlen)
+		return NULL;
+	*have = ck->hlen - at < PG ? ck->hlen - at : PG;
+	return ck->host + at;
+}
+
+/*
+ * Give chunk @idx the pages @a (unwritten @u) in a new host block: dense,
+ * or packed with @len bytes stored in @cap of room. The bytes of the
+ * pages it had and keeps move along (unwritten ones read zero); the rest
+ * is zero. The caller charged the difference in cost. 0 or -ENOMEM
+ * (nothing changed).
+ */
+static int ck_relayout(struct tier_buf *b, uint64_t idx, const uint64_t *a,
+		       const uint64_t *u, bool dense, uint32_t len,
+		       uint32_t cap)
 {
 	struct tier_store *s = b->s;
+	struct tier_chunk *ck = &b->ck[idx];
+	uint32_t w = mapw(s), r = 0;
+	uint64_t *nmap = NULL;
+	char *n = NULL;
+
+	/* Room for a map first, so that nothing fails after the copy; it
+	 * goes in only then, the copy reads the old layout. */
+	if (!ck->map && !(nmap = calloc(2 * w, sizeof(*nmap))))
+		return -ENOMEM;
+	if (dense) {
+		n = st_chunk_get(s);
+		if (n)
+			memset(n, 0, s->chunk_size);
+	} else if (cap) {
+		n = malloc(cap);
+	}
+	if ((dense || cap) && !n) {
+		free(nmap);
+		return -ENOMEM;
+	}
+	for (uint32_t p = 0; p < ppc(s); p++) {
+		uint32_t room, have;
+		const char *from;
+		char *to;
+
+		if (!bit(a, p))
+			continue;
+		room = dense ? PG : (r * PG < len ? len - r * PG : 0);
+		if (room > PG)
+			room = PG;
+		to = dense ? n + (size_t)p * PG : n + (size_t)r * PG;
+		r++;
+		if (!room)
+			continue;
+		from = bit(u, p) ? NULL : page_bytes(ck, p, &have);
+		if (!from)
+			have = 0;
+		if (have > room)
+			have = room;
+		if (have)
+			memcpy(to, from, have);
+		if (!dense)
+			memset(to + have, 0, room - have);
+	}
+	st_io_quiesce(b);
+	ck_release(s, ck);
+	ck->host = n;
+	ck->dense = dense;
+	ck->hlen = dense ? s->chunk_size : len;
+	ck->hcap = dense ? s->chunk_size : cap;
+	if (nmap)
+		ck->map = nmap;
+	/* Cannot fail: the map is there. */
+	ck_set(s, ck, a, u);
+	return 0;
+}
+
+/* Charge @now - @was to @b's host copy: reserve when it grows (-ENOSPC),
+ * give back when it shrinks. */
+static int recharge(struct tier_buf *b, uint64_t was, uint64_t now)
+{
+	if (now > was)
+		return st_reserve(b, TFS_TIER_HOST, now - was);
+	if (was > now)
+		st_unreserve(b, TFS_TIER_HOST, was - now);
+	return 0;
+}
+
+/* Relayout chunk @idx for pages @a/@u, charging first. */
+static int ck_move(struct tier_buf *b, uint64_t idx, const uint64_t *a,
+		   const uint64_t *u, bool dense, uint32_t len, uint32_t cap)
+{
+	struct tier_store *s = b->s;
+	uint64_t was = ck_cost(s, &b->ck[idx]);
+	uint64_t now = layout_cost(s, dense, cap);
 	int rc;
 
-	if (whole_file_small && idx == 0 && (b->nchunks == 0 || b->cap0 ||
-					     !b->chunks[0])) {
-		/* A small chunk always holds the whole file, including a
-		 * tail that truncate grew without writing. */
-		size_t want = hi > b->size ? hi : (size_t)b->size;
+	if (!count(s, a)) {
+		ck_free_host(b, &b->ck[idx]);
+		return ck_set(s, &b->ck[idx], a, u);
+	}
+	if (now > was && (rc = st_reserve(b, TFS_TIER_HOST, now - was)))
+		return rc;
+	rc = ck_relayout(b, idx, a, u, dense, len, cap);
+	if (rc) {
+		if (now > was)
+			st_unreserve(b, TFS_TIER_HOST, now - was);
+		return rc;
+	}
+	if (was > now)
+		st_unreserve(b, TFS_TIER_HOST, was - now);
+	return 0;
+}
 
-		if (b->nchunks == 0 && (rc = grow_table(b, 1)))
-			return rc;
-		if (b->cap0 >= want)
-			return 0;
-		size_t cap = b->cap0 ? b->cap0 : SMALL_ALIGN;
+/* Copy @n bytes from @src to chunk @idx's host copy at @lo, all of whose
+ * pages are allocated. */
+static void ck_copy_in(struct tier_buf *b, uint64_t idx, uint32_t lo,
+		       const char *src, uint32_t n)
+{
+	struct tier_chunk *ck = &b->ck[idx];
 
-		while (cap < want)
-			cap *= 2;
-		cap = (cap + SMALL_ALIGN - 1) / SMALL_ALIGN * SMALL_ALIGN;
-		if (cap >= s->chunk_size / 2) {
-			if (b->cap0)
-				return st_unsmall(b);
-		} else {
-			rc = st_reserve(b, TFS_TIER_HOST, cap - b->cap0);
+	if (ck->dense || !ck->map) {
+		memcpy(ck->host + lo, src, n);
+		return;
+	}
+	while (n) {
+		uint32_t p = lo / PG, in = lo % PG, part = PG - in;
+
+		if (part > n)
+			part = n;
+		memcpy(ck->host + (size_t)ck_rank(ck, p) * PG + in, src, part);
+		src += part;
+		lo += part;
+		n -= part;
+	}
+}
+
+/*
+ * Whether a write of [lo, hi) to empty chunk @idx should take a pool
+ * chunk at once: it fills half the chunk, or it follows a full chunk, as
+ * a sequential writer does.
+ */
+static bool want_dense(struct tier_buf *b, uint64_t idx, uint32_t lo,
+		       uint32_t hi)
+{
+	struct tier_store *s = b->s;
+	const struct tier_chunk *prev = idx ? &b->ck[idx - 1] : NULL;
+
+	if (hi - lo >= s->chunk_size / 2)
+		return true;
+	return lo == 0 && prev && prev->dense && !prev->map &&
+	       prev->npages == ppc(s);
+}
+
+/* Write [lo, hi) of chunk @idx from @src into the host copy. */
+static int host_chunk_write(struct tier_buf *b, uint64_t idx, uint32_t lo,
+			    uint32_t hi, const char *src)
+{
+	struct tier_store *s = b->s;
+	struct tier_chunk *ck = &b->ck[idx];
+	uint32_t pl = lo / PG, ph = (hi - 1) / PG, half = s->chunk_size / 2;
+	uint64_t a[MAP_WORDS_MAX], u[MAP_WORDS_MAX];
+	int rc;
+
+	/* Appending to or rewriting the first pages: grow in place. */
+	if (!ck->dense && !ck->map && pl <= ck->npages &&
+	    (hi > ck->hlen ? hi : ck->hlen) <= half &&
+	    !(ck->npages == 0 && want_dense(b, idx, lo, hi))) {
+		uint32_t need = hi > ck->hlen ? hi : ck->hlen;
+
+		if (need > ck->hcap) {
+			/* Twice the room while written piecemeal; the
+			 * register packs it to size. */
+			uint32_t cap = ck->hcap && 2 * ck->hcap > need ?
+					       2 * ck->hcap :
+					       need;
+			char *n;
+
+			if (cap > half)
+				cap = need > half ? need : half;
+			rc = recharge(b, ck_cost(s, ck), st_malloc_cost(cap));
 			if (rc)
 				return rc;
 			st_io_quiesce(b); /* realloc may move the bytes */
-			void *c = realloc(b->chunks[0], cap);
-
-			if (!c) {
-				st_unreserve(b, TFS_TIER_HOST, cap - b->cap0);
+			n = realloc(ck->host, cap);
+			if (!n) {
+				recharge(b, st_malloc_cost(cap),
+					 st_malloc_cost(ck->hcap));
 				return -ENOMEM;
 			}
-			memset((char *)c + b->cap0, 0, cap - b->cap0);
-			b->chunks[0] = c;
-			b->cap0 = (uint32_t)cap;
-			return 0;
+			ck->host = n;
+			ck->hcap = cap;
 		}
-	}
-	if (b->cap0 && (rc = st_unsmall(b)))
-		return rc;
-	if ((rc = grow_table(b, idx + 1)))
-		return rc;
-	if (b->chunks[idx])
+		if (lo > ck->hlen)
+			memset(ck->host + ck->hlen, 0, lo - ck->hlen);
+		memcpy(ck->host + lo, src, hi - lo);
+		ck->hlen = need;
+		if (ph + 1 > ck->npages)
+			ck->npages = (uint16_t)(ph + 1);
 		return 0;
-	rc = st_reserve(b, TFS_TIER_HOST, s->chunk_size);
-	if (rc)
-		return rc;
-	void *c = st_chunk_get(s);
-
-	if (!c) {
-		st_unreserve(b, TFS_TIER_HOST, s->chunk_size);
-		return -ENOMEM;
 	}
-	memset(c, 0, lo);
-	memset((char *)c + hi, 0, s->chunk_size - hi);
-	b->chunks[idx] = c;
+	ck_get(s, ck, a, u);
+	for (uint32_t p = pl; p <= ph; p++) {
+		bit_set(a, p, true);
+		bit_set(u, p, false);
+	}
+	if (!ck->dense) {
+		bool dense = want_dense(b, idx, lo, hi) ||
+			     count(s, a) * PG > half;
+		uint32_t len = 0;
+
+		if (!dense) {
+			/* The pages before the last, whole; the last up to
+			 * what it holds now or this write's end. */
+			uint32_t last = last_page(s, a), have = 0, tail;
+
+			page_bytes(ck, last, &have);
+			tail = last == ph ? hi - ph * PG : have;
+			if (last == ph && have > tail)
+				tail = have;
+			len = (count(s, a) - 1) * PG + tail;
+		}
+		rc = ck_move(b, idx, a, u, dense, len, len);
+		if (rc)
+			return rc;
+	} else if ((rc = ck_set(s, ck, a, u))) {
+		return rc;
+	}
+	ck_copy_in(b, idx, lo, src, hi - lo);
 	return 0;
+}
+
+ssize_t st_host_write(struct tier_buf *b, const char *src, size_t len,
+		      uint64_t off)
+{
+	struct tier_store *s = b->s;
+	size_t done = 0;
+	int rc;
+
+	if (len && (rc = grow_table(b, st_nchunks_for(s, off + len))))
+		return rc;
+	while (done < len) {
+		uint64_t idx = (off + done) / s->chunk_size;
+		uint32_t in = (uint32_t)((off + done) % s->chunk_size);
+		size_t n = s->chunk_size - in;
+
+		if (n > len - done)
+			n = len - done;
+		rc = host_chunk_write(b, idx, in, in + (uint32_t)n,
+				      src + done);
+		if (rc)
+			return done ? (ssize_t)done : rc;
+		done += n;
+		if (off + done > b->size)
+			b->size = off + done;
+	}
+	return (ssize_t)done;
 }
 
 /* Copy [off, off+len) of the host copy out; b->lock held for reading. */
 void st_host_read(struct tier_buf *b, void *dst, size_t len, uint64_t off)
 {
 	struct tier_store *s = b->s;
+	char *out = dst;
 
 	while (len) {
 		uint64_t idx = off / s->chunk_size;
-		size_t in = off % s->chunk_size;
+		uint32_t in = (uint32_t)(off % s->chunk_size);
+		const struct tier_chunk *ck = idx < b->nck ? &b->ck[idx] : NULL;
 		size_t n = s->chunk_size - in;
-		const char *c = idx < b->nchunks ? b->chunks[idx] : NULL;
 
 		if (n > len)
 			n = len;
-		if (c && b->cap0) {
-			size_t have = in < b->cap0 ? b->cap0 - in : 0;
+		if (!ck || !ck->host) {
+			memset(out, 0, n);
+		} else if (ck->dense) {
+			memcpy(out, ck->host + in, n);
+		} else if (!ck->map) {
+			uint32_t have = in < ck->hlen ? ck->hlen - in : 0;
 
 			if (have > n)
-				have = n;
-			memcpy(dst, c + in, have);
-			memset((char *)dst + have, 0, n - have);
-		} else if (c) {
-			memcpy(dst, c + in, n);
+				have = (uint32_t)n;
+			memcpy(out, ck->host + in, have);
+			memset(out + have, 0, n - have);
 		} else {
-			memset(dst, 0, n);
+			for (size_t k = 0; k < n;) {
+				uint32_t o = in + (uint32_t)k, have;
+				uint32_t part = PG - o % PG;
+				const char *p = page_bytes(ck, o / PG, &have);
+
+				if (part > n - k)
+					part = (uint32_t)(n - k);
+				have = have > o % PG ? have - o % PG : 0;
+				if (have > part)
+					have = part;
+				if (have)
+					memcpy(out + k, p + o % PG, have);
+				memset(out + k + have, 0, part - have);
+				k += part;
+			}
 		}
-		dst = (char *)dst + n;
+		out += n;
 		off += n;
 		len -= n;
 	}
-}
-
-/* Build a dense host copy from the device or disk copy. */
-int st_host_fetch(struct tier_buf *b)
-{
-	struct tier_store *s = b->s;
-	uint64_t need = st_host_bytes_for(s, b->size);
-	uint64_t n = st_nchunks_for(s, b->size);
-	bool from_dev;
-	int rc;
-
-	if (b->has_host)
-		return 0;
-	if (n > UINT32_MAX)
-		return -ENOSPC;
-	if (st_dev_lost(b))
-		return -EIO;
-	rc = st_reserve(b, TFS_TIER_HOST, need);
-	if (rc)
-		return rc;
-	b->has_host = true;
-	b->cap0 = b->size < s->chunk_size ? (uint32_t)need : 0;
-	if (!n)
-		return 0;
-	b->chunks = calloc(n, sizeof(*b->chunks));
-	if (!b->chunks) {
-		rc = -ENOMEM;
-		goto out_drop;
-	}
-	b->nchunks = (uint32_t)n;
-	/* From a device that failed, the lower copy is all there is. */
-	from_dev = b->dmem && !tier_dev_failed(s->dev);
-	for (uint64_t i = 0; i < n;) {
-		/* From disk, a batch of chunks is decompressed in parallel on
-		 * the disk tier's pool; from the device, a batch is copied
-		 * with one wait. */
-		size_t max = from_dev ? DEV_BATCH : SPILL_BATCH, k;
-		struct tier_dev_seg seg[DEV_BATCH];
-		void *dsts[DEV_BATCH];
-		size_t lens[DEV_BATCH];
-
-		for (k = 0; k < max && i + k < n; k++) {
-			uint64_t off = (i + k) * s->chunk_size;
-			void *c = b->cap0 ? calloc(1, b->cap0) :
-					    st_chunk_get(s);
-
-			if (!c) {
-				rc = -ENOMEM;
-				goto out_drop;
-			}
-			b->chunks[i + k] = c;
-			dsts[k] = c;
-			lens[k] = b->size - off < s->chunk_size ?
-					  b->size - off : s->chunk_size;
-			seg[k] = (struct tier_dev_seg){ c, lens[k], off };
-			if (!from_dev && !b->dobj)
-				memset(c, 0, lens[k]);
-			if (!b->cap0)
-				memset((char *)c + lens[k], 0,
-				       s->chunk_size - lens[k]);
-		}
-		if (from_dev)
-			rc = tier_dev_readv(s->dev, b->dmem, seg,
-					    (unsigned int)k);
-		else if (b->dobj)
-			rc = tier_dobj_read_chunks(s->disk, b->dobj, i, dsts,
-						   lens, k);
-		if (rc)
-			goto out_drop;
-		i += k;
-	}
-	st_count_written(s, TFS_TIER_HOST, b->size);
-	/* st_host_drop() uncharges what st_reserve() charged */
-	pthread_mutex_lock(&s->lock);
-	s->use[TFS_TIER_HOST].unspills += b->dmem ? 0 : 1;
-	s->use[TFS_TIER_HOST].unspill_bytes += b->dmem ? 0 : b->size;
-	pthread_mutex_unlock(&s->lock);
-	return 0;
-
-out_drop:
-	st_host_drop(b);
-	return rc;
 }
 
 /* Point @iov at the host copy's bytes of [off, off+len); b->lock held.
@@ -284,63 +652,589 @@ int st_host_iov(struct tier_buf *b, size_t len, uint64_t off,
 	struct tier_store *s = b->s;
 	int n = 0;
 
+	/* One entry per run of bytes from one place: stored bytes of a
+	 * chunk, or zeroes. */
 	while (len) {
 		uint64_t idx = off / s->chunk_size;
-		size_t in = off % s->chunk_size;
-		size_t part = s->chunk_size - in;
-		char *c = idx < b->nchunks ? b->chunks[idx] : NULL;
+		uint32_t in = (uint32_t)(off % s->chunk_size);
+		const struct tier_chunk *ck = idx < b->nck ? &b->ck[idx] : NULL;
+		uint32_t part = s->chunk_size - in, have = 0;
+		const char *p = NULL;
 
 		if (part > len)
-			part = len;
-		if (c && b->cap0 && in + part > b->cap0) {
-			/* The tail of a small chunk past its allocation. */
-			size_t have = in < b->cap0 ? b->cap0 - in : 0;
+			part = (uint32_t)len;
+		if (ck && ck->host && ck->dense) {
+			p = ck->host + in;
+			have = part;
+		} else if (ck && ck->host && !ck->map) {
+			have = in < ck->hlen ? ck->hlen - in : 0;
+			p = ck->host + in;
+		} else if (ck && ck->host) {
+			uint32_t hv;
+			const char *pb = page_bytes(ck, in / PG, &hv);
 
-			if (have) {
-				if (n == max)
-					return -E2BIG;
-				iov[n++] = (struct iovec){ c + in, have };
-			}
-			in += have;
-			part -= have;
-			len -= have;
-			off += have;
-			c = NULL;
-			if (!part)
-				continue;
+			/* a page at a time: the next may sit elsewhere */
+			if (part > PG - in % PG)
+				part = PG - in % PG;
+			have = hv > in % PG ? hv - in % PG : 0;
+			p = pb ? pb + in % PG : NULL;
 		}
-		if (n == max)
-			return -E2BIG;
-		iov[n++] = (struct iovec){ c ? c + in : s->zeroes, part };
-		off += part;
-		len -= part;
+		if (have > part)
+			have = part;
+		if (!have) {
+			have = part;
+			p = s->zeroes;
+		}
+		if (n && iov[n - 1].iov_base == s->zeroes && p == s->zeroes &&
+		    iov[n - 1].iov_len + have <= s->chunk_size) {
+			iov[n - 1].iov_len += have;
+		} else if (n && p != s->zeroes &&
+			   (const char *)iov[n - 1].iov_base +
+					   iov[n - 1].iov_len ==
+				   p) {
+			iov[n - 1].iov_len += have;
+		} else {
+			if (n == max)
+				return -E2BIG;
+			iov[n++] = (struct iovec){ (void *)p, have };
+		}
+		off += have;
+		len -= have;
 	}
 	return n;
 }
 
-ssize_t st_host_write(struct tier_buf *b, const char *src, size_t len,
-		      uint64_t off)
+uint64_t st_host_cost(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;
-	uint64_t end = off + len > b->size ? off + len : b->size;
-	bool small = end < s->chunk_size / 2 && b->nchunks <= 1;
-	size_t done = 0;
+	uint64_t a[MAP_WORDS_MAX], u[MAP_WORDS_MAX], sum = 0;
 
-	while (done < len) {
-		uint64_t idx = (off + done) / s->chunk_size;
-		size_t in = (off + done) % s->chunk_size;
-		size_t n = s->chunk_size - in;
-		int rc;
-
-		if (n > len - done)
-			n = len - done;
-		rc = host_chunk_prepare(b, idx, in, in + n, small);
-		if (rc)
-			return done ? (ssize_t)done : rc;
-		memcpy((char *)b->chunks[idx] + in, src + done, n);
-		done += n;
-		if (off + done > b->size)
-			b->size = off + done;
+	for (uint32_t i = 0; i < b->nck; i++) {
+		if (!b->ck[i].npages)
+			continue;
+		ck_get(s, &b->ck[i], a, u);
+		sum += full(b, i, a) ? s->chunk_size :
+				       st_malloc_cost(fit_len(b, i, a, u));
 	}
-	return (ssize_t)done;
+	return sum;
+}
+
+void st_host_fit(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	uint64_t a[MAP_WORDS_MAX], u[MAP_WORDS_MAX];
+
+	for (uint32_t i = 0; i < b->nck; i++) {
+		struct tier_chunk *ck = &b->ck[i];
+		uint32_t len;
+
+		if (!ck->host)
+			continue;
+		ck_get(s, ck, a, u);
+		if (full(b, i, a) && ck->dense)
+			continue;
+		len = fit_len(b, i, a, u);
+		if (ck->dense || !count(s, a)) {
+			ck_move(b, i, a, u, false, len, len);
+		} else if (ck->hcap > len) {
+			char *n;
+
+			st_io_quiesce(b);
+			n = realloc(ck->host, len);
+			if (!n)
+				continue;
+			recharge(b, st_malloc_cost(ck->hcap),
+				 st_malloc_cost(len));
+			ck->host = n;
+			ck->hcap = len;
+			if (ck->hlen > len)
+				ck->hlen = len;
+		}
+	}
+}
+
+void st_host_truncate(struct tier_buf *b, uint64_t size)
+{
+	struct tier_store *s = b->s;
+	uint64_t keep = st_nchunks_for(s, size);
+	uint64_t a[MAP_WORDS_MAX], u[MAP_WORDS_MAX];
+	uint32_t in = (uint32_t)(size % s->chunk_size);
+
+	st_io_quiesce(b);
+	for (uint64_t i = keep; i < b->nck; i++) {
+		ck_free_host(b, &b->ck[i]);
+		free(b->ck[i].map);
+		memset(&b->ck[i], 0, sizeof(b->ck[i]));
+	}
+	if (b->nck > keep)
+		b->nck = (uint32_t)keep;
+	if (!in || keep > b->nck || !keep)
+		return;
+	struct tier_chunk *ck = &b->ck[keep - 1];
+	uint32_t pe = (in + PG - 1) / PG;
+
+	if (!ck->npages)
+		return;
+	/* The page holding the new end keeps its bytes before it. */
+	if (ck->host && ck->dense) {
+		memset(ck->host + in, 0, s->chunk_size - in);
+	} else if (ck->host) {
+		uint32_t cut = ck_rank(ck, pe) * PG;
+
+		if (in % PG && ck_alloc(ck, in / PG))
+			cut = ck_rank(ck, in / PG) * PG + in % PG;
+		if (ck->hlen > cut)
+			ck->hlen = cut;
+	}
+	ck_get(s, ck, a, u);
+	for (uint32_t p = pe; p < ppc(s); p++) {
+		bit_set(a, p, false);
+		bit_set(u, p, false);
+	}
+	/* Fewer bits never needs the map allocated anew. */
+	ck_set(s, ck, a, u);
+	if (!ck->npages)
+		ck_free_host(b, ck);
+}
+
+int st_host_punch(struct tier_buf *b, uint64_t off, uint64_t len)
+{
+	struct tier_store *s = b->s;
+	uint64_t end = off + len, a[MAP_WORDS_MAX], u[MAP_WORDS_MAX];
+	int rc = 0;
+
+	for (uint64_t i = off / s->chunk_size; i < b->nck &&
+					       i * s->chunk_size < end; i++) {
+		struct tier_chunk *ck = &b->ck[i];
+		uint64_t base = i * s->chunk_size;
+		uint32_t lo = off > base ? (uint32_t)(off - base) : 0;
+		uint32_t hi = end - base < s->chunk_size ?
+				      (uint32_t)(end - base) :
+				      s->chunk_size;
+
+		if (!ck->npages)
+			continue;
+		ck_get(s, ck, a, u);
+		for (uint32_t p = lo / PG; p * PG < hi; p++) {
+			uint32_t ps = p * PG, pe = ps + PG;
+			uint32_t zs = lo > ps ? lo : ps, ze = hi < pe ? hi : pe;
+
+			if (!bit(a, p))
+				continue;
+			if (zs == ps && ze == pe) {
+				/* wholly inside: the page goes */
+				bit_set(a, p, false);
+				bit_set(u, p, false);
+			} else if (ck->host && !bit(u, p)) {
+				/* partly: its bytes there read zero */
+				uint32_t have;
+				char *pb = (char *)page_bytes(ck, p, &have);
+
+				if (pb && have > zs - ps) {
+					uint32_t stop = ze - ps < have ?
+								ze - ps :
+								have;
+
+					memset(pb + (zs - ps), 0,
+					       stop - (zs - ps));
+				}
+			}
+		}
+		if (!ck->host) {
+			rc = ck_set(s, ck, a, u);
+		} else if (full(b, i, a) && ck->dense) {
+			rc = ck_set(s, ck, a, u);
+		} else {
+			uint32_t fl = fit_len(b, i, a, u);
+
+			/* The freed pages go now, not at the next close. */
+			rc = ck_move(b, i, a, u, false, fl, fl);
+		}
+		if (rc)
+			break;
+	}
+	return rc;
+}
+
+/*
+ * fallocate's pages of bytes [lo, hi) of a chunk in maps @a and @u, as
+ * tmpfs takes them: a page not allocated becomes allocated and unwritten
+ * (a hole to SEEK_DATA), one that fallocate took before becomes data
+ * (zeroes), a written one stays. Sets *@grew when a page was added;
+ * returns whether anything changed.
+ */
+static bool take_pages(uint64_t *a, uint64_t *u, uint32_t lo, uint32_t hi,
+		       bool *grew)
+{
+	bool changed = false;
+
+	*grew = false;
+	for (uint32_t p = lo / PG; p * PG < hi; p++) {
+		if (bit(a, p)) {
+			changed |= bit(u, p);
+			bit_set(u, p, false);
+			continue;
+		}
+		bit_set(a, p, true);
+		bit_set(u, p, true);
+		*grew = changed = true;
+	}
+	return changed;
+}
+
+int st_host_allocate(struct tier_buf *b, uint64_t off, uint64_t len)
+{
+	struct tier_store *s = b->s;
+	uint64_t end = off + len, first = off / s->chunk_size;
+	uint64_t last = (end - 1) / s->chunk_size, need = 0, was = 0;
+	uint64_t a[MAP_WORDS_MAX], u[MAP_WORDS_MAX];
+	int rc;
+
+	if (!len)
+		return 0;
+	if ((rc = grow_table(b, last + 1)))
+		return rc;
+	/* Everything first, so that a tier without room for all of it
+	 * gets nothing. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint64_t i = first; i <= last; i++) {
+			struct tier_chunk *ck = &b->ck[i];
+			uint64_t base = i * s->chunk_size;
+			uint32_t lo = off > base ? (uint32_t)(off - base) : 0;
+			uint32_t hi = end - base < s->chunk_size ?
+					      (uint32_t)(end - base) :
+					      s->chunk_size;
+			bool grew = false, dense;
+			uint32_t n;
+
+			ck_get(s, ck, a, u);
+			if (!take_pages(a, u, lo, hi, &grew))
+				continue;
+			if (!grew) {
+				/* taken again: data now, no new bytes */
+				if (pass == 1 && (rc = ck_set(s, ck, a, u)))
+					goto out;
+				continue;
+			}
+			n = count(s, a);
+			dense = ck->dense || n * PG > s->chunk_size / 2;
+			if (pass == 0) {
+				need += layout_cost(s, dense, n * PG);
+				was += ck_cost(s, ck);
+				continue;
+			}
+			rc = dense && ck->dense ?
+				     ck_set(s, ck, a, u) :
+				     ck_relayout(b, i, a, u, dense, n * PG,
+						 n * PG);
+			if (rc)
+				goto out;
+		}
+		if (pass == 0 && need > was &&
+		    (rc = st_reserve(b, TFS_TIER_HOST, need - was)))
+			return rc;
+	}
+	if (was > need)
+		st_unreserve(b, TFS_TIER_HOST, was - need);
+	return 0;
+out:
+	/* Out of memory half way: the pages done stay (zeroes, charged),
+	 * the rest of the charge goes back. */
+	recount(b);
+	return rc;
+}
+
+int st_pages_written(struct tier_buf *b, uint64_t off, uint64_t len)
+{
+	struct tier_store *s = b->s;
+	uint64_t end = off + len, a[MAP_WORDS_MAX], u[MAP_WORDS_MAX];
+	int rc;
+
+	if (!len)
+		return 0;
+	if ((rc = grow_table(b, st_nchunks_for(s, end))))
+		return rc;
+	for (uint64_t i = off / s->chunk_size; i * s->chunk_size < end; i++) {
+		struct tier_chunk *ck = &b->ck[i];
+		uint64_t base = i * s->chunk_size;
+		uint32_t lo = off > base ? (uint32_t)(off - base) : 0;
+		uint32_t hi = end - base < s->chunk_size ?
+				      (uint32_t)(end - base) :
+				      s->chunk_size;
+		uint32_t pl = lo / PG, ph = (hi - 1) / PG;
+
+		if (!ck->map && pl <= ck->npages) {
+			if (ph + 1 > ck->npages)
+				ck->npages = (uint16_t)(ph + 1);
+			continue;
+		}
+		ck_get(s, ck, a, u);
+		for (uint32_t p = pl; p <= ph; p++) {
+			bit_set(a, p, true);
+			bit_set(u, p, false);
+		}
+		if ((rc = ck_set(s, ck, a, u)))
+			return rc;
+	}
+	return 0;
+}
+
+int st_pages_allocated(struct tier_buf *b, uint64_t off, uint64_t len)
+{
+	struct tier_store *s = b->s;
+	uint64_t end = off + len, a[MAP_WORDS_MAX], u[MAP_WORDS_MAX];
+	int rc;
+
+	if (!len)
+		return 0;
+	if ((rc = grow_table(b, st_nchunks_for(s, end))))
+		return rc;
+	for (uint64_t i = off / s->chunk_size; i * s->chunk_size < end; i++) {
+		uint64_t base = i * s->chunk_size;
+		uint32_t lo = off > base ? (uint32_t)(off - base) : 0;
+		uint32_t hi = end - base < s->chunk_size ?
+				      (uint32_t)(end - base) :
+				      s->chunk_size;
+
+		bool grew;
+
+		ck_get(s, &b->ck[i], a, u);
+		if (!take_pages(a, u, lo, hi, &grew))
+			continue;
+		if ((rc = ck_set(s, &b->ck[i], a, u)))
+			return rc;
+	}
+	return 0;
+}
+
+int st_pages_all(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	uint64_t n = st_nchunks_for(s, b->size);
+	int rc;
+
+	if ((rc = grow_table(b, n)))
+		return rc;
+	for (uint64_t i = 0; i < b->nck; i++) {
+		struct tier_chunk *ck = &b->ck[i];
+		uint32_t end = eof_in(b, i);
+
+		free(ck->map);
+		ck->map = NULL;
+		ck->unw = false;
+		ck->npages = (uint16_t)((end + PG - 1) / PG);
+	}
+	return 0;
+}
+
+int st_pages_from_disk(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	int rc = st_pages_all(b);
+
+	/* Chunks the disk copy lacks are holes; the others, as far as is
+	 * known without reading them, data. */
+	for (uint32_t i = 0; !rc && i < b->nck; i++)
+		if (!tier_dobj_chunk_cost(s->disk, b->dobj, i))
+			b->ck[i].npages = 0;
+	return rc;
+}
+
+int64_t st_seek(struct tier_buf *b, uint64_t off, bool hole)
+{
+	struct tier_store *s = b->s;
+	uint64_t p = off / PG, pend = (b->size + PG - 1) / PG;
+
+	if (off >= b->size)
+		return -ENXIO;
+	/* Page by page, a chunk without pages at once. */
+	while (p < pend) {
+		uint64_t idx = p * PG / s->chunk_size;
+		uint32_t in = (uint32_t)(p % ppc(s));
+		const struct tier_chunk *ck = idx < b->nck ? &b->ck[idx] : NULL;
+		bool data;
+
+		if (!ck || !ck->npages) {
+			if (hole)
+				break;
+			p += ppc(s) - in;
+			continue;
+		}
+		if (!ck->map) {
+			/* data is [0, npages) */
+			if (in < ck->npages && hole)
+				p += ck->npages - in;
+			else if (in < ck->npages || hole)
+				break;
+			else
+				p += ppc(s) - in;
+			continue;
+		}
+		data = ck_alloc(ck, in) &&
+		       !(ck->unw && bit(ck->map + mapw(s), in));
+		if (data != hole)
+			break;
+		p++;
+	}
+	if (p >= pend)
+		return hole ? (int64_t)b->size : -ENXIO;
+	return (int64_t)(p * PG > off ? p * PG : off);
+}
+
+/* Gather the allocated pages of @ck from the dense chunk @src into @dst,
+ * @len bytes in all. @dst may be @src. */
+static void gather(const struct tier_store *s, const struct tier_chunk *ck,
+		   const char *src, char *dst, uint32_t len)
+{
+	uint32_t r = 0;
+
+	for (uint32_t p = 0; p < ppc(s) && r * PG < len; p++) {
+		uint32_t n;
+
+		if (!ck_alloc(ck, p))
+			continue;
+		n = len - r * PG < PG ? len - r * PG : PG;
+		memmove(dst + (size_t)r * PG, src + (size_t)p * PG, n);
+		r++;
+	}
+}
+
+const void *st_chunk_payload(struct tier_buf *b, uint64_t idx, void *scratch,
+			     bool from_scratch, size_t *len,
+			     struct tier_chunk_desc *desc)
+{
+	struct tier_store *s = b->s;
+	const struct tier_chunk *ck = &b->ck[idx];
+	uint64_t a[MAP_WORDS_MAX], u[MAP_WORDS_MAX];
+	const char *src = from_scratch ? scratch : ck->host;
+
+	ck_get(s, ck, a, u);
+	desc->map = ck->map;
+	desc->raw = ck->unw;
+	if (!from_scratch && !ck->dense) {
+		*len = ck->hlen;
+		return ck->host;
+	}
+	*len = fit_len(b, idx, a, u);
+	if (!ck->map)
+		return src;
+	gather(s, ck, src, scratch, (uint32_t)*len);
+	return scratch;
+}
+
+int st_host_fetch(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	uint64_t a[MAP_WORDS_MAX], u[MAP_WORDS_MAX], need = 0;
+	void *scratch[SPILL_BATCH] = { NULL };
+	bool from_dev;
+	int rc = 0;
+
+	if (b->has_host)
+		return 0;
+	if (st_dev_lost(b))
+		return -EIO;
+	for (uint32_t i = 0; i < b->nck; i++) {
+		if (!b->ck[i].npages)
+			continue;
+		ck_get(s, &b->ck[i], a, u);
+		need += full(b, i, a) ? s->chunk_size :
+					st_malloc_cost(fit_len(b, i, a, u));
+	}
+	rc = st_reserve(b, TFS_TIER_HOST, need);
+	if (rc)
+		return rc;
+	b->has_host = true;
+	/* From a device that failed, the lower copy is all there is. */
+	from_dev = b->dmem && !tier_dev_failed(s->dev);
+	for (uint32_t i = 0; i < b->nck;) {
+		struct tier_dev_seg seg[SPILL_BATCH];
+		void *dsts[SPILL_BATCH];
+		size_t lens[SPILL_BATCH], k = 0, nseg = 0;
+		uint32_t idxs[SPILL_BATCH];
+
+		/* A run of chunks read at once: from disk, decompressed in
+		 * parallel on the disk tier's pool. Full chunks are read
+		 * into their pool chunk, the others into scratch and
+		 * packed. A chunk without pages ends the run. */
+		for (; k < SPILL_BATCH && i < b->nck; i++) {
+			struct tier_chunk *ck = &b->ck[i];
+
+			if (!ck->npages) {
+				if (k) {
+					i++;
+					break;
+				}
+				continue;
+			}
+			ck_get(s, ck, a, u);
+			if (full(b, i, a)) {
+				ck->host = st_chunk_get(s);
+				ck->dense = true;
+				ck->hlen = ck->hcap = s->chunk_size;
+				dsts[k] = ck->host;
+			} else {
+				uint32_t len = fit_len(b, i, a, u);
+
+				ck->hcap = ck->hlen = len;
+				ck->host = malloc(len);
+				if (!scratch[k])
+					scratch[k] = st_chunk_get(s);
+				dsts[k] = scratch[k];
+			}
+			if (!ck->host || !dsts[k]) {
+				rc = -ENOMEM;
+				goto out_drop;
+			}
+			lens[k] = eof_in(b, i);
+			idxs[k++] = i;
+		}
+		if (!k)
+			break;
+		/* From the device a batch is copied with one wait (a chunk
+		 * past the end holds only pages fallocate kept there, zeroes:
+		 * the device copy ends before it). */
+		for (size_t j = 0; j < k && from_dev; j++)
+			if (lens[j])
+				seg[nseg++] = (struct tier_dev_seg){
+					dsts[j], lens[j],
+					(uint64_t)idxs[j] * s->chunk_size
+				};
+		if (nseg)
+			rc = tier_dev_readv(s->dev, b->dmem, seg,
+					    (unsigned int)nseg);
+		else if (!from_dev && b->dobj)
+			rc = tier_dobj_read_chunks(s->disk, b->dobj, idxs[0],
+						   dsts, lens, k);
+		if (rc)
+			goto out_drop;
+		for (size_t j = 0; j < k; j++) {
+			struct tier_chunk *ck = &b->ck[idxs[j]];
+
+			if (!from_dev && !b->dobj)
+				memset(dsts[j], 0, lens[j]);
+			memset((char *)dsts[j] + lens[j], 0,
+			       s->chunk_size - lens[j]);
+			if (!ck->dense)
+				gather(s, ck, dsts[j], ck->host, ck->hlen);
+		}
+	}
+	for (int k = 0; k < SPILL_BATCH; k++)
+		st_chunk_put(s, scratch[k]);
+	st_count_written(s, TFS_TIER_HOST, b->size);
+	/* st_host_drop() uncharges what st_reserve() charged */
+	pthread_mutex_lock(&s->lock);
+	s->use[TFS_TIER_HOST].unspills += b->dmem ? 0 : 1;
+	s->use[TFS_TIER_HOST].unspill_bytes += b->dmem ? 0 : b->size;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+
+out_drop:
+	for (int k = 0; k < SPILL_BATCH; k++)
+		st_chunk_put(s, scratch[k]);
+	for (uint32_t i = 0; i < b->nck; i++)
+		ck_release(s, &b->ck[i]);
+	b->has_host = false;
+	st_uncharge_all(b, TFS_TIER_HOST);
+	return rc;
 }

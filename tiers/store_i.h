@@ -37,8 +37,8 @@
 /* Device allocations that fail with ENOMEM below our limit (fragmentation,
  * another process) evict this many more buffers before giving up. */
 #define DEV_ALLOC_RETRIES 8
-/* Small files keep their bytes in one malloc'd chunk rounded to this. */
-#define SMALL_ALIGN 64
+/* Most 64-bit words of a chunk's page bitmap: 64 MiB chunks of 4 KiB. */
+#define MAP_WORDS_MAX (64u * 1024 * 1024 / TIER_PAGE / 64)
 /*
  * A read or a write brings a buffer up into a tier only if it takes at most
  * this share of the tier's limit. A larger one would push out much of the
@@ -57,6 +57,35 @@
 struct lease {
 	uint64_t owner;
 	bool writable;
+};
+
+/*
+ * One chunk of a buffer. Its page maps say which of its TIER_PAGE pages are
+ * allocated (written, or taken by fallocate) and which of those fallocate
+ * took and nothing wrote yet (they read as zeroes and are holes to
+ * SEEK_DATA, as on tmpfs); pages not allocated are holes that cost nothing
+ * in any tier. The maps are kept whatever tier holds the buffer, so that
+ * SEEK_DATA, a fetch and a spill know the layout without reading it.
+ *
+ * The host copy of the chunk, when there is one, is
+ * - dense: a pool chunk, page p at p * TIER_PAGE, pages not allocated and
+ *   pages not written kept zero; for a chunk being filled, or full;
+ * - packed: a malloc'd block of the allocated pages in order, the k-th at
+ *   k * TIER_PAGE, holding @hlen bytes (the rest reads as zero) in @hcap of
+ *   room: a file's tail, a small file, a chunk with holes.
+ * All fields are [B].
+ */
+struct tier_chunk {
+	char *host; /* NULL: no host copy of it, or nothing allocated */
+	/* NULL: the allocated pages are [0, npages), none unwritten. Else
+	 * the bitmap of allocated pages, then (when unw) the bitmap of
+	 * unwritten ones, map words each. */
+	uint64_t *map;
+	uint32_t hlen; /* packed: bytes of it stored */
+	uint32_t hcap; /* packed: bytes allocated, charged as malloc sizes */
+	uint16_t npages; /* allocated pages */
+	bool dense;
+	bool unw; /* map holds a bitmap of unwritten pages */
 };
 
 struct tier_store {
@@ -138,9 +167,11 @@ struct tier_buf {
 	_Atomic uint64_t cookie; /* for inval_fn; 0: none */
 
 	uint64_t size; /* [B]; pi.size is its [S] mirror */
-	void **chunks; /* [B] host copy; NULL entries are holes */
-	uint32_t nchunks; /* [B] entries in chunks[] */
-	uint32_t cap0; /* [B] bytes in chunks[0] when it is small, else 0 */
+	/* [B] Its chunks, nck of them: past them, and in chunks with no
+	 * page allocated, the buffer is a hole. May reach past size: pages
+	 * fallocate kept beyond the end. */
+	struct tier_chunk *ck;
+	uint32_t nck; /* [B] */
 	struct tier_dmem *dmem; /* [B] */
 	struct tier_dobj *dobj; /* [B] */
 	/* [B] Persistent mounts: the object holding the committed version,
@@ -249,25 +280,78 @@ int st_watch_start(struct tier_store *s);
 /* Stop it; s->stop is set and s->lock not held. */
 void st_watch_stop(struct tier_store *s);
 
-/* store_host.c: the host copy; b->lock held for writing unless said. */
+/* store_host.c: the chunks' page maps and the host copy; b->lock held for
+ * writing unless said. */
 
 /* Chunks that hold @size bytes. */
 uint64_t st_nchunks_for(struct tier_store *s, uint64_t size);
-/* Bytes a dense host copy of @size bytes takes. */
-uint64_t st_host_bytes_for(struct tier_store *s, uint64_t size);
-/* Free the host copy and give back its charge; waits for I/O references. */
+/* What a malloc'd block of @n bytes takes, as charged: glibc's chunk,
+ * rounded up to a page from 128 KiB on (where glibc maps blocks). */
+uint64_t st_malloc_cost(uint64_t n);
+/* b->lock held for reading. What the host copy of @b takes once packed
+ * (st_host_fit()), the same as a fetch charges. */
+uint64_t st_host_cost(struct tier_buf *b);
+/* Free the host copy and give back its charge; waits for I/O references.
+ * The page maps stay. */
 void st_host_drop(struct tier_buf *b);
+/* Free the page maps and the chunk table; the copies must be gone. */
+void st_chunks_free(struct tier_buf *b);
 /* A host chunk from the pool, or NULL after counting and logging that the
  * system has no memory for one. Any lock may be held. */
 void *st_chunk_get(struct tier_store *s);
-/* Turn a small chunk 0 into a full pool chunk. 0, -ENOSPC or -ENOMEM. */
-int st_unsmall(struct tier_buf *b);
+/* Give back a chunk st_chunk_get() gave (NULL is fine): to the pool while
+ * the host tier's use and the pool stay within its limit, else to the
+ * system. Takes s->lock. */
+void st_chunk_put(struct tier_store *s, void *c);
 /* b->lock held for reading. Copy [off, off+len) of the host copy to @dst;
  * holes read as zeroes. */
 void st_host_read(struct tier_buf *b, void *dst, size_t len, uint64_t off);
-/* Build a dense host copy from the device or disk copy; 0 when there is
- * one already. */
+/* Build a host copy from the device or disk copy, laid out as
+ * st_host_fit() would; 0 when there is one already. */
 int st_host_fetch(struct tier_buf *b);
+/* Pack every chunk that is not full to its exact size (a file's tail cut
+ * at its end), so that the host copy takes what it holds. Best effort:
+ * a chunk that cannot be moved for lack of memory stays as it is. */
+void st_host_fit(struct tier_buf *b);
+/* Drop everything past @size (pages, bytes of the page holding it) from
+ * the host copy and the page maps. */
+void st_host_truncate(struct tier_buf *b, uint64_t size);
+/* Punch [off, off + len) out of the host copy: pages wholly inside it are
+ * freed, the bytes of the others zeroed. 0 or -ENOMEM. */
+int st_host_punch(struct tier_buf *b, uint64_t off, uint64_t len);
+/* Allocate the pages of [off, off + len) that are not, as unwritten
+ * pages of the host copy, charging the host tier first for all of them:
+ * -ENOSPC (nothing allocated) when it has no room, or -ENOMEM. */
+int st_host_allocate(struct tier_buf *b, uint64_t off, uint64_t len);
+/* Mark the pages of [off, off + len) written in the page maps alone (a
+ * write to the device or disk copy). 0 or -ENOMEM. */
+int st_pages_written(struct tier_buf *b, uint64_t off, uint64_t len);
+/* Allocate the pages of [off, off + len) that are not, as unwritten pages,
+ * in the page maps alone (fallocate of a copy on disk). 0 or -ENOMEM. */
+int st_pages_allocated(struct tier_buf *b, uint64_t off, uint64_t len);
+/* Every page of the buffer allocated and written (a GPU program wrote the
+ * device copy, or nothing better is known). 0 or -ENOMEM. */
+int st_pages_all(struct tier_buf *b);
+/* The page maps of a buffer adopted from disk (persistent mounts), whose
+ * chunks' maps are not known without reading them: a chunk there is data
+ * up to the file's end, one missing a hole. 0 or -ENOMEM. */
+int st_pages_from_disk(struct tier_buf *b);
+/* b->lock held for reading. Where the next data (@hole false) or hole at
+ * or after @off is, as SEEK_DATA and SEEK_HOLE answer: -ENXIO when @off
+ * is at or past the end, or there is no data after it. */
+int64_t st_seek(struct tier_buf *b, uint64_t off, bool hole);
+/*
+ * b->lock held for reading. The payload of chunk @idx to write to disk,
+ * as struct tier_chunk_desc describes: from @scratch when it holds the
+ * chunk's dense bytes (the device copy), else from the host copy,
+ * gathered into @scratch (chunk_size) when its pages need packing. Sets
+ * *@len and *@desc; returns the bytes.
+ */
+const void *st_chunk_payload(struct tier_buf *b, uint64_t idx, void *scratch,
+			     bool from_scratch, size_t *len,
+			     struct tier_chunk_desc *desc);
+/* Whether chunk @idx has a page allocated. */
+bool st_chunk_used(struct tier_buf *b, uint64_t idx);
 /* b->lock held for reading. Point @iov at the host copy's bytes of
  * [off, off+len). Returns the entries used, or -E2BIG when @max is too
  * few. */

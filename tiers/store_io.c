@@ -34,7 +34,7 @@ static int make_writable_host(struct tier_buf *b)
 
 	if (!b->has_host) {
 		if (b->dobj && !b->dmem &&
-		    st_host_bytes_for(b->s, b->size) >
+		    st_host_cost(b) >
 			    st_tier_limit(b->s, TFS_TIER_HOST) / PROMOTE_SHARE)
 			return -ENOSPC;
 		if ((rc = st_wc_flush(b)))
@@ -256,8 +256,10 @@ ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
 			rc = -EBUSY;
 			goto out;
 		}
-		rc = s->dev->ops->write(s->dev, b->dmem, src, len,
-					(uint64_t)off);
+		rc = st_pages_written(b, (uint64_t)off, len);
+		if (!rc)
+			rc = s->dev->ops->write(s->dev, b->dmem, src, len,
+						(uint64_t)off);
 		if (!rc) {
 			rc = (ssize_t)len;
 			if (b->has_host)
@@ -333,6 +335,7 @@ static int truncate_on_disk(struct tier_buf *b, uint64_t size)
 		rc = tier_dobj_truncate(s->disk, b->dobj,
 					st_nchunks_for(s, size));
 		st_disk_recharge(b);
+		st_host_truncate(b, size);
 	}
 	if (!rc) {
 		b->size = size;
@@ -380,38 +383,9 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 	}
 	st_dev_drop(b);
 	st_disk_drop(b);
-	/* A small chunk always holds the whole file. Growing one needs a
-	 * full chunk; with host full of what cannot move, grow on disk. */
-	if (b->cap0 && size > b->cap0 && (rc = st_unsmall(b))) {
-		if (rc == -ENOSPC)
-			rc = truncate_on_disk(b, size);
-		goto out;
-	}
-	if (size < b->size) {
-		uint64_t keep = st_nchunks_for(s, size);
-		size_t in = size % s->chunk_size;
-
-		if (b->cap0) {
-			if (size < b->cap0)
-				memset((char *)b->chunks[0] + size, 0,
-				       b->cap0 - size);
-		} else {
-			st_io_quiesce(b);
-			for (uint64_t i = keep; i < b->nchunks; i++) {
-				if (!b->chunks[i])
-					continue;
-				host_chunk_put(s->pool, b->chunks[i]);
-				b->chunks[i] = NULL;
-				st_unreserve(b, TFS_TIER_HOST, s->chunk_size);
-			}
-			if (b->nchunks > keep)
-				b->nchunks = (uint32_t)keep;
-			if (in && keep && keep <= b->nchunks &&
-			    b->chunks[keep - 1])
-				memset((char *)b->chunks[keep - 1] + in, 0,
-				       s->chunk_size - in);
-		}
-	}
+	/* Growing costs nothing: holes. */
+	if (size < b->size)
+		st_host_truncate(b, size);
 	b->size = size;
 	b->dirty = true;
 	b->synced = false;
@@ -421,15 +395,169 @@ out:
 	return rc;
 }
 
-int tier_buf_fallocate(struct tier_buf *b, uint64_t off, uint64_t len)
+/*
+ * Allocate [off, off + len) of a buffer written in place on disk: the
+ * chunks are rewritten with the new pages stored raw, so that their room
+ * stays taken. The most they can take is charged first, so that a disk
+ * without room for all of them gets nothing.
+ */
+static int disk_allocate(struct tier_buf *b, uint64_t off, uint64_t len)
 {
-	uint64_t end = off + len;
+	struct tier_store *s = b->s;
+	uint64_t end = off + len, first = off / s->chunk_size;
+	uint64_t last = (end - 1) / s->chunk_size, most = 0;
+	void *tmp;
+	int rc;
 
-	if (end < off)
+	if ((rc = st_wc_flush(b)))
+		return rc;
+	st_wc_free(b);
+	for (uint64_t i = first; i <= last; i++) {
+		uint64_t bound = tier_disk_chunk_bound(s->disk, s->chunk_size,
+						       false);
+		uint64_t now = tier_dobj_chunk_cost(s->disk, b->dobj, i);
+
+		most += bound > now ? bound - now : 0;
+	}
+	rc = st_reserve(b, TFS_TIER_DISK, most);
+	if (rc)
+		return rc;
+	tmp = st_chunk_get(s);
+	rc = tmp ? st_pages_allocated(b, off, len) : -ENOMEM;
+	for (uint64_t i = first; !rc && i <= last; i++) {
+		struct tier_chunk_desc desc;
+		uint64_t before = tier_dobj_stored(b->dobj);
+		const void *src;
+		size_t n;
+
+		rc = tier_dobj_read(s->disk, b->dobj, tmp, s->chunk_size,
+				    i * s->chunk_size);
+		if (rc)
+			break;
+		src = st_chunk_payload(b, i, tmp, true, &n, &desc);
+		rc = tier_dobj_write_chunks_desc(s->disk, b->dobj, i, &src, &n,
+						 &desc, 1);
+		/* Within what was charged above. */
+		pthread_mutex_lock(&s->lock);
+		st_charge(s, b, TFS_TIER_DISK,
+			  (int64_t)(tier_dobj_stored(b->dobj) - before));
+		pthread_mutex_unlock(&s->lock);
+	}
+	st_chunk_put(s, tmp);
+	st_unreserve(b, TFS_TIER_DISK, most);
+	return rc;
+}
+
+/* Punch [off, off + len) out of a buffer written in place on disk. */
+static int disk_punch(struct tier_buf *b, uint64_t off, uint64_t len)
+{
+	struct tier_store *s = b->s;
+	uint64_t end = off + len;
+	int rc = st_host_punch(b, off, len); /* the page maps */
+
+	for (uint64_t i = off / s->chunk_size;
+	     !rc && i * s->chunk_size < end; i++) {
+		uint64_t base = i * s->chunk_size;
+		uint64_t lo = off > base ? off - base : 0;
+		uint64_t hi = end - base < s->chunk_size ? end - base :
+							   s->chunk_size;
+
+		if (!tier_dobj_chunk_cost(s->disk, b->dobj, i) &&
+		    !(b->wc && b->wc_idx == i))
+			continue;
+		if (!st_chunk_used(b, i)) {
+			if (b->wc && b->wc_idx == i)
+				st_wc_free(b);
+			rc = tier_dobj_drop_chunk(s->disk, b->dobj, i);
+			continue;
+		}
+		/* The bytes of pages it keeps read zero in the range. */
+		rc = st_wc_load(b, i);
+		if (!rc) {
+			memset((char *)b->wc + lo, 0, hi - lo);
+			b->wc_dirty = true;
+			rc = st_wc_flush(b);
+		}
+	}
+	st_disk_recharge(b);
+	return rc;
+}
+
+/*
+ * Whether the disk tier could take @len more bytes of @b, its own bytes
+ * there given back: nothing pushes disk bytes further down, so a range
+ * that does not pass this gets ENOSPC before the buffer is moved there
+ * for nothing.
+ */
+static bool disk_may_take(struct tier_buf *b, uint64_t len)
+{
+	struct tier_store *s = b->s;
+	uint64_t lim = st_tier_limit(s, TFS_TIER_DISK), others;
+
+	pthread_mutex_lock(&s->lock);
+	others = s->use[TFS_TIER_DISK].used - b->charged[TFS_TIER_DISK];
+	pthread_mutex_unlock(&s->lock);
+	return others <= lim && len <= lim - others;
+}
+
+int tier_buf_fallocate(struct tier_buf *b, unsigned int mode, uint64_t off,
+		       uint64_t len)
+{
+	struct tier_store *s = b->s;
+	uint64_t end = off + len;
+	int rc;
+
+	if (!len)
+		return -EINVAL;
+	if (end < off || st_nchunks_for(s, end) > UINT32_MAX)
 		return -EFBIG;
-	if (end <= tier_buf_size(b))
-		return 0;
-	return tier_buf_truncate(b, end);
+	if ((mode & TIER_FALLOC_PUNCH_HOLE) && !(mode & TIER_FALLOC_KEEP_SIZE))
+		return -EOPNOTSUPP;
+	pthread_rwlock_wrlock(&b->lock);
+	b->refused = TFS_TIER_COUNT;
+	if (st_lease_count(b)) {
+		/* A GPU program maps the device copy: it stays as it is. */
+		rc = -EBUSY;
+		goto out;
+	}
+	/* As a write does: the host copy when it fits, else in place on
+	 * disk. */
+	rc = b->wc ? -ENOSPC : make_writable_host(b);
+	if (mode & TIER_FALLOC_PUNCH_HOLE) {
+		if (!rc)
+			rc = st_host_punch(b, off, len);
+		else if (rc == -ENOSPC && !(rc = make_writable_disk(b)))
+			rc = disk_punch(b, off, len);
+	} else {
+		if (!rc)
+			rc = st_host_allocate(b, off, len);
+		if (rc == -ENOSPC && disk_may_take(b, len) &&
+		    !(rc = make_writable_disk(b)))
+			rc = disk_allocate(b, off, len);
+		if (!rc && !(mode & TIER_FALLOC_KEEP_SIZE) && end > b->size)
+			b->size = end;
+	}
+	if (!rc) {
+		b->dirty = true;
+		b->synced = false;
+	}
+out:
+	if (rc == -ENOSPC)
+		st_count_enospc(b);
+	st_publish(b);
+	pthread_rwlock_unlock(&b->lock);
+	st_touch(b);
+	return rc;
+}
+
+int64_t tier_buf_seek(struct tier_buf *b, uint64_t off, bool hole)
+{
+	int64_t r;
+
+	pthread_rwlock_rdlock(&b->lock);
+	r = st_seek(b, off, hole);
+	pthread_rwlock_unlock(&b->lock);
+	return r;
 }
 
 ssize_t tier_buf_copy(struct tier_buf *dst, uint64_t dst_off,
@@ -447,7 +575,7 @@ ssize_t tier_buf_copy(struct tier_buf *dst, uint64_t dst_off,
 		if (r <= 0) {
 			if (r < 0 && !done) {
 				done = 0;
-				host_chunk_put(dst->s->pool, tmp);
+				st_chunk_put(dst->s, tmp);
 				return r;
 			}
 			break;
@@ -455,14 +583,14 @@ ssize_t tier_buf_copy(struct tier_buf *dst, uint64_t dst_off,
 		ssize_t w = tier_buf_write(dst, tmp, (size_t)r,
 					   (off_t)(dst_off + done));
 		if (w < 0) {
-			host_chunk_put(dst->s->pool, tmp);
+			st_chunk_put(dst->s, tmp);
 			return done ? (ssize_t)done : w;
 		}
 		done += (size_t)w;
 		if (w < r)
 			break;
 	}
-	host_chunk_put(dst->s->pool, tmp);
+	st_chunk_put(dst->s, tmp);
 	return (ssize_t)done;
 }
 
@@ -478,6 +606,9 @@ int tier_buf_register(struct tier_buf *b)
 		st_wc_free(b);
 	else if (rc == -ENOSPC)
 		st_count_enospc(b);
+	/* Placed: each chunk takes what it holds from now on. */
+	if (b->dirty && b->has_host)
+		st_host_fit(b);
 	if (b->dirty && st_dev_usable(s) && b->size && !b->dmem &&
 	    b->has_host &&
 	    st_dev_granted_for(s, b->size) <=

@@ -156,6 +156,8 @@ int tier_buf_commit(struct tier_buf *b, uint64_t owner)
 			st_host_drop(b);
 		st_disk_drop(b);
 		b->dirty = false;
+		/* Where the GPU wrote is not known: all of it is data. */
+		st_pages_all(b);
 	}
 	if (!rc)
 		b->synced = false;
@@ -178,7 +180,7 @@ int tier_buf_alloc_device(struct tier_buf *b, uint64_t size)
 	pthread_rwlock_wrlock(&b->lock);
 	/* An empty file's committed (empty) version is no content. */
 	if (b->size || b->dmem || (b->dobj && b->dobj != b->pobj) ||
-	    b->nchunks) {
+	    b->nck) {
 		rc = -EEXIST;
 		goto out;
 	}
@@ -193,6 +195,7 @@ int tier_buf_alloc_device(struct tier_buf *b, uint64_t size)
 	}
 	st_host_drop(b);
 	b->size = size;
+	st_pages_all(b);
 	b->dirty = false;
 	b->synced = false;
 	pthread_mutex_lock(&s->lock);

@@ -86,6 +86,14 @@ int tier_buf_adopt(struct tier_store *s, uint64_t id, uint64_t size,
 	b->size = size;
 	b->dobj = b->pobj = o;
 	b->synced = true;
+	rc = st_pages_from_disk(b);
+	if (rc) {
+		st_chunks_free(b);
+		pthread_rwlock_destroy(&b->lock);
+		tier_dobj_close(s->disk, o);
+		free(b);
+		return rc;
+	}
 	pthread_mutex_lock(&s->lock);
 	if (id >= s->next_id)
 		s->next_id = id + 1;

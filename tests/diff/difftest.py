@@ -5,13 +5,15 @@ Thousands of random operations (writes at random offsets and sizes, sparse
 and across chunk boundaries, truncates that grow and shrink, reads, renames,
 unlinks, hard links, operations through held-open descriptors, fsync,
 chattr flags (immutable, append-only, nodump, noatime), O_TMPFILE files
-named or not by linkat, and explicit moves through user.tierfs.tier) are
+named or not by linkat, fallocate (allocate, KEEP_SIZE, PUNCH_HOLE),
+SEEK_DATA/SEEK_HOLE, and explicit moves through user.tierfs.tier) are
 applied to a directory on a
 tierfs mount with tiny limits and to a reference directory on tmpfs, side by
 side. Every operation must give the same result (value or errno) on both,
 and after every step the files compare equal: existence, size and link
-count, mode and chattr flags of every name, the contents of what the step
-touched, and (every
+count, mode and chattr flags of every name, the contents and the data
+extents (as SEEK_DATA/SEEK_HOLE give them) of what the step touched, and
+(every
 --full-every steps, and at the end) the contents of every file. Tier
 usage must stay within each tier's limit.
 
@@ -50,7 +52,10 @@ FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602
 FL_IMMUTABLE, FL_APPEND, FL_NODUMP, FL_NOATIME = 0x10, 0x20, 0x40, 0x80
 FL_ALL = FL_IMMUTABLE | FL_APPEND | FL_NODUMP | FL_NOATIME
 AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x1, 0x2
 LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                           ctypes.c_int64)
 
 
 class Mismatch(Exception):
@@ -93,6 +98,37 @@ def linkat_empty(fd, path):
     if LIBC.linkat(fd, b"", AT_FDCWD, path.encode(), AT_EMPTY_PATH):
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e))
+
+
+def fallocate(path, mode, off, n):
+    """fallocate(2) with its mode, which os.posix_fallocate lacks."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if LIBC.fallocate(fd, mode, off, n) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+    finally:
+        os.close(fd)
+
+
+def extents(path):
+    """The data extents of a file as SEEK_DATA and SEEK_HOLE give them."""
+    fd = os.open(path, os.O_RDONLY)
+    out = []
+    try:
+        off = 0
+        while True:
+            try:
+                d = os.lseek(fd, off, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:
+                    return out
+                raise
+            h = os.lseek(fd, d, os.SEEK_HOLE)
+            out.append((d, h))
+            off = h
+    finally:
+        os.close(fd)
 
 
 def call(fn, *args):
@@ -500,10 +536,40 @@ class Test:
         if target:
             self.touched.add(target)
 
+    def op_fallocate(self):
+        name = self.pick_name(0.9)
+        size = self.size_of(name)
+        off, n = self.gen_off_len(size)
+        n = max(n, 1)
+        mode = self.rng.choice((0, FALLOC_FL_KEEP_SIZE,
+                                FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
+        self.note("fallocate %s mode=%d off=%d len=%d" % (name, mode, off, n))
+        self.both("fallocate", lambda: fallocate(self.t(name), mode, off, n),
+                  lambda: fallocate(self.r(name), mode, off, n))
+        self.touched.add(name)
+
+    def op_seek(self):
+        name = self.pick_name(0.95)
+        off = self.rng.randint(0, self.size_of(name) + 5000)
+        whence = self.rng.choice((os.SEEK_DATA, os.SEEK_HOLE))
+        self.note("lseek %s %d %s" % (name, off, "SEEK_DATA"
+                                      if whence == os.SEEK_DATA else
+                                      "SEEK_HOLE"))
+
+        def sk(path):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                return os.lseek(fd, off, whence)
+            finally:
+                os.close(fd)
+        self.both("lseek", lambda: sk(self.t(name)), lambda: sk(self.r(name)))
+
     OPS = (
         (op_write, 26), (op_truncate, 8), (op_read, 12), (op_rename, 6),
         (op_unlink, 4), (op_link, 4), (op_move, 14), (op_open, 5),
         (op_close, 4), (op_fd, 17), (op_chattr, 4), (op_tmpfile, 3),
+        (op_fallocate, 6), (op_seek, 6),
     )
 
     def count(self, what):
@@ -546,6 +612,9 @@ class Test:
             if a != b:
                 self.fail("content of %s: %s" % (n, describe_diff(a, b)))
             if a[0] == "ok":
+                # (a directory's lseek is the kernel's, not the daemon's)
+                self.same("data extents of %s" % n, call(extents, self.t(n)),
+                          call(extents, self.r(n)))
                 xs = call(lambda: os.getxattr(self.t(n), "user.tierfs.size"))
                 self.same("user.tierfs.size of %s" % n, xs,
                           ("ok", str(len(b[1])).encode()))

@@ -1315,6 +1315,246 @@ static void test_limits(void)
 	cfg_free(&cfg);
 }
 
+#define PG 4096ull
+
+static uint64_t stored(struct tier_buf *b)
+{
+	struct tier_buf_stat st;
+
+	tier_buf_stat(b, &st);
+	return st.stored_size;
+}
+
+static uint64_t used(struct tier_store *s, int t)
+{
+	struct tier_store_stats st;
+
+	tier_store_stats(s, &st);
+	return st.tier[t].used;
+}
+
+/* SEEK_DATA and SEEK_HOLE of @b at @off as @want_data / @want_hole say. */
+static bool seeks(struct tier_buf *b, uint64_t off, int64_t want_data,
+		  int64_t want_hole)
+{
+	int64_t d = tier_buf_seek(b, off, false), h = tier_buf_seek(b, off,
+								  true);
+
+	if (d == want_data && h == want_hole)
+		return true;
+	printf("# seek at %llu: data %lld (want %lld), hole %lld (want %lld)\n",
+	       (unsigned long long)off, (long long)d, (long long)want_data,
+	       (long long)h, (long long)want_hole);
+	return false;
+}
+
+/*
+ * Holes at page granularity in every tier: 50 KB written at 1.6 MB costs
+ * its pages, not the chunk, and SEEK_DATA/SEEK_HOLE answer exactly
+ * wherever the buffer is.
+ */
+static void test_page_holes_and_seek(void)
+{
+	struct tier_store *s = mk_store("sim", 8 * MiB, 16 * MiB, 0);
+	const uint64_t at = 1600000, n = 50000, size = at + n;
+	const uint64_t first = at / PG * PG;
+	static uint8_t data[50000], got[50000 + 8192];
+	struct tier_buf *b;
+
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	fill(data, sizeof(data), 3, at);
+	CHECK_EQ(tier_buf_new(s, &b), 0);
+	CHECK_EQ(tier_buf_write(b, data, n, (off_t)at), (ssize_t)n);
+	/* 13 pages, as tmpfs takes: not the 1 MiB chunk, not the hole */
+	CHECK(stored(b) >= n && stored(b) <= 14 * PG);
+	CHECK_EQ(tier_buf_register(b), 0);
+	for (int t = TFS_TIER_HOST; t >= TFS_TIER_DEVICE;
+	     t = t == TFS_TIER_HOST ? TFS_TIER_DISK :
+		 t == TFS_TIER_DISK ? TFS_TIER_DEVICE : -1) {
+		CHECK_EQ(tier_buf_move(b, (enum tfs_tier)t, 0), 0);
+		printf("# tier %d: stored %llu\n", t,
+		       (unsigned long long)stored(b));
+		/* the device copy is flat: GPU programs map it */
+		if (t != TFS_TIER_DEVICE)
+			CHECK(stored(b) <= 14 * PG + 256);
+		CHECK(seeks(b, 0, (int64_t)first, 0));
+		CHECK(seeks(b, first + 1, (int64_t)first + 1, (int64_t)size));
+		CHECK(seeks(b, size - 1, (int64_t)size - 1, (int64_t)size));
+		CHECK(seeks(b, size, -ENXIO, -ENXIO));
+		memset(got, 0xee, sizeof(got));
+		CHECK_EQ(tier_buf_read(b, got, sizeof(got), (off_t)(at - 8192)),
+			 (ssize_t)(n + 8192));
+		CHECK(!memcmp(got + 8192, data, n));
+		CHECK(got[0] == 0 && got[8191] == 0);
+	}
+
+	/* A second extent in the first page. */
+	CHECK_EQ(tier_buf_write(b, "tierfs", 6, 100), 6);
+	CHECK(seeks(b, 0, 0, (int64_t)PG));
+	CHECK(seeks(b, PG, (int64_t)first, (int64_t)PG));
+
+	/* fallocate: pages taken read as zeroes and stay holes to
+	 * SEEK_DATA; KEEP_SIZE leaves the size. */
+	uint64_t before = used(s, TFS_TIER_HOST);
+
+	CHECK_EQ(tier_buf_fallocate(b, 0, 2 * PG, 2 * PG), 0);
+	CHECK(seeks(b, PG, (int64_t)first, (int64_t)PG));
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_KEEP_SIZE, size, MiB), 0);
+	CHECK_EQ(tier_buf_size(b), size);
+	CHECK(used(s, TFS_TIER_HOST) >= before + MiB);
+	CHECK(seeks(b, size, -ENXIO, -ENXIO));
+	/* Without KEEP_SIZE the size grows. Pages taken a second time are
+	 * data (zeroes), as tmpfs clears them then; new ones holes. */
+	CHECK_EQ(tier_buf_fallocate(b, 0, size, 8192), 0);
+	CHECK_EQ(tier_buf_size(b), size + 8192);
+	CHECK(seeks(b, size, (int64_t)size, (int64_t)size + 8192));
+	CHECK(seeks(b, size + 4000, (int64_t)size + 4000, (int64_t)size + 8192));
+	CHECK_EQ(tier_buf_fallocate(b, 0, size + 2 * MiB, PG), 0);
+	CHECK(seeks(b, size + 2 * MiB, -ENXIO, (int64_t)(size + 2 * MiB)));
+	CHECK_EQ(tier_buf_truncate(b, size), 0);
+
+	/* PUNCH_HOLE: whole pages go from every tier, partial ones read
+	 * zero; without KEEP_SIZE it is refused. */
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_PUNCH_HOLE, first, PG),
+		 -EOPNOTSUPP);
+	/* fetched from disk: packed as a placed file is */
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_HOST, 0), 0);
+	before = stored(b);
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_PUNCH_HOLE |
+					       TIER_FALLOC_KEEP_SIZE,
+				    first, 3 * PG),
+		 0);
+	printf("# punch of 3 pages: stored %llu -> %llu\n",
+	       (unsigned long long)before, (unsigned long long)stored(b));
+	CHECK(stored(b) + 3 * PG <= before + 64 &&
+	      stored(b) + 3 * PG + 64 >= before);
+	CHECK(seeks(b, PG, (int64_t)first + 3 * PG, (int64_t)PG));
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_PUNCH_HOLE |
+					       TIER_FALLOC_KEEP_SIZE,
+				    at + 20000, 100),
+		 0);
+	memset(data, 0, first + 3 * PG - at);
+	memset(data + 20000, 0, 100);
+	for (int t = TFS_TIER_DISK; t >= TFS_TIER_DEVICE; t--) {
+		CHECK_EQ(tier_buf_move(b, (enum tfs_tier)t, 0), 0);
+		if (t == TFS_TIER_DISK)
+			CHECK(stored(b) <= 12 * PG + 256);
+		CHECK(seeks(b, PG, (int64_t)first + 3 * PG, (int64_t)PG));
+		memset(got, 0xee, sizeof(got));
+		CHECK_EQ(tier_buf_read(b, got, n, (off_t)at), (ssize_t)n);
+		CHECK(!memcmp(got, data, n));
+	}
+	/* punched on disk, in place */
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	before = stored(b);
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_PUNCH_HOLE |
+					       TIER_FALLOC_KEEP_SIZE,
+				    0, (size + PG - 1) / PG * PG),
+		 0);
+	CHECK(seeks(b, 0, -ENXIO, 0));
+	CHECK(used(s, TFS_TIER_HOST) + used(s, TFS_TIER_DISK) +
+		      used(s, TFS_TIER_DEVICE) <= 256);
+	tier_buf_destroy(b);
+	CHECK_EQ(used(s, TFS_TIER_HOST) + used(s, TFS_TIER_DISK) +
+			 used(s, TFS_TIER_DEVICE),
+		 0);
+	tier_store_destroy(s);
+}
+
+/* fallocate past what the tiers hold: ENOSPC, nothing reserved. */
+static void test_fallocate_enospc(void)
+{
+	struct tier_store *s = mk_store("none", 0, 8 * MiB, 16 * MiB);
+	struct tier_buf *b = s ? mk_file(s, 5, 3 * MiB) : NULL;
+	uint64_t h, d;
+
+	CHECK(b != NULL);
+	if (!b)
+		goto out;
+	h = used(s, TFS_TIER_HOST);
+	d = used(s, TFS_TIER_DISK);
+	CHECK_EQ(tier_buf_fallocate(b, 0, MiB, 64 * MiB), -ENOSPC);
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_KEEP_SIZE, 0, 64 * MiB),
+		 -ENOSPC);
+	CHECK_EQ(tier_buf_size(b), 3 * MiB);
+	CHECK_EQ(tier_of(b), TFS_TIER_HOST);
+	CHECK_EQ(used(s, TFS_TIER_HOST), h);
+	CHECK_EQ(used(s, TFS_TIER_DISK), d);
+	CHECK(verify(b, 5, 3 * MiB));
+	/* what fits is taken, and charged */
+	CHECK_EQ(tier_buf_fallocate(b, 0, 3 * MiB, 2 * MiB), 0);
+	CHECK_EQ(tier_buf_size(b), 5 * MiB);
+	CHECK(used(s, TFS_TIER_HOST) + used(s, TFS_TIER_DISK) >= h + d + 2 * MiB);
+	check_limits(s);
+	tier_buf_destroy(b);
+out:
+	tier_store_destroy(s);
+}
+
+/*
+ * The host copy costs what it holds: files of every size from 0 to 3 MiB
+ * (log-uniform, as real trees are) take at most 5 % over their bytes once
+ * placed, and as much after a spill and a fetch back. An empty file costs
+ * nothing.
+ */
+static void test_host_overhead(void)
+{
+	struct tier_store *s = mk_store("none", 0, 512 * MiB, 0);
+	static struct tier_buf *bufs[1500];
+	uint64_t logical = 0, seed = 7;
+	size_t nb = sizeof(bufs) / sizeof(bufs[0]);
+	uint8_t *p = malloc(3 * MiB);
+
+	CHECK(s != NULL && p != NULL);
+	if (!s || !p)
+		goto out;
+	for (size_t i = 0; i < nb; i++) {
+		uint64_t size;
+
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		size = (seed >> 40) % 22;
+		size = size ? (1ull << size) + (seed >> 8) % (1ull << size) :
+			      (seed >> 8) % 2;
+		if (size > 3 * MiB)
+			size = 3 * MiB;
+		fill(p, size, (int)i, 0);
+		CHECK_EQ(tier_buf_new(s, &bufs[i]), 0);
+		/* written in pieces, as cp does */
+		for (uint64_t off = 0; off < size; off += 128 * 1024) {
+			size_t n = size - off < 128 * 1024 ? size - off :
+							     128 * 1024;
+
+			tier_buf_write(bufs[i], p + off, n, (off_t)off);
+		}
+		CHECK_EQ(tier_buf_register(bufs[i]), 0);
+		if (!size)
+			CHECK(stored(bufs[i]) <= 512);
+		logical += size;
+	}
+	uint64_t h = used(s, TFS_TIER_HOST);
+
+	printf("# %zu files, %llu bytes: host %llu (%.4f)\n", nb,
+	       (unsigned long long)logical, (unsigned long long)h,
+	       (double)h / (double)logical);
+	CHECK(h <= logical * 105 / 100);
+	for (size_t i = 0; i < nb; i += 3)
+		CHECK_EQ(tier_buf_move(bufs[i], TFS_TIER_DISK, 0), 0);
+	for (size_t i = 0; i < nb; i += 3)
+		CHECK_EQ(tier_buf_move(bufs[i], TFS_TIER_HOST, 0), 0);
+	CHECK_EQ(used(s, TFS_TIER_HOST), h);
+	for (size_t i = 0; i < nb; i += 97)
+		CHECK(verify(bufs[i], (int)i, tier_buf_size(bufs[i])));
+	for (size_t i = 0; i < nb; i++)
+		tier_buf_destroy(bufs[i]);
+	CHECK_EQ(used(s, TFS_TIER_HOST), 0);
+out:
+	free(p);
+	tier_store_destroy(s);
+}
+
 int main(void)
 {
 	if (!mkdtemp(spill_dir)) {
@@ -1344,6 +1584,9 @@ int main(void)
 	TAP_RUN(test_sync_keeps_committed);
 	TAP_RUN(test_sync_large_in_place);
 	TAP_RUN(test_graves_and_keep);
+	TAP_RUN(test_page_holes_and_seek);
+	TAP_RUN(test_fallocate_enospc);
+	TAP_RUN(test_host_overhead);
 	{
 		char cmd[128];
 
