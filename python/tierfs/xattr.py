@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 
-__all__ = ["tier", "stat", "mount_stats", "set_tier", "pin", "unpin", "TIERS"]
+__all__ = ["tier", "gpu", "stat", "mount_stats", "set_tier", "pin", "unpin",
+           "TIERS"]
 
 PREFIX = "user.tierfs."
 TIER = PREFIX + "tier"
@@ -14,6 +16,7 @@ STORED = PREFIX + "stored_size"
 ATIME = PREFIX + "last_access"
 PINS = PREFIX + "pins"
 PIN = PREFIX + "pin"
+DEVICE = PREFIX + "device"
 STATS = PREFIX + "stats"
 
 TIERS = ("device", "host", "disk")
@@ -42,6 +45,17 @@ def tier(path: str | os.PathLike) -> str:
     return _get(path, TIER)
 
 
+def gpu(path: str | os.PathLike) -> int | None:
+    """The ordinal of the GPU holding path's device copy, or None when it
+    has none (its tier is not 'device')."""
+    try:
+        return int(_get(path, DEVICE))
+    except OSError as e:
+        if e.errno == errno.ENODATA:
+            return None
+        raise
+
+
 def stat(path: str | os.PathLike) -> dict:
     """tier, size, stored_size, last_access (ns since the epoch) and pins."""
     out = {"tier": tier(path)}
@@ -62,10 +76,18 @@ def mount_stats(mount: str | os.PathLike) -> dict:
     return out
 
 
-def set_tier(path: str | os.PathLike, where: str) -> None:
-    """Move path's buffer to a tier (explicit spill or prefetch)."""
+def set_tier(path: str | os.PathLike, where: str, gpu: int | None = None) -> None:
+    """Move path's buffer to a tier (explicit spill or prefetch); with gpu,
+    to that GPU's device tier (where must be 'device'). OSError ENXIO for a
+    GPU the mount does not serve."""
     if where not in TIERS:
         raise ValueError("tier must be one of %s, not %r" % (", ".join(TIERS), where))
+    if gpu is not None:
+        if where != "device":
+            raise ValueError("a gpu goes with the device tier, not %r" % where)
+        if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu <= 255:
+            raise ValueError("gpu must be an ordinal 0 to 255, not %r" % (gpu,))
+        where = "device:%d" % gpu
     os.setxattr(path, TIER, where.encode())
 
 

@@ -30,6 +30,8 @@
 #    tfs_cuda_malloc() and tfs_reclaim() against a full device, the reserve
 #    against a competing cudaMalloc loop, and tierfs.device from Python
 #    with the mock as its CUDA runtime.
+# 4. tests/gpu/mock_gpus.bats: [device] gpus against the mock's two
+#    devices, the count from cudaGetDeviceCount.
 #
 # Exit 0 when all of it behaves, 1 otherwise, 77 without CUDA headers.
 set -u
@@ -114,7 +116,7 @@ EOS
 	chmod +x "$out/${c%%:*}"
 done
 for f in tests/integration/export.bats tests/gpu/mock_export.bats \
-	tests/gpu/mock_reclaim.bats; do
+	tests/gpu/mock_reclaim.bats tests/gpu/mock_gpus.bats; do
 	shared=
 	case $f in *mock_reclaim.bats) shared=$out/shared ;; esac
 	if TIERFS_BIN=$out/tierfs EXPORT_CLIENT=$out/export_client \

@@ -150,3 +150,37 @@ stat_of() {
 	echo "$output" | grep -q "^tierfs_gpu_used_bytes{gpu=\"2\",mount=\"$MNT\"} $(stat_of device2.used)\$"
 	echo "$output" | grep -q "^tierfs_gpu_limit_bytes{gpu=\"2\",mount=\"$MNT\"} $((16 << 20))\$"
 }
+
+@test "python: tierfs.xattr.gpu and set_tier(..., gpu=N)" {
+	tfs_mount -o device_backend=sim,device_gpus=1,device_limit=16M
+	head -c 1M /dev/urandom >"$TFS_TMP/a"
+	cp "$TFS_TMP/a" "$MNT/a"
+	run env PYTHONPATH="$BATS_TEST_DIRNAME/../../python" python3 - "$MNT/a" <<'PY'
+import errno, sys
+from tierfs import xattr
+p = sys.argv[1]
+assert xattr.gpu(p) == 1, xattr.gpu(p)
+xattr.set_tier(p, "host")
+assert xattr.gpu(p) is None
+xattr.set_tier(p, "device", gpu=1)
+assert (xattr.tier(p), xattr.gpu(p)) == ("device", 1)
+for bad in ({"where": "host", "gpu": 1}, {"where": "device", "gpu": 256},
+            {"where": "device", "gpu": True}):
+    try:
+        xattr.set_tier(p, bad["where"], gpu=bad["gpu"])
+        raise SystemExit("accepted %r" % bad)
+    except ValueError:
+        pass
+try:
+    xattr.set_tier(p, "device", gpu=0)
+    raise SystemExit("gpu 0 accepted")
+except OSError as e:
+    assert e.errno == errno.ENXIO, e
+assert xattr.mount_stats(sys.argv[1].rsplit("/", 1)[0])["gpus"] == 1
+print("ok")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = ok ]
+	cmp "$TFS_TMP/a" "$MNT/a"
+}
