@@ -471,4 +471,22 @@ typedef void (*tfs_reload_fn)(void);
 int tfs_sighup_start(tfs_reload_fn reload, tfs_reload_fn idle);
 void tfs_sighup_stop(void);
 
+/* data.c: the file data handlers of tfs_ops. */
+void tfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+	      struct fuse_file_info *fi);
+void tfs_write(fuse_req_t req, fuse_ino_t ino, const char *data,
+	       size_t size, off_t off, struct fuse_file_info *fi);
+void tfs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void tfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void tfs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+	       struct fuse_file_info *fi);
+void tfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
+		   off_t len, struct fuse_file_info *fi);
+void tfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+	       struct fuse_file_info *fi);
+void tfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in,
+			 struct fuse_file_info *fi_in, fuse_ino_t ino_out,
+			 off_t off_out, struct fuse_file_info *fi_out,
+			 size_t len, int flags);
+
 #endif
