@@ -280,14 +280,24 @@ int st_watch_start(struct tier_store *s);
 /* Stop it; s->stop is set and s->lock not held. */
 void st_watch_stop(struct tier_store *s);
 
-/* store_host.c: the chunks' page maps and the host copy; b->lock held for
- * writing unless said. */
+/* store_pool.c: host memory as the store takes it. */
 
 /* Chunks that hold @size bytes. */
 uint64_t st_nchunks_for(struct tier_store *s, uint64_t size);
 /* What a malloc'd block of @n bytes takes, as charged: glibc's chunk,
  * rounded up to a page from 128 KiB on (where glibc maps blocks). */
 uint64_t st_malloc_cost(uint64_t n);
+/* A host chunk from the pool, or NULL after counting and logging that the
+ * system has no memory for one. Any lock may be held. */
+void *st_chunk_get(struct tier_store *s);
+/* Give back a chunk st_chunk_get() gave (NULL is fine): to the pool while
+ * the host tier's use and the pool stay within its limit, else to the
+ * system. Takes s->lock. */
+void st_chunk_put(struct tier_store *s, void *c);
+
+/* store_host.c: the chunks' page maps and the host copy; b->lock held for
+ * writing unless said. */
+
 /* b->lock held for reading. What the host copy of @b takes once packed
  * (st_host_fit()), the same as a fetch charges. */
 uint64_t st_host_cost(struct tier_buf *b);
@@ -296,13 +306,6 @@ uint64_t st_host_cost(struct tier_buf *b);
 void st_host_drop(struct tier_buf *b);
 /* Free the page maps and the chunk table; the copies must be gone. */
 void st_chunks_free(struct tier_buf *b);
-/* A host chunk from the pool, or NULL after counting and logging that the
- * system has no memory for one. Any lock may be held. */
-void *st_chunk_get(struct tier_store *s);
-/* Give back a chunk st_chunk_get() gave (NULL is fine): to the pool while
- * the host tier's use and the pool stay within its limit, else to the
- * system. Takes s->lock. */
-void st_chunk_put(struct tier_store *s, void *c);
 /* b->lock held for reading. Copy [off, off+len) of the host copy to @dst;
  * holes read as zeroes. */
 void st_host_read(struct tier_buf *b, void *dst, size_t len, uint64_t off);
