@@ -69,6 +69,11 @@ static const struct cfg_key keys[] = {
 	  .max = 60000, .def = "100", .arg = "MS",
 	  .help = "how often free device memory is checked against the "
 		  "reserve, in milliseconds" },
+	{ "device", "user_share", CFG_SIZE, CFG_F_PERCENT,
+	  FIELD(device, user_share), .max = UINT64_MAX, .def = NULL,
+	  .arg = "SIZE|N%",
+	  .help = "device bytes one user's pins and exports may hold, % of "
+		  "the device limit (default: no share)" },
 	{ "host", "limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
 	  FIELD(host, limit), .max = UINT64_MAX, .def = NULL,
 	  .arg = "SIZE|N%",

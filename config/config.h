@@ -75,6 +75,9 @@ struct tfs_config {
 		 * the device's memory. */
 		struct cfg_size reserve;
 		unsigned int poll_ms; /* free memory checked this often */
+		/* Device bytes one user's pins and exports may hold; a
+		 * percentage is of the device limit. 0: no share. */
+		struct cfg_size user_share;
 	} device;
 	struct {
 		/* default (bytes 0): 25% of RAM, at most half the memory

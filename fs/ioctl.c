@@ -142,7 +142,8 @@ static int ioc_move(fuse_req_t req, struct tfs_file *f,
 
 	if (rc < 0)
 		return rc;
-	return tier_buf_move(f->inode->buf, (enum tfs_tier)a->tier, f->owner);
+	return tier_buf_move_as(f->inode->buf, (enum tfs_tier)a->tier, f->owner,
+				fuse_req_ctx(req)->uid);
 }
 
 static void ioc_stat(struct tfs_file *f, struct tfs_ioc_stat *out)

@@ -115,7 +115,7 @@ static ssize_t virtual_get(struct tfs_inode *i, const char *name, char *buf,
 }
 
 static int virtual_set(struct tfs_inode *i, const char *name,
-		       const char *value, size_t size)
+		       const char *value, size_t size, uid_t uid)
 {
 	enum tfs_tier tier;
 	bool pin;
@@ -136,13 +136,14 @@ static int virtual_set(struct tfs_inode *i, const char *name,
 			if (rc < 0)
 				return rc;
 		}
-		return tier_buf_move(i->buf, tier, 0);
+		return tier_buf_move_as(i->buf, tier, 0, uid);
 	}
 	if (!strcmp(name, TFS_XATTR_PIN)) {
 		rc = tfs_xattr_parse_pin(value, size, &pin);
 		if (rc < 0)
 			return rc;
-		rc = pin ? tier_buf_pin(i->buf) : tier_buf_unpin(i->buf);
+		rc = pin ? tier_buf_pin_as(i->buf, uid) :
+			   tier_buf_unpin(i->buf);
 		if (!rc) {
 			/* A persistent mount keeps the pin. */
 			tfs_ns_lock();
@@ -291,7 +292,7 @@ void tfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	if (!i)
 		rc = -ENOENT;
 	else if (has_prefix(name, TFS_XATTR_PREFIX))
-		rc = virtual_set(i, name, value, size);
+		rc = virtual_set(i, name, value, size, fuse_req_ctx(req)->uid);
 	else
 		rc = user_set(i, name, value, size, flags);
 	fuse_reply_err(req, rc < 0 ? -rc : 0);

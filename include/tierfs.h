@@ -56,9 +56,14 @@ enum tfs_handle_type {
 #define TFS_EXPORT_WRITE 0x1u
 
 /*
- * TFS_IOC_EXPORT: unspill the buffer to the device tier and take a lease on
- * it for this open file. The buffer does not move until the lease is
- * released (TFS_IOC_RELEASE) or the file is closed.
+ * TFS_IOC_EXPORT: unspill the buffer to the device tier and take a lease for
+ * this open file (exporting again replaces it), until TFS_IOC_RELEASE or
+ * close. A write export maps the live device copy, which stays in place
+ * meanwhile; one per buffer at a time (EBUSY). A read export never lets its
+ * holder change the file: with the sim backend it is a private snapshot of
+ * the bytes, holding nothing of the buffer. When the lease ends, the old
+ * mapping shows nothing current any more. EDQUOT past the caller's
+ * [device] user_share.
  */
 struct tfs_ioc_export {
 	uint32_t version;
@@ -100,9 +105,11 @@ struct tfs_ioc_alloc {
 	uint64_t reserved[2];
 };
 
-/* TFS_IOC_MOVE: move the buffer to `tier` (EBUSY while another file leases
- * it). Needs write permission on the file, whatever the fd's mode (EACCES;
- * the owner and root always may), as setting user.tierfs.tier does. */
+/* TFS_IOC_MOVE: move the buffer to `tier` (EBUSY while another file holds
+ * it with a write export). Needs write permission on the file, whatever the
+ * fd's mode (EACCES; the owner and root always may), as setting
+ * user.tierfs.tier does; EDQUOT when a move to the device would take the
+ * caller past its [device] user_share. */
 struct tfs_ioc_move {
 	uint32_t version;
 	uint32_t flags;

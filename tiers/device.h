@@ -39,6 +39,16 @@ struct tier_dev_seg {
 	uint64_t off;
 };
 
+/*
+ * One export of an allocation: what one lease hands one client. The
+ * backend allocates it in export and frees it in unexport; the store keeps
+ * it in the lease in between and never looks inside but at @writable.
+ * Backends embed it first in their own struct.
+ */
+struct tier_dexp {
+	bool writable;
+};
+
 struct tier_dev_info {
 	const char *name; /* "cuda", "sim" */
 	char model[64]; /* "NVIDIA H200", "simulated device" */
@@ -92,13 +102,48 @@ struct tier_dev_ops {
 	int (*zero)(struct tier_dev *dev, struct tier_dmem *m, size_t len,
 		    uint64_t off);
 	/*
-	 * Fill handle_type, handle, offset and uuid of @out so that a process
-	 * of @uid can map @m. Called once per lease epoch; unexport is called
-	 * when the last lease ends.
+	 * Exports. The rule: an export gives no more than the descriptor it
+	 * comes from, and dies with its lease.
+	 *
+	 * export: give a process of @uid (primary group @gid) access to @m's
+	 * bytes, for reading only or, with @writable, for reading and
+	 * writing. Fill handle_type, handle, offset and uuid of @out, and set
+	 * *@exp to the backend's record of this export (writable set), which
+	 * the store keeps in the lease and passes to unexport exactly once.
+	 *
+	 *  - A write export maps @m itself: the holder's writes are the
+	 *    buffer's, and writes through the store show to the holder. The
+	 *    store asks for at most one write export of an allocation at a
+	 *    time, and keeps @m (does not free, move or resize it) until its
+	 *    unexport.
+	 *  - A read export must never let its holder change anything the
+	 *    store holds. With read_snapshots set, it is a private snapshot
+	 *    of @m's bytes as they are now, holding m->granted bytes of device
+	 *    memory of its own (the store charges them to the device tier
+	 *    first), independent of @m from the moment export returns: the
+	 *    store may then write, move or free @m, and the holder sees none
+	 *    of it. Without read_snapshots, a read export may map @m, and the
+	 *    store keeps @m for it as for a write export.
+	 *
+	 * The store holds @m's buffer lock for writing and no reply points
+	 * into @m (host_ptr) across export and unexport. Returns 0, -ENOSPC
+	 * when the device has no room for a snapshot, -EBUSY for a second
+	 * write export of @m, or another -errno.
+	 *
+	 * unexport: end @exp. From its return on, the holder can neither see
+	 * nor change the buffer's current bytes through anything the export
+	 * gave it: a write export's mapping is detached from @m (its bytes
+	 * stay what they were), a snapshot stays what it was. Where a mapping
+	 * cannot be revoked (CUDA IPC), the backend keeps what it maps alive
+	 * and apart from every buffer until the importer lets go, and says
+	 * so in its own documentation. A write export's @m still exists.
 	 */
-	int (*export)(struct tier_dev *dev, struct tier_dmem *m, uid_t uid,
-		      gid_t gid, struct tfs_ioc_export *out);
-	void (*unexport)(struct tier_dev *dev, struct tier_dmem *m);
+	int (*export)(struct tier_dev *dev, struct tier_dmem *m, bool writable,
+		      uid_t uid, gid_t gid, struct tfs_ioc_export *out,
+		      struct tier_dexp **exp);
+	void (*unexport)(struct tier_dev *dev, struct tier_dexp *exp);
+	/* Read exports are private snapshots (see export). */
+	bool read_snapshots;
 	void (*info)(struct tier_dev *dev, struct tier_dev_info *out);
 	/* Optional: where the daemon can address @m's bytes directly (sim),
 	 * so reads are replied without a copy; NULL when it cannot (cuda). */

@@ -616,11 +616,19 @@ static int zero_tail(struct cuda_dev *d, struct cuda_dmem *m)
 	return rc;
 }
 
-static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm, uid_t uid,
-		       gid_t gid, struct tfs_ioc_export *out)
+/*
+ * Every export, read or write, still maps the live allocation, so
+ * read_snapshots is false and the store keeps the allocation for a read
+ * lease as for a write one. Private device-to-device snapshots for read
+ * exports are issue 13's.
+ */
+static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm,
+		       bool writable, uid_t uid, gid_t gid,
+		       struct tfs_ioc_export *out, struct tier_dexp **exp)
 {
 	struct cuda_dev *d = to_cdev(dev);
 	struct cuda_dmem *m = to_cmem(dm);
+	struct tier_dexp *x;
 	cudaIpcMemHandle_t h;
 	cudaError_t e;
 	char why[256];
@@ -653,12 +661,17 @@ static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm, uid_t uid,
 			m->base.len, cuda_describe(e, why, sizeof(why)));
 		return cuda_errno(e) == -EOPNOTSUPP ? -EOPNOTSUPP : -EIO;
 	}
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return -ENOMEM;
+	x->writable = writable;
 	out->handle_type = TFS_HANDLE_CUDA_IPC;
 	memcpy(out->handle, &h, sizeof(out->handle));
 	/* Every buffer is its own 2 MiB-rounded cudaMalloc, whose handle
 	 * maps its start and nothing of another buffer. */
 	out->offset = 0;
 	memcpy(out->uuid, d->info.uuid, sizeof(out->uuid));
+	*exp = x;
 	return 0;
 }
 
@@ -668,8 +681,9 @@ static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm, uid_t uid,
  * their cudaIpcCloseMemHandle (libtierfs does it before it releases the
  * lease) or their exit.
  */
-static void cuda_unexport(struct tier_dev *dev, struct tier_dmem *m)
+static void cuda_unexport(struct tier_dev *dev, struct tier_dexp *exp)
 {
+	free(exp);
 }
 
 /*

@@ -4,12 +4,24 @@
  * so that the whole system, the export protocol included, runs and is
  * tested on machines without one. It says "sim" in every status output.
  *
- * An allocation is private anonymous memory until it is exported. Export
- * moves it into a POSIX shared-memory object with an unguessable name,
- * created 0600 for the requesting user, which the client maps; the name is
- * unlinked when the last lease ends, and the daemon keeps its mapping.
- * Names carry the daemon's pid ("/tierfs.PID.RANDOM") so that a daemon that
- * starts removes the objects a killed one left in /dev/shm.
+ * An allocation is the daemon's own private anonymous memory. Exports are
+ * POSIX shared-memory objects with unguessable names ("/tierfs.PID.RANDOM"),
+ * which the client maps by name:
+ *
+ *  - A read export is a snapshot: a fresh object holding a copy of the
+ *    bytes, so nothing its holder does reaches the buffer, and the buffer
+ *    may be written, moved or freed while it is held. Its room counts
+ *    against the device's capacity until it is unexported.
+ *  - A write export moves the allocation into its object, which becomes the
+ *    live storage; when it ends, the bytes are copied back into the
+ *    daemon's own memory (the range it kept reserved) and the object is
+ *    unlinked and unmapped, so the holder's old mapping is detached.
+ *
+ * Every object belongs to the daemon's user, mode 0600, and a POSIX ACL
+ * entry gives the caller read (or read and write) access; where /dev/shm
+ * has no ACLs, the object is given to the caller instead (0400 for a
+ * snapshot). Names carry the daemon's pid so that a daemon that starts
+ * removes the objects a killed one left in /dev/shm: only its own user's.
  *
  * Test hook: with TFS_SIM_CLAIM=FILE in the daemon's environment, FILE holds
  * how much of the simulated device other processes hold (a size such as
@@ -21,6 +33,7 @@
  */
 #include <ctype.h>
 #include <dirent.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -32,7 +45,10 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
+#include <linux/posix_acl.h>
+#include <linux/posix_acl_xattr.h>
 
 #include "config/config.h"
 #include "config/log.h"
@@ -49,11 +65,23 @@ struct sim_dev {
 	char *claim_path; /* TFS_SIM_CLAIM, or NULL */
 };
 
+struct sim_exp;
+
 struct sim_mem {
 	struct tier_dmem base;
-	void *ptr;
+	void *ptr; /* the live bytes: own memory, or the writer's object */
 	size_t maplen;
-	char name[64]; /* shm name while exported, else "" */
+	/* While write-exported: the daemon's own range the bytes go back
+	 * to (its pages given back meanwhile), and the export. */
+	void *own;
+	struct sim_exp *writer;
+};
+
+struct sim_exp {
+	struct tier_dexp base;
+	struct sim_mem *m; /* a write export's allocation; NULL: snapshot */
+	size_t maplen; /* a snapshot's size, counted in used */
+	char name[64];
 };
 
 static size_t page_round(size_t len)
@@ -219,15 +247,6 @@ out_unaccount:
 	return -ENOMEM;
 }
 
-static void sim_unexport(struct tier_dev *dev, struct tier_dmem *dm)
-{
-	struct sim_mem *m = (struct sim_mem *)dm;
-
-	if (m->name[0] && shm_unlink(m->name) && errno != ENOENT)
-		tfs_warn("sim: cannot unlink '%s': %m", m->name);
-	m->name[0] = '\0';
-}
-
 static void sim_free(struct tier_dev *dev, struct tier_dmem *dm)
 {
 	struct sim_dev *d = (struct sim_dev *)dev;
@@ -235,7 +254,15 @@ static void sim_free(struct tier_dev *dev, struct tier_dmem *dm)
 
 	if (!m)
 		return;
-	sim_unexport(dev, dm);
+	/* The store unexports first; should it not, unlink the name at
+	 * least, and keep the holder's mapping apart from anything else. */
+	if (m->writer) {
+		tfs_err("sim: freeing an allocation still exported as '%s'",
+			m->writer->name);
+		shm_unlink(m->writer->name);
+		m->writer->m = NULL;
+		munmap(m->own, m->maplen);
+	}
 	munmap(m->ptr, m->maplen);
 	pthread_mutex_lock(&d->lock);
 	d->used -= m->maplen;
@@ -276,62 +303,135 @@ static int sim_zero(struct tier_dev *dev, struct tier_dmem *dm, size_t len,
 	return 0;
 }
 
-/* Move the allocation into a fresh shared-memory object the client maps. */
-static int sim_export(struct tier_dev *dev, struct tier_dmem *dm, uid_t uid,
-		      gid_t gid, struct tfs_ioc_export *out)
+/*
+ * Let @uid (group @gid) open the object @fd for reading, and for writing
+ * when @writable: a POSIX ACL entry on the daemon's own object, or, where
+ * /dev/shm has no ACLs, the object itself.
+ */
+static int grant(int fd, uid_t uid, gid_t gid, bool writable)
 {
-	struct sim_mem *m = (struct sim_mem *)dm;
-	unsigned char rnd[16];
-	void *shared;
-	int fd, rc;
+	const uint16_t perm = ACL_READ | (writable ? ACL_WRITE : 0);
+	struct {
+		struct posix_acl_xattr_header h;
+		struct posix_acl_xattr_entry e[5];
+	} acl = {
+		.h = { .a_version = htole32(POSIX_ACL_XATTR_VERSION) },
+		.e = {
+			{ htole16(ACL_USER_OBJ), htole16(ACL_READ | ACL_WRITE),
+			  htole32(ACL_UNDEFINED_ID) },
+			{ htole16(ACL_USER), htole16(perm), htole32(uid) },
+			{ htole16(ACL_GROUP_OBJ), 0,
+			  htole32(ACL_UNDEFINED_ID) },
+			{ htole16(ACL_MASK), htole16(perm),
+			  htole32(ACL_UNDEFINED_ID) },
+			{ htole16(ACL_OTHER), 0, htole32(ACL_UNDEFINED_ID) },
+		},
+	};
 
-	if (!m->name[0]) {
-		if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
-			return -EIO;
-		int n = snprintf(m->name, sizeof(m->name), "/tierfs.%ld.",
-				 (long)getpid());
-		for (size_t i = 0; i < sizeof(rnd); i++)
-			n += snprintf(m->name + n, sizeof(m->name) - n, "%02x",
-				      rnd[i]);
-		fd = shm_open(m->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
-			      0600);
-		if (fd < 0) {
+	if (uid == geteuid())
+		return 0;
+	if (!fsetxattr(fd, "system.posix_acl_access", &acl, sizeof(acl), 0))
+		return 0;
+	if (errno != EOPNOTSUPP && errno != ENOTSUP)
+		return -errno;
+	if (fchown(fd, uid, gid))
+		return -errno;
+	/* Its owner could chmod it back: harmless for a snapshot, which is
+	 * nobody's but the holder's. */
+	if (!writable && fchmod(fd, 0400))
+		return -errno;
+	return 0;
+}
+
+/* A fresh object of @len bytes for @uid, mapped read-write in *@map. */
+static int make_object(struct sim_exp *e, size_t len, uid_t uid, gid_t gid,
+		       bool writable, void **map)
+{
+	unsigned char rnd[16];
+	int fd, rc, n;
+
+	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+		return -EIO;
+	n = snprintf(e->name, sizeof(e->name), "/tierfs.%ld.", (long)getpid());
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		n += snprintf(e->name + n, sizeof(e->name) - (size_t)n, "%02x",
+			      rnd[i]);
+	fd = shm_open(e->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	rc = grant(fd, uid, gid, writable);
+	if (!rc && ftruncate(fd, (off_t)len))
+		rc = -errno;
+	if (!rc) {
+		*map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+			    0);
+		if (*map == MAP_FAILED)
 			rc = -errno;
-			goto out_noname;
-		}
-		if (fchown(fd, uid, gid) && !(errno == EPERM &&
-					      uid == geteuid())) {
-			rc = -errno;
-			goto out_unlink;
-		}
-		if (ftruncate(fd, (off_t)m->maplen)) {
-			rc = -errno;
-			goto out_unlink;
-		}
-		shared = mmap(NULL, m->maplen, PROT_READ | PROT_WRITE,
-			      MAP_SHARED, fd, 0);
-		if (shared == MAP_FAILED) {
-			rc = -errno;
-			goto out_unlink;
-		}
-		close(fd);
-		memcpy(shared, m->ptr, m->maplen);
-		munmap(m->ptr, m->maplen);
-		m->ptr = shared;
+	}
+	close(fd);
+	if (rc)
+		shm_unlink(e->name);
+	return rc;
+}
+
+static int sim_export(struct tier_dev *dev, struct tier_dmem *dm,
+		      bool writable, uid_t uid, gid_t gid,
+		      struct tfs_ioc_export *out, struct tier_dexp **exp)
+{
+	struct sim_dev *d = (struct sim_dev *)dev;
+	struct sim_mem *m = (struct sim_mem *)dm;
+	struct sim_exp *e;
+	void *map = NULL;
+	int rc;
+
+	if (writable && m->writer)
+		return -EBUSY;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	e->base.writable = writable;
+	if (!writable) {
+		pthread_mutex_lock(&d->lock);
+		rc = d->used + d->claimed + m->maplen > d->capacity ?
+		     -ENOSPC : 0;
+		if (!rc)
+			d->used += m->maplen;
+		pthread_mutex_unlock(&d->lock);
+		if (rc)
+			goto out_free;
+		e->maplen = m->maplen;
+	}
+	rc = make_object(e, m->maplen, uid, gid, writable, &map);
+	if (rc) {
+		tfs_err("sim: cannot export into '%s': %s", e->name,
+			strerror(-rc));
+		goto out_unaccount;
+	}
+	memcpy(map, m->ptr, m->maplen);
+	if (writable) {
+		/* Keep the range, not its pages: going back must not fail. */
+		madvise(m->ptr, m->maplen, MADV_DONTNEED);
+		m->own = m->ptr;
+		m->ptr = map;
+		m->writer = e;
+		e->m = m;
+	} else {
+		munmap(map, m->maplen);
 	}
 	out->handle_type = TFS_HANDLE_SHM;
 	memset(out->handle, 0, sizeof(out->handle));
-	memcpy(out->handle, m->name, strlen(m->name) + 1);
+	memcpy(out->handle, e->name, strlen(e->name) + 1);
 	out->offset = 0;
 	memset(out->uuid, 0, sizeof(out->uuid));
+	*exp = &e->base;
 	return 0;
 
-out_unlink:
-	close(fd);
-	shm_unlink(m->name);
-out_noname:
-	tfs_err("sim: cannot export into '%s': %s", m->name, strerror(-rc));
-	m->name[0] = '\0';
+out_unaccount:
+	pthread_mutex_lock(&d->lock);
+	d->used -= e->maplen;
+	pthread_mutex_unlock(&d->lock);
+out_free:
+	free(e);
 	return rc;
 }
 
@@ -383,6 +483,31 @@ static int sim_meminfo(struct tier_dev *dev, uint64_t *free_b,
 	return 0;
 }
 
+static void sim_unexport(struct tier_dev *dev, struct tier_dexp *exp)
+{
+	struct sim_dev *d = (struct sim_dev *)dev;
+	struct sim_exp *e = (struct sim_exp *)exp;
+	struct sim_mem *m = e->m;
+
+	if (shm_unlink(e->name) && errno != ENOENT)
+		tfs_warn("sim: cannot unlink '%s': %s", e->name,
+			 strerror(errno));
+	if (m) {
+		/* Detach the holder: the bytes go back to our own range and
+		 * the object leaves our address space. */
+		memcpy(m->own, m->ptr, m->maplen);
+		munmap(m->ptr, m->maplen);
+		m->ptr = m->own;
+		m->own = NULL;
+		m->writer = NULL;
+	} else if (e->maplen) {
+		pthread_mutex_lock(&d->lock);
+		d->used -= e->maplen;
+		pthread_mutex_unlock(&d->lock);
+	}
+	free(e);
+}
+
 static void *sim_host_ptr(struct tier_dev *dev, struct tier_dmem *dm)
 {
 	return ((struct sim_mem *)dm)->ptr;
@@ -414,6 +539,7 @@ const struct tier_dev_ops tier_dev_sim_ops = {
 	.zero = sim_zero,
 	.export = sim_export,
 	.unexport = sim_unexport,
+	.read_snapshots = true,
 	.info = sim_info,
 	.host_ptr = sim_host_ptr,
 	.meminfo = sim_meminfo,

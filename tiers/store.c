@@ -39,6 +39,8 @@ static void apply_limits(struct tier_store *s, const struct tfs_config *cfg,
 	for (int t = 0; t < TFS_TIER_COUNT; t++)
 		s->use[t].limit = lim[t];
 	st_watch_config(s, cfg);
+	s->user_share = cfg_size_resolve(&cfg->device.user_share,
+					 lim[TFS_TIER_DEVICE]);
 	s->high_wm = cfg->policy.high_watermark;
 	s->target = cfg->policy.target;
 	s->unspill = cfg->policy.unspill;
@@ -312,6 +314,12 @@ void tier_store_destroy(struct tier_store *s)
 	pthread_cond_destroy(&s->watch_wake);
 	pthread_mutex_destroy(&s->lock);
 	munmap(s->zeroes, s->chunk_size);
+	while (s->users) {
+		struct user_use *u = s->users;
+
+		s->users = u->next;
+		free(u);
+	}
 	free(s->disk_path);
 	free(s);
 }
@@ -394,8 +402,8 @@ void tier_buf_destroy(struct tier_buf *b)
 
 	/* Wait for an evictor that try-locked us before we were unlinked. */
 	pthread_rwlock_wrlock(&b->lock);
-	if (b->nleases && b->dmem)
-		s->dev->ops->unexport(s->dev, b->dmem);
+	st_leases_end(b);
+	st_pin_release(b);
 	st_dev_drop(b);
 	if (b->has_host)
 		st_host_drop(b);

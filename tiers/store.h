@@ -281,29 +281,52 @@ ssize_t tier_buf_copy(struct tier_buf *dst, uint64_t dst_off,
 int tier_buf_register(struct tier_buf *b);
 
 /*
- * Move the buffer to @tier now (spill or prefetch). -EBUSY when it is
- * leased by someone other than @owner (0: anyone counts), -ENOSPC when the
- * tier has no room, -ENODEV when there is no device tier.
+ * Move the buffer to @tier now (spill or prefetch). -EBUSY when a lease
+ * that holds it (a write export) belongs to someone other than @owner (0:
+ * anyone counts), -ENOSPC when the tier has no room, -ENODEV when there is
+ * no device tier. tier_buf_move_as() does it for @uid: a move to the
+ * device fails with -EDQUOT when the buffer would take @uid past the
+ * [device] user_share (root never does); tier_buf_move() is for root.
  */
 int tier_buf_move(struct tier_buf *b, enum tfs_tier tier, uint64_t owner);
+int tier_buf_move_as(struct tier_buf *b, enum tfs_tier tier, uint64_t owner,
+		     uid_t uid);
 
-/* The explicit pin: a pinned buffer never moves. A flag, not a count, as
- * user.tierfs.pin shows it: pinning twice and unpinning once unpins. */
+/*
+ * The explicit pin: a pinned buffer never moves. A flag, not a count, as
+ * user.tierfs.pin shows it: pinning twice and unpinning once unpins.
+ * tier_buf_pin_as() charges the device bytes the buffer holds to @uid's
+ * share (-EDQUOT past it) until it is unpinned, by anyone; tier_buf_pin()
+ * is for root.
+ */
 int tier_buf_pin(struct tier_buf *b);
+int tier_buf_pin_as(struct tier_buf *b, uid_t uid);
 int tier_buf_unpin(struct tier_buf *b);
 
 void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st);
 
 /*
- * Device export for GPU programs. @owner identifies the open file holding
- * the lease (one lease per owner and buffer). Export unspills to the device
- * and fills @out; -ENODEV without a device tier, -ENOSPC when the buffer
- * cannot fit there.
+ * Device export for GPU programs, for a process of @uid/@gid. @owner
+ * identifies the open file holding the lease (one lease per owner and
+ * buffer; exporting again replaces it). Export unspills to the device and
+ * fills @out.
+ *
+ * A read export (!@writable) never lets its holder change the buffer: with
+ * a backend that has read snapshots (sim) it is a private copy of the bytes
+ * as they are now, which holds device room of its own but nothing of the
+ * buffer, so the buffer is written, truncated, moved and exported by others
+ * as if it were not there. A write export maps the live device copy, which
+ * then stays in place, and drops the lower copies (they would be stale);
+ * one write lease at a time (-EBUSY).
+ *
+ * Errors: -ENODEV without a device tier, -ENOSPC when the buffer (or its
+ * snapshot) cannot fit there, -EDQUOT past @uid's [device] user_share.
  */
 int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		    bool writable, struct tfs_ioc_export *out);
 
-/* Drop @owner's lease; -ENOENT when it holds none. */
+/* Drop @owner's lease; -ENOENT when it holds none. From then on its holder
+ * can neither see nor change the buffer's current bytes through it. */
 int tier_buf_unexport(struct tier_buf *b, uint64_t owner);
 
 /* The device copy was written through a write export of @owner: drop the

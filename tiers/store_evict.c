@@ -17,7 +17,7 @@
 
 static bool movable(const struct tier_buf *b)
 {
-	return !b->pins && !b->nleases && !b->dead;
+	return !b->pins && !b->nholds && !b->dead;
 }
 
 /* Link @b into the lists of the tiers it has a copy in, if it may move. */

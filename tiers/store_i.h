@@ -54,9 +54,28 @@
 /* Chunks copied to or from the device as one batch, waited for once. */
 #define DEV_BATCH 64
 
+/*
+ * One open file's export of a buffer. A lease that holds (a write export,
+ * or a read export of a backend without read snapshots) maps the device
+ * copy itself, which then stays where it is until the lease ends; a
+ * snapshot lease holds nothing of the buffer.
+ */
 struct lease {
 	uint64_t owner;
+	struct tier_dexp *exp; /* the backend's; unexported when it ends */
+	uid_t uid; /* who exported: the share is charged to them */
+	uint64_t snap; /* device bytes of a snapshot, charged to the tier */
+	uint64_t share; /* bytes charged to uid's share */
 	bool writable;
+	bool holds;
+};
+
+/* Device bytes held on behalf of one user: pins and leases ([device]
+ * user_share). */
+struct user_use {
+	struct user_use *next;
+	uid_t uid;
+	uint64_t bytes;
 };
 
 /*
@@ -108,6 +127,8 @@ struct tier_store {
 	uint64_t next_id; /* [S] */
 	double high_wm, target; /* [S] */
 	enum cfg_unspill unspill; /* [S] */
+	uint64_t user_share; /* [S] bytes of device a user may hold; 0: any */
+	struct user_use *users; /* [S] users holding any */
 
 	/*
 	 * The device's memory as the reserve watcher last saw it
@@ -189,7 +210,10 @@ struct tier_buf {
 	uint64_t generation; /* [S] */
 	struct lease *leases; /* [S] */
 	uint32_t nleases; /* [S] */
+	uint32_t nholds; /* [S] leases that hold the device copy */
 	uint32_t pins; /* [S] */
+	uid_t pin_uid; /* [S] who pinned, charged pin_share */
+	uint64_t pin_share; /* [S] */
 	uint32_t io_refs; /* [S] replies pointing into the buffer */
 	uint32_t wc_idx; /* [B] the chunk in wc */
 	/* Flags, packed: files are many and small. */
@@ -444,12 +468,19 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
  * @b's memory, before freeing or moving a host chunk or device memory. */
 void st_io_quiesce(struct tier_buf *b);
 
-/* store_lease.c; each takes s->lock. */
+/* store_lease.c; each takes s->lock unless said. */
 
-/* Export leases held on @b. */
-uint32_t st_lease_count(struct tier_buf *b);
-/* Whether a lease on @b belongs to another owner than @owner (to anyone
- * when @owner is 0). */
-bool st_leased_by_other(struct tier_buf *b, uint64_t owner);
+/* Leases on @b that hold its device copy (see struct lease). */
+uint32_t st_hold_count(struct tier_buf *b);
+/* Whether a lease holding @b belongs to another owner than @owner (to
+ * anyone when @owner is 0). */
+bool st_held_by_other(struct tier_buf *b, uint64_t owner);
+/* s->lock held. 0 when @uid may hold @bytes more of the device, else
+ * -EDQUOT; root is never limited. */
+int st_share_check(struct tier_store *s, uid_t uid, uint64_t bytes);
+/* b->lock held for writing. End every lease on @b (destroy). */
+void st_leases_end(struct tier_buf *b);
+/* Takes s->lock. Give back what @b's pin holds of its pinner's share. */
+void st_pin_release(struct tier_buf *b);
 
 #endif /* TFS_TIERS_STORE_I_H */

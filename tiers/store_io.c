@@ -249,7 +249,7 @@ ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
 		}
 		st_dev_drop(b);
 	}
-	if (b->dmem && (st_lease_count(b) || (uint64_t)off + len <= b->size)) {
+	if (b->dmem && (st_hold_count(b) || (uint64_t)off + len <= b->size)) {
 		/* In place on the device: O(bytes written), and the only
 		 * choice while a GPU program maps the buffer. */
 		if ((uint64_t)off + len > b->dmem->len) {
@@ -357,7 +357,7 @@ int tier_buf_truncate(struct tier_buf *b, uint64_t size)
 	pthread_rwlock_wrlock(&b->lock);
 	if (size == b->size)
 		goto out;
-	if (st_lease_count(b)) {
+	if (st_hold_count(b)) {
 		rc = -EBUSY;
 		goto out;
 	}
@@ -515,7 +515,7 @@ int tier_buf_fallocate(struct tier_buf *b, unsigned int mode, uint64_t off,
 		return -EOPNOTSUPP;
 	pthread_rwlock_wrlock(&b->lock);
 	b->refused = TFS_TIER_COUNT;
-	if (st_lease_count(b)) {
+	if (st_hold_count(b)) {
 		/* A GPU program maps the device copy: it stays as it is. */
 		rc = -EBUSY;
 		goto out;
@@ -630,6 +630,12 @@ int tier_buf_register(struct tier_buf *b)
 
 int tier_buf_move(struct tier_buf *b, enum tfs_tier tier, uint64_t owner)
 {
+	return tier_buf_move_as(b, tier, owner, 0);
+}
+
+int tier_buf_move_as(struct tier_buf *b, enum tfs_tier tier, uint64_t owner,
+		     uid_t uid)
+{
 	struct tier_store *s = b->s;
 	int rc = 0;
 
@@ -640,9 +646,15 @@ int tier_buf_move(struct tier_buf *b, enum tfs_tier tier, uint64_t owner)
 	pthread_rwlock_wrlock(&b->lock);
 	pthread_mutex_lock(&s->lock);
 	bool pinned = b->pins > 0;
+	/* A move to the device holds nothing there (the buffer may be
+	 * evicted again), but no user places more than their share. */
+	if (tier == TFS_TIER_DEVICE && !b->dmem)
+		rc = st_share_check(s, uid, b->size);
 	pthread_mutex_unlock(&s->lock);
-	if (pinned || st_leased_by_other(b, owner) ||
-	    (tier != TFS_TIER_DEVICE && st_lease_count(b))) {
+	if (rc)
+		goto out;
+	if (pinned || st_held_by_other(b, owner) ||
+	    (tier != TFS_TIER_DEVICE && st_hold_count(b))) {
 		rc = -EBUSY;
 		goto out;
 	}

@@ -1,8 +1,20 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * What keeps a buffer where it is: explicit pins, and the leases of GPU
- * programs that map its device copy (export, unexport, commit, and a device
- * allocation made for export).
+ * What keeps a buffer where it is, and what users may hold of the device:
+ * explicit pins, and the leases of GPU programs that map the buffer (export,
+ * unexport, commit, and a device allocation made for export).
+ *
+ * An export gives no more than the descriptor it comes from, and dies with
+ * its lease. A read export of a backend with read snapshots is a private
+ * copy: its lease holds nothing of the buffer, so a reader never keeps the
+ * owner from writing, truncating, moving or exporting it. A write export
+ * maps the live device copy, which its lease holds in place until it ends;
+ * one write lease at a time. When a lease ends (release, close, destroy) the
+ * backend detaches what it gave out (device.h).
+ *
+ * [device] user_share: the device bytes a user's pins and leases hold are
+ * counted per uid, and a pin, export or move to the device that would take
+ * a user past the share fails with EDQUOT. Root is not counted.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -10,43 +22,164 @@
 
 #include "tiers/store_i.h"
 
-bool st_leased_by_other(struct tier_buf *b, uint64_t owner)
+/* --- the per-user share (s->lock held) --- */
+
+static struct user_use **user_find(struct tier_store *s, uid_t uid)
+{
+	struct user_use **pp;
+
+	for (pp = &s->users; *pp; pp = &(*pp)->next)
+		if ((*pp)->uid == uid)
+			break;
+	return pp;
+}
+
+int st_share_check(struct tier_store *s, uid_t uid, uint64_t bytes)
+{
+	struct user_use *u;
+
+	if (!uid || !s->user_share)
+		return 0;
+	u = *user_find(s, uid);
+	return (u ? u->bytes : 0) + bytes > s->user_share ? -EDQUOT : 0;
+}
+
+/* Charge @bytes to @uid: 0, -EDQUOT past the share, -ENOMEM. */
+static int share_charge(struct tier_store *s, uid_t uid, uint64_t bytes)
+{
+	struct user_use **pp, *u;
+	int rc;
+
+	if (!uid || !bytes)
+		return 0;
+	rc = st_share_check(s, uid, bytes);
+	if (rc)
+		return rc;
+	pp = user_find(s, uid);
+	if (!*pp) {
+		u = calloc(1, sizeof(*u));
+		if (!u)
+			return -ENOMEM;
+		u->uid = uid;
+		*pp = u;
+	}
+	(*pp)->bytes += bytes;
+	return 0;
+}
+
+static void share_uncharge(struct tier_store *s, uid_t uid, uint64_t bytes)
+{
+	struct user_use **pp, *u;
+
+	if (!uid || !bytes)
+		return;
+	pp = user_find(s, uid);
+	u = *pp;
+	if (!u)
+		return;
+	u->bytes -= bytes < u->bytes ? bytes : u->bytes;
+	if (!u->bytes) {
+		*pp = u->next;
+		free(u);
+	}
+}
+
+/*
+ * Room in the device tier for @bytes no buffer owns (a snapshot), evicting
+ * others (never @self) as an allocation would. 0 or -ENOSPC.
+ */
+static int snap_reserve(struct tier_store *s, struct tier_buf *self,
+			uint64_t bytes)
+{
+	struct tier_usage *u = &s->use[TFS_TIER_DEVICE];
+	int rc = 0;
+
+	if (bytes > u->limit)
+		return -ENOSPC;
+	if (u->used + bytes > u->limit)
+		rc = st_shrink(s, TFS_TIER_DEVICE, u->limit - bytes, self,
+			       true);
+	if (!rc)
+		u->used += bytes;
+	return rc;
+}
+
+/* --- pins --- */
+
+uint32_t st_hold_count(struct tier_buf *b)
+{
+	pthread_mutex_lock(&b->s->lock);
+	uint32_t n = b->nholds;
+	pthread_mutex_unlock(&b->s->lock);
+	return n;
+}
+
+bool st_held_by_other(struct tier_buf *b, uint64_t owner)
 {
 	bool other = false;
 
 	pthread_mutex_lock(&b->s->lock);
 	for (uint32_t i = 0; i < b->nleases; i++)
-		if (!owner || b->leases[i].owner != owner)
+		if (b->leases[i].holds &&
+		    (!owner || b->leases[i].owner != owner))
 			other = true;
 	pthread_mutex_unlock(&b->s->lock);
 	return other;
 }
 
-uint32_t st_lease_count(struct tier_buf *b)
-{
-	pthread_mutex_lock(&b->s->lock);
-	uint32_t n = b->nleases;
-	pthread_mutex_unlock(&b->s->lock);
-	return n;
-}
-
 int tier_buf_pin(struct tier_buf *b)
 {
-	pthread_mutex_lock(&b->s->lock);
-	b->pins = 1;
-	st_sync_links(b->s, b);
-	pthread_mutex_unlock(&b->s->lock);
-	return 0;
+	return tier_buf_pin_as(b, 0);
+}
+
+int tier_buf_pin_as(struct tier_buf *b, uid_t uid)
+{
+	struct tier_store *s = b->s;
+	int rc = 0;
+
+	/* Shared: the device copy must not go while its size is read. */
+	pthread_rwlock_rdlock(&b->lock);
+	uint64_t bytes = b->dmem ? b->dmem->granted : 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (!b->pins) {
+		rc = share_charge(s, uid, bytes);
+		if (!rc) {
+			b->pin_uid = uid;
+			b->pin_share = uid ? bytes : 0;
+		}
+	}
+	if (!rc) {
+		b->pins = 1;
+		st_sync_links(s, b);
+	}
+	pthread_mutex_unlock(&s->lock);
+	pthread_rwlock_unlock(&b->lock);
+	return rc;
+}
+
+void st_pin_release(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+
+	pthread_mutex_lock(&s->lock);
+	share_uncharge(s, b->pin_uid, b->pin_share);
+	b->pin_uid = 0;
+	b->pin_share = 0;
+	pthread_mutex_unlock(&s->lock);
 }
 
 int tier_buf_unpin(struct tier_buf *b)
 {
+	st_pin_release(b);
 	pthread_mutex_lock(&b->s->lock);
 	b->pins = 0;
 	st_sync_links(b->s, b);
 	pthread_mutex_unlock(&b->s->lock);
 	return 0;
 }
+
+/* --- leases --- */
 
 /* @owner's lease on @b, or NULL; s->lock held. */
 static struct lease *find_lease(struct tier_buf *b, uint64_t owner)
@@ -57,16 +190,92 @@ static struct lease *find_lease(struct tier_buf *b, uint64_t owner)
 	return NULL;
 }
 
+/* Take @owner's lease off @b into @out; s->lock held. */
+static bool take_lease(struct tier_buf *b, uint64_t owner, struct lease *out)
+{
+	struct lease *l = find_lease(b, owner);
+
+	if (!l)
+		return false;
+	*out = *l;
+	*l = b->leases[--b->nleases];
+	return true;
+}
+
+/*
+ * End lease @l, already taken off @b: the backend detaches what it gave
+ * out, and what the lease was charged is given back. b->lock held for
+ * writing; takes s->lock.
+ */
+static void lease_end(struct tier_buf *b, const struct lease *l)
+{
+	struct tier_store *s = b->s;
+
+	/* The sim backend moves a write export's bytes back into its own
+	 * memory: no reply may point at them meanwhile. */
+	if (l->holds)
+		st_io_quiesce(b);
+	s->dev->ops->unexport(s->dev, l->exp);
+	pthread_mutex_lock(&s->lock);
+	s->use[TFS_TIER_DEVICE].used -= l->snap;
+	share_uncharge(s, l->uid, l->share);
+	if (l->holds)
+		b->nholds--;
+	/* A GPU program may have written through a write export without a
+	 * commit: what the kernel cached is not to be trusted any more. */
+	if (l->writable)
+		b->cache_stale = true;
+	st_sync_links(s, b);
+	pthread_mutex_unlock(&s->lock);
+	if (l->writable)
+		st_inval(b, TIER_INVAL_DATA);
+}
+
+void st_leases_end(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	struct lease l;
+
+	for (;;) {
+		pthread_mutex_lock(&s->lock);
+		bool any = b->nleases && take_lease(b, b->leases[0].owner, &l);
+
+		pthread_mutex_unlock(&s->lock);
+		if (!any)
+			break;
+		lease_end(b, &l);
+	}
+}
+
 int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		    bool writable, struct tfs_ioc_export *out)
 {
 	struct tier_store *s = b->s;
-	struct lease *l;
+	struct lease l = { .owner = owner, .uid = uid, .writable = writable };
+	struct lease old;
+	bool had;
 	int rc;
 
 	if (!s->dev)
 		return -ENODEV;
 	pthread_rwlock_wrlock(&b->lock);
+	/* Exporting again replaces this file's lease: a fresh snapshot, or
+	 * the other kind. */
+	pthread_mutex_lock(&s->lock);
+	had = take_lease(b, owner, &old);
+	pthread_mutex_unlock(&s->lock);
+	if (had)
+		lease_end(b, &old);
+	pthread_mutex_lock(&s->lock);
+	rc = st_share_check(s, uid, b->size);
+	/* One writer at a time: two writers of one mapping could not each
+	 * lose it when their own lease ends. */
+	for (uint32_t i = 0; writable && i < b->nleases; i++)
+		if (b->leases[i].writable)
+			rc = -EBUSY;
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		goto out;
 	if (!b->dmem) {
 		rc = st_wc_flush(b);
 		if (!rc)
@@ -74,31 +283,56 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		if (rc)
 			goto out;
 	}
-	st_io_quiesce(b); /* the sim backend moves the bytes into shm */
-	rc = s->dev->ops->export(s->dev, b->dmem, uid, gid, out);
+	l.holds = writable || !s->dev->ops->read_snapshots;
+	l.share = uid ? b->dmem->granted : 0;
+	pthread_mutex_lock(&s->lock);
+	rc = share_charge(s, uid, l.share);
+	if (!rc && !l.holds) {
+		rc = snap_reserve(s, b, b->dmem->granted);
+		if (rc)
+			share_uncharge(s, uid, l.share);
+		else
+			l.snap = b->dmem->granted;
+	}
+	pthread_mutex_unlock(&s->lock);
 	if (rc)
 		goto out;
+	if (l.holds)
+		st_io_quiesce(b); /* the sim backend moves the bytes */
+	rc = s->dev->ops->export(s->dev, b->dmem, writable, uid, gid, out,
+				 &l.exp);
+	if (!rc && writable) {
+		/* The holder writes the device copy from now on: the others
+		 * are stale, and must never come back as clean copies, nor
+		 * the committed version pass for these bytes. */
+		if (b->has_host)
+			st_host_drop(b);
+		st_disk_drop(b);
+		b->synced = false;
+	}
 	pthread_mutex_lock(&s->lock);
-	l = find_lease(b, owner);
-	if (l) {
-		l->writable |= writable;
-	} else {
+	if (!rc) {
 		struct lease *n = realloc(b->leases,
 					  (b->nleases + 1) * sizeof(*n));
-		if (!n) {
-			pthread_mutex_unlock(&s->lock);
-			if (!st_lease_count(b))
-				s->dev->ops->unexport(s->dev, b->dmem);
+
+		if (n) {
+			b->leases = n;
+			b->leases[b->nleases++] = l;
+			b->nholds += l.holds;
+		} else {
 			rc = -ENOMEM;
-			goto out;
 		}
-		b->leases = n;
-		b->leases[b->nleases++] = (struct lease){ owner, writable };
+	}
+	if (rc) {
+		s->use[TFS_TIER_DEVICE].used -= l.snap;
+		share_uncharge(s, uid, l.share);
 	}
 	out->length = b->size;
 	out->generation = b->generation;
 	st_sync_links(s, b);
 	pthread_mutex_unlock(&s->lock);
+	if (rc && l.exp)
+		s->dev->ops->unexport(s->dev, l.exp);
 out:
 	st_publish(b);
 	pthread_rwlock_unlock(&b->lock);
@@ -108,31 +342,17 @@ out:
 int tier_buf_unexport(struct tier_buf *b, uint64_t owner)
 {
 	struct tier_store *s = b->s;
-	int rc = -ENOENT;
+	struct lease l;
+	bool had;
 
 	pthread_rwlock_wrlock(&b->lock);
 	pthread_mutex_lock(&s->lock);
-	struct lease *l = find_lease(b, owner);
-
-	/* A GPU program may have written through a write export without a
-	 * commit: what the kernel cached is not to be trusted any more. */
-	bool wrote = l && l->writable;
-
-	if (l) {
-		*l = b->leases[--b->nleases];
-		rc = 0;
-	}
-	bool last = !rc && !b->nleases;
-	if (wrote)
-		b->cache_stale = true;
-	st_sync_links(s, b);
+	had = take_lease(b, owner, &l);
 	pthread_mutex_unlock(&s->lock);
-	if (last && b->dmem)
-		s->dev->ops->unexport(s->dev, b->dmem);
-	if (wrote)
-		st_inval(b, TIER_INVAL_DATA);
+	if (had)
+		lease_end(b, &l);
 	pthread_rwlock_unlock(&b->lock);
-	return rc;
+	return had ? 0 : -ENOENT;
 }
 
 int tier_buf_commit(struct tier_buf *b, uint64_t owner)

@@ -589,6 +589,7 @@ static void check_sticky(void)
 {
 	struct tier_dmem *m = NULL, *m2 = NULL;
 	struct tfs_ioc_export ex;
+	struct tier_dexp *x = NULL;
 	unsigned char *buf = malloc(3 * MiB);
 	unsigned long calls;
 	int rc, errs;
@@ -616,7 +617,7 @@ static void check_sticky(void)
 	rc = dev->ops->alloc(dev, MiB, &m2);
 	CHECK(rc == -ENODEV && !m2, "alloc after: %d", rc);
 	memset(&ex, 0, sizeof(ex));
-	rc = dev->ops->export(dev, m, 0, 0, &ex);
+	rc = dev->ops->export(dev, m, false, 0, 0, &ex, &x);
 	CHECK(rc == -ENODEV, "export after: %d", rc);
 	rc = dev->ops->host_register(dev, buf, MiB);
 	CHECK(rc == -ENODEV, "host_register after: %d", rc);
@@ -688,13 +689,16 @@ int main(void)
 	rc = dev->ops->alloc(dev, 1u << 20, &m);
 	CHECK(rc == 0, "alloc: %d", rc);
 	if (!rc) {
+		struct tier_dexp *x = NULL;
+
 		memset(&ex, 0, sizeof(ex));
-		rc = dev->ops->export(dev, m, 0, 0, &ex);
+		rc = dev->ops->export(dev, m, true, 0, 0, &ex, &x);
 		CHECK(rc == 0 && ex.handle_type == TFS_HANDLE_CUDA_IPC &&
 			      ex.offset == 0 &&
 			      !memcmp(ex.uuid, info.uuid, sizeof(ex.uuid)),
 		      "export: %d type %u", rc, ex.handle_type);
-		dev->ops->unexport(dev, m);
+		if (!rc)
+			dev->ops->unexport(dev, x);
 		dev->ops->free(dev, m);
 	}
 

@@ -59,17 +59,20 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 			status=none
 		load_loop "r$k" cmp -s "$TFS_TMP/src" "$MNT/seed"
 	done
-	# A GPU program's map: the sim backend keeps it in /dev/shm.
+	# GPU programs' maps: the sim backend keeps them in /dev/shm, named
+	# after the daemon (a read map's snapshot, a write map's live bytes).
 	head -c 1M /dev/urandom >"$MNT/exp"
 	"$EC" hold "$MNT/exp" >"$TFS_TMP/hold.out" 2>&1 &
 	LOADERS+=($!)
 	wait_until grep -q '^ready' "$TFS_TMP/hold.out"
+	"$EC" hold "$MNT/exp" rw >"$TFS_TMP/hold-rw.out" 2>&1 &
+	LOADERS+=($!)
+	wait_until grep -q '^ready' "$TFS_TMP/hold-rw.out"
 	wait_until has_spill_files
 	local dead=$TFS_PID
 	local shm
-	shm=$(grep -v '(deleted)$' "/proc/$dead/maps" |
-		grep -o ' /dev/shm/[^ ]*' | sort -u)
-	[ -n "$shm" ]
+	shm=$(find /dev/shm -maxdepth 1 -name "tierfs.$dead.*")
+	[ "$(echo "$shm" | wc -l)" -eq 2 ]
 
 	kill -9 "$dead"
 	wait "$dead" 2>/dev/null || true
@@ -92,9 +95,11 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 		grep -qE "Transport endpoint is not connected|Software caused connection abort" \
 			"$TFS_TMP/w$k.err"
 	done
-	# The export holder keeps a descriptor on the mount until it goes.
-	kill "${LOADERS[6]}"
-	wait "${LOADERS[6]}" 2>/dev/null || true
+	# The export holders keep a descriptor on the mount until they go.
+	for pid in "${LOADERS[@]:6:2}"; do
+		kill "$pid"
+		wait "$pid" 2>/dev/null || true
+	done
 
 	fusermount3 -u "$MNT"
 	! mountpoint -q "$MNT"

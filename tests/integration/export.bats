@@ -175,9 +175,9 @@ EOF
 	[ "$(stat -c %Y "$MNT/f")" -gt "$before" ]
 }
 
-@test "a leased file refuses to move with EBUSY and moves once closed" {
+@test "a file leased for writing refuses to move with EBUSY and moves once closed" {
 	mkfile f 1000000
-	hold "$MNT/f" "$TFS_TMP/hold"
+	hold "$MNT/f" "$TFS_TMP/hold" rw
 	[ "$(tfs_tier "$MNT/f")" = device ]
 	run setfattr -n user.tierfs.tier -v disk "$MNT/f"
 	[ "$status" -ne 0 ]
@@ -261,7 +261,7 @@ EOF
 	cmp "$TFS_TMP/f" "$MNT/f"
 }
 
-@test "the shm object is 0600, owned by the caller, unguessable, and gone after release" {
+@test "the shm object is 0600, the daemon's, unguessable, and gone after release" {
 	sim_only
 	mkfile f 8192
 	run ec shm "$MNT/f"
@@ -271,23 +271,27 @@ EOF
 	[ "${lines[2]}" = "after release: gone" ]
 }
 
-@test "the shm object is gone once the last of two maps closes" {
+@test "each map has its own shm object, gone when that map closes" {
 	sim_only
 	mkfile f 8192
+	# The daemon's objects carry its pid (an mtime test races the clock).
+	objs() { find /dev/shm -maxdepth 1 -name "tierfs.$TFS_PID.*" | wc -l; }
 	hold "$MNT/f" "$TFS_TMP/h1"
 	local p1=$HOLD_PID
+	[ "$(objs)" -eq 1 ]
 	hold "$MNT/f" "$TFS_TMP/h2"
 	local p2=$HOLD_PID
-	# The daemon's objects carry its pid (an mtime test races the clock).
-	local objs
-	objs=$(find /dev/shm -maxdepth 1 -name "tierfs.$TFS_PID.*" | wc -l)
-	[ "$objs" -eq 1 ]
+	# A read map is a snapshot of its own.
+	[ "$(objs)" -eq 2 ]
+	hold "$MNT/f" "$TFS_TMP/h3" rw
+	local p3=$HOLD_PID
+	[ "$(objs)" -eq 3 ]
 	unhold "$p1" "$TFS_TMP/h1"
-	objs=$(find /dev/shm -maxdepth 1 -name "tierfs.$TFS_PID.*" | wc -l)
-	[ "$objs" -eq 1 ]
+	[ "$(objs)" -eq 2 ]
+	unhold "$p3" "$TFS_TMP/h3"
+	[ "$(objs)" -eq 1 ]
 	unhold "$p2" "$TFS_TMP/h2"
-	objs=$(find /dev/shm -maxdepth 1 -name "tierfs.$TFS_PID.*" | wc -l)
-	[ "$objs" -eq 0 ]
+	[ "$(objs)" -eq 0 ]
 }
 
 @test "alloc gives an empty file zeroed device memory" {

@@ -7,9 +7,26 @@
  *   export_client fill PATH SEED       map for writing, write pattern(SEED)
  *                                      over the whole buffer, commit, close
  *   export_client pattern LEN SEED     pattern(SEED) of LEN bytes to stdout
- *   export_client hold PATH [rw]       map, print "ready NAME LENGTH SUM",
+ *   export_client hold PATH [rw]       map, print "ready TYPE LENGTH SUM",
  *                                      keep the map until SIGTERM, close,
- *                                      print "closed"
+ *                                      print "closed"; on SIGUSR1 print
+ *                                      "sum SUM" of what the map shows
+ *   export_client keep PATH [rw]       what an attacker would do: export
+ *                                      with raw ioctls, map the object,
+ *                                      release the lease and close the
+ *                                      file but keep the mapping; print
+ *                                      "ready SUM"; on SIGUSR1 print "sum
+ *                                      SUM", on SIGUSR2 write 0xab over
+ *                                      the mapping (rw) and print "wrote",
+ *                                      on SIGTERM exit
+ *   export_client probe PATH           export for reading through a read-
+ *                                      only descriptor and try to get
+ *                                      write access to the object: print
+ *                                      "name=..", "mode=.. uid=..", then
+ *                                      "rdwr=..", "mmap-write=..",
+ *                                      "chmod=..", "rdonly=.." (ok or the
+ *                                      errno name), and whether the name
+ *                                      is gone after release
  *   export_client sum PATH             the SUM of PATH's bytes, read(2)
  *   export_client shm PATH             export, print the shm object's mode
  *                                      and owner, release, say if it is gone
@@ -30,11 +47,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -171,17 +190,144 @@ static int cmd_hold(const char *path, int flags)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 
 	map_host(path, flags, &m);
 	printf("ready %d %zu %016llx\n", m.handle_type, m.length,
 	       (unsigned long long)sum_bytes(SUM_INIT, m.ptr, m.length));
 	fflush(stdout);
-	sigwait(&set, &sig);
+	while (!sigwait(&set, &sig) && sig == SIGUSR1) {
+		printf("sum %016llx\n",
+		       (unsigned long long)sum_bytes(SUM_INIT, m.ptr,
+						     m.length));
+		fflush(stdout);
+	}
 	rc = tfs_map_close(&m);
 	if (rc)
 		die("tfs_map_close", rc);
 	printf("closed\n");
+	return 0;
+}
+
+static const char *errno_name(int e);
+
+static int raw_export(const char *path, int oflags, uint32_t flags,
+		      struct tfs_ioc_export *ex)
+{
+	int fd = open(path, oflags);
+
+	if (fd < 0)
+		die(path, -errno);
+	memset(ex, 0, sizeof(*ex));
+	ex->version = TFS_ABI_VERSION;
+	ex->flags = flags;
+	if (ioctl(fd, TFS_IOC_EXPORT, ex) < 0)
+		die("TFS_IOC_EXPORT", -errno);
+	if (ex->handle_type != TFS_HANDLE_SHM ||
+	    !memchr(ex->handle, 0, sizeof(ex->handle)) || ex->handle[0] != '/')
+		die("export: not a shm handle", -EPROTO);
+	return fd;
+}
+
+static void raw_release(int fd)
+{
+	struct tfs_ioc_release rel;
+
+	memset(&rel, 0, sizeof(rel));
+	rel.version = TFS_ABI_VERSION;
+	if (ioctl(fd, TFS_IOC_RELEASE, &rel) < 0)
+		die("TFS_IOC_RELEASE", -errno);
+}
+
+static const char *try_errno(int rc)
+{
+	return rc < 0 ? errno_name(errno) : "ok";
+}
+
+static int cmd_probe(const char *path)
+{
+	struct tfs_ioc_export ex;
+	const char *name;
+	char dev_path[128];
+	struct stat st;
+	size_t len;
+	void *p;
+	int fd, sfd;
+
+	fd = raw_export(path, O_RDONLY, 0, &ex);
+	name = (const char *)ex.handle;
+	len = ex.length ? ex.length : 1;
+	snprintf(dev_path, sizeof(dev_path), "/dev/shm%s", name);
+	printf("name=%s\n", name);
+	if (stat(dev_path, &st) < 0)
+		die(dev_path, -errno);
+	printf("mode=%04o uid=%u\n", (unsigned int)(st.st_mode & 07777),
+	       (unsigned int)st.st_uid);
+	sfd = shm_open(name, O_RDWR, 0);
+	printf("rdwr=%s\n", try_errno(sfd));
+	if (sfd >= 0)
+		close(sfd);
+	sfd = shm_open(name, O_RDONLY, 0);
+	if (sfd < 0)
+		die("shm_open O_RDONLY", -errno);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+	printf("mmap-write=%s\n", try_errno(p == MAP_FAILED ? -1 : 0));
+	if (p != MAP_FAILED)
+		munmap(p, len);
+	printf("chmod=%s\n", try_errno(fchmod(sfd, 0666)));
+	p = mmap(NULL, len, PROT_READ, MAP_SHARED, sfd, 0);
+	printf("rdonly=%s\n", try_errno(p == MAP_FAILED ? -1 : 0));
+	if (p != MAP_FAILED)
+		munmap(p, len);
+	close(sfd);
+	raw_release(fd);
+	printf("after release: %s\n",
+	       stat(dev_path, &st) < 0 && errno == ENOENT ? "gone" : "present");
+	close(fd);
+	return 0;
+}
+
+static int cmd_keep(const char *path, bool wr)
+{
+	struct tfs_ioc_export ex;
+	unsigned char *p;
+	sigset_t set;
+	size_t len;
+	int fd, sfd, sig;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGUSR1);
+	sigaddset(&set, SIGUSR2);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+
+	fd = raw_export(path, wr ? O_RDWR : O_RDONLY,
+			wr ? TFS_EXPORT_WRITE : 0, &ex);
+	len = ex.length;
+	sfd = shm_open((const char *)ex.handle, wr ? O_RDWR : O_RDONLY, 0);
+	if (sfd < 0)
+		die("shm_open", -errno);
+	p = mmap(NULL, len ? len : 1, PROT_READ | (wr ? PROT_WRITE : 0),
+		 MAP_SHARED, sfd, 0);
+	if (p == MAP_FAILED)
+		die("mmap", -errno);
+	close(sfd);
+	raw_release(fd);
+	close(fd);
+	printf("ready %016llx\n",
+	       (unsigned long long)sum_bytes(SUM_INIT, p, len));
+	fflush(stdout);
+	while (!sigwait(&set, &sig) && sig != SIGTERM) {
+		if (sig == SIGUSR2 && wr) {
+			memset(p, 0xab, len);
+			printf("wrote\n");
+		} else {
+			printf("sum %016llx\n",
+			       (unsigned long long)sum_bytes(SUM_INIT, p, len));
+		}
+		fflush(stdout);
+	}
 	return 0;
 }
 
@@ -238,6 +384,7 @@ static const char *errno_name(int e)
 	case EFAULT: return "EFAULT";
 	case EIO: return "EIO";
 	case ENOSPC: return "ENOSPC";
+	case EDQUOT: return "EDQUOT";
 	case EOPNOTSUPP: return "EOPNOTSUPP";
 	default: return "other";
 	}
@@ -344,6 +491,10 @@ int main(int argc, char **argv)
 						 TFS_MAP_READ);
 	if (!strcmp(argv[1], "sum"))
 		return cmd_sum(argv[2]);
+	if (!strcmp(argv[1], "probe"))
+		return cmd_probe(argv[2]);
+	if (!strcmp(argv[1], "keep"))
+		return cmd_keep(argv[2], argc > 3 && !strcmp(argv[3], "rw"));
 	if (!strcmp(argv[1], "shm"))
 		return cmd_shm(argv[2]);
 	if (!strcmp(argv[1], "alloc") && argc == 4) {

@@ -83,12 +83,12 @@ sys.stdout.buffer.write(b)
 	cmp "$MNT/f" "$TFS_TMP/want"
 }
 
-@test "the lease: a mapped file stays on the device until close" {
+@test "the lease: a file mapped for writing stays on the device until close" {
 	head -c 1000000 /dev/urandom >"$MNT/f"
 	setfattr -n user.tierfs.tier -v disk "$MNT/f"
 	run "$PY" -c '
 import os, sys, tierfs.device as d
-b = d.open(sys.argv[1])
+b = d.open(sys.argv[1], write=True)
 print(os.getxattr(sys.argv[1], "user.tierfs.tier").decode())
 print(os.getxattr(sys.argv[1], "user.tierfs.pins").decode())
 try:
@@ -116,6 +116,28 @@ except ValueError as e:
 	[ "${lines[5]}" = closed ]
 	[ "$(tier_of "$MNT/f")" = disk ]
 	[ "$(pins_of "$MNT/f")" = 0 ]
+}
+
+@test "a read map is a snapshot: the file moves and changes under it" {
+	head -c 100000 /dev/urandom >"$TFS_TMP/f"
+	cp "$TFS_TMP/f" "$MNT/f"
+	run "$PY" -c '
+import os, sys, numpy as np, tierfs.device as d
+b = d.open(sys.argv[1])
+# Neither a move nor a rewrite by the owner waits for the reader.
+os.setxattr(sys.argv[1], "user.tierfs.tier", b"disk")
+print(os.getxattr(sys.argv[1], "user.tierfs.tier").decode())
+with open(sys.argv[1], "r+b") as f:
+    f.write(b"\xff" * 4096)
+want = np.fromfile(sys.argv[2], dtype=np.uint8)
+print(np.array_equal(b.array, want))
+b.close()
+' "$MNT/f" "$TFS_TMP/f"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = disk ]
+	[ "${lines[1]}" = True ]
+	[ "$(head -c 4096 "$MNT/f" | tr -d '\377' | wc -c)" = 0 ]
 }
 
 @test "a process that exits without close drops its lease" {

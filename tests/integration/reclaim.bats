@@ -104,13 +104,13 @@ print(d.reclaim(m, 1 << 30))
 	same_files 3
 }
 
-@test "reclaim stops when nothing more can move: leased and pinned stay" {
+@test "reclaim stops when nothing more can move: write-leased and pinned stay" {
 	tfs_mount -o device_backend=sim,device_limit=64M,host_limit=256M
 	mkfiles 4 $((4 << 20))
 	setfattr -n user.tierfs.pin -v 1 "$MNT/f1"
 	"$PY" -c '
 import sys, time, tierfs.device as d
-b = d.open(sys.argv[1])
+b = d.open(sys.argv[1], write=True)
 print("ready", flush=True)
 time.sleep(60)
 ' "$MNT/f2" >"$TFS_TMP/hold" &
@@ -247,13 +247,14 @@ print(d.rmm_failure_callback("/")(1))
 	[ "$(stat_of device.others)" = 0 ]
 }
 
-@test "reserve: leased buffers cannot yield, and that is said once" {
+@test "reserve: write-leased buffers cannot yield, and that is said once" {
 	export TFS_SIM_CLAIM=$TFS_TMP/claim
 	tfs_mount -o device_backend=sim,device_limit=32M,device_reserve=0,host_limit=256M
 	mkfiles 2 $((8 << 20))
 	"$PY" -c '
 import sys, time, tierfs.device as d
-a, b = d.open(sys.argv[1]), d.open(sys.argv[2])
+a = d.open(sys.argv[1], write=True)
+b = d.open(sys.argv[2], write=True)
 print("ready", flush=True)
 time.sleep(60)
 ' "$MNT/f1" "$MNT/f2" >"$TFS_TMP/hold" &

@@ -165,3 +165,176 @@ dead_pid() {
 	! grep -q "removed '/$theirs'" "$LOG"
 	! grep -q "removed '/$link'" "$LOG"
 }
+
+# bg USER OUT CMD...: export_client CMD... as USER in the background, its
+# output in OUT; waits for its "ready" line. Sets BG_PID.
+bg() {
+	local u=$1 out=$2 i
+	shift 2
+	tfs_bg_as "$u" "$EXPORT_CLIENT" "$@" >"$out" 2>&1
+	for i in $(seq 1 200); do
+		grep -q '^ready' "$out" && return 0
+		if ! kill -0 "$BG_PID" 2>/dev/null; then
+			echo "client exited:" >&2
+			cat "$out" >&2
+			return 1
+		fi
+		sleep 0.05
+	done
+	echo "client not ready within 10s" >&2
+	cat "$out" >&2
+	return 1
+}
+
+# ask PID OUT SIG WHAT: send SIG and wait for one more line starting with
+# WHAT in OUT; print that line's last word.
+ask() {
+	local pid=$1 out=$2 sig=$3 what=$4 n i
+	n=$(grep -c "^$what" "$out" || true)
+	kill "-$sig" "$pid"
+	for i in $(seq 1 200); do
+		if [ "$(grep -c "^$what" "$out" || true)" -gt "$n" ]; then
+			grep "^$what" "$out" | tail -1 | awk '{print $NF}'
+			return 0
+		fi
+		sleep 0.05
+	done
+	echo "no answer to SIG$sig" >&2
+	return 1
+}
+
+# The sum export_client gives bytes, of a file.
+sum_of() {
+	"$EXPORT_CLIENT" sum "$1"
+}
+
+@test "a read export cannot be used to write the file (finding 1)" {
+	alice_file f 0644
+	run ec "$bob" probe "$MNT/f"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "${lines[0]}" =~ ^name=/tierfs\.[0-9]+\.[0-9a-f]{32}$ ]]
+	# The daemon's object, opened to bob for reading by an ACL entry.
+	[[ "${lines[1]}" == *" uid=0" ]]
+	[ "${lines[2]}" = rdwr=EACCES ]
+	[ "${lines[3]}" = mmap-write=EACCES ]
+	[ "${lines[4]}" = chmod=EPERM ]
+	[ "${lines[5]}" = rdonly=ok ]
+	[ "${lines[6]}" = "after release: gone" ]
+	cmp "$TFS_TMP/f" "$MNT/f"
+	# Nor a root-owned script that root then runs.
+	printf '#!/bin/sh\necho safe\n' >"$MNT/script"
+	chmod 0755 "$MNT/script"
+	run ec "$bob" probe "$MNT/script"
+	[ "${lines[2]}" = rdwr=EACCES ]
+	[ "$("$MNT/script")" = safe ]
+}
+
+@test "a mapping dies with its lease (finding 2)" {
+	alice_file f 0644
+	# bob keeps his read mapping after releasing the lease and closing.
+	bg "$bob" "$TFS_TMP/bob" keep "$MNT/f"
+	local bobpid=$BG_PID s0
+	s0=$(awk '/^ready/ {print $2}' "$TFS_TMP/bob")
+	[ "$s0" = "$(sum_of "$TFS_TMP/f")" ]
+	# alice makes the file private and writes secrets in place.
+	as "$alice" chmod 0600 "$MNT/f"
+	head -c 65536 /dev/urandom >"$TFS_TMP/secret"
+	as "$alice" dd if="$TFS_TMP/secret" of="$MNT/f" conv=notrunc \
+		status=none
+	[ "$(ask "$bobpid" "$TFS_TMP/bob" USR1 sum)" = "$s0" ]
+
+	# A writer's mapping is detached when its lease ends: alice keeps
+	# hers, root writes new bytes, and neither side sees the other's.
+	bg "$alice" "$TFS_TMP/alice" keep "$MNT/f" rw
+	local apid=$BG_PID s1
+	s1=$(awk '/^ready/ {print $2}' "$TFS_TMP/alice")
+	[ "$s1" = "$(sum_of "$TFS_TMP/secret")" ]
+	head -c 65536 /dev/urandom >"$TFS_TMP/new"
+	dd if="$TFS_TMP/new" of="$MNT/f" conv=notrunc status=none
+	[ "$(ask "$apid" "$TFS_TMP/alice" USR1 sum)" = "$s1" ]
+	[ "$(ask "$apid" "$TFS_TMP/alice" USR2 wrote)" = wrote ]
+	cmp "$TFS_TMP/new" "$MNT/f"
+	[ "$(ask "$bobpid" "$TFS_TMP/bob" USR1 sum)" = "$s0" ]
+}
+
+@test "a reader's map never blocks the owner, and each sees their own bytes (finding 5)" {
+	alice_file f 0644 100000
+	bg "$bob" "$TFS_TMP/bob" hold "$MNT/f"
+	local bobpid=$BG_PID s0
+	s0=$(awk '/^ready/ {print $4}' "$TFS_TMP/bob")
+	[ "$s0" = "$(sum_of "$TFS_TMP/f")" ]
+	# alice truncates, rewrites, appends, moves and maps her file.
+	as "$alice" truncate -s 1000 "$MNT/f"
+	head -c 50000 /dev/urandom >"$TFS_TMP/g"
+	chmod 644 "$TFS_TMP/g"
+	as "$alice" cp "$TFS_TMP/g" "$MNT/f"
+	as "$alice" sh -c "echo more >>'$MNT/f'"
+	echo more >>"$TFS_TMP/g"
+	as "$alice" setfattr -n user.tierfs.tier -v disk "$MNT/f"
+	[ "$(tfs_tier "$MNT/f")" = disk ]
+	as "$alice" setfattr -n user.tierfs.tier -v host "$MNT/f"
+	cmp "$TFS_TMP/g" "$MNT/f"
+	ec "$alice" cat "$MNT/f" | cmp - "$TFS_TMP/g"
+	ec "$alice" fill "$MNT/f" 5
+	ec root pattern "$(stat -c %s "$TFS_TMP/g")" 5 >"$TFS_TMP/filled"
+	cmp "$TFS_TMP/filled" "$MNT/f"
+	# bob still sees what he mapped, and only that.
+	[ "$(ask "$bobpid" "$TFS_TMP/bob" USR1 sum)" = "$s0" ]
+	kill -TERM "$bobpid"
+	wait "$bobpid"
+	grep -q '^closed$' "$TFS_TMP/bob"
+	cmp "$TFS_TMP/filled" "$MNT/f"
+}
+
+@test "one write map at a time; readers come and go around it" {
+	alice_file f 0666
+	bg "$alice" "$TFS_TMP/alice" hold "$MNT/f" rw
+	local apid=$BG_PID
+	run ec "$bob" ioctl "$MNT/f" export-write rw
+	[ "$output" = errno=EBUSY ]
+	run ec "$bob" ioctl "$MNT/f" export r
+	[ "$output" = ok ]
+	kill -TERM "$apid"
+	wait "$apid"
+	run ec "$bob" ioctl "$MNT/f" export-write rw
+	[ "$output" = ok ]
+}
+
+@test "[device] user_share bounds what one user's pins, exports and moves hold on the device" {
+	tfs_unmount
+	tfs_mount -o allow_other,device_backend=sim,device_limit=64M,host_limit=64M,device_user_share=1M
+	chmod 1777 "$MNT"
+	local f
+	for f in b1 b2 b3; do
+		head -c 600000 /dev/urandom >"$TFS_TMP/$f"
+		chmod 644 "$TFS_TMP/$f"
+		as "$bob" cp "$TFS_TMP/$f" "$MNT/$f"
+		[ "$(tfs_tier "$MNT/$f")" = device ]
+	done
+	as "$bob" setfattr -n user.tierfs.pin -v 1 "$MNT/b1"
+	run as "$bob" setfattr -n user.tierfs.pin -v 1 "$MNT/b2"
+	[[ "$output" == *"Disk quota exceeded"* ]]
+	run ec "$bob" ioctl "$MNT/b2" export r
+	[ "$output" = errno=EDQUOT ]
+	as "$bob" setfattr -n user.tierfs.tier -v host "$MNT/b3"
+	run as "$bob" setfattr -n user.tierfs.tier -v device "$MNT/b3"
+	[[ "$output" == *"Disk quota exceeded"* ]]
+	run ec "$bob" ioctl "$MNT/b3" move-device r
+	[ "$output" = errno=EDQUOT ]
+	[ "$(tfs_tier "$MNT/b3")" = host ]
+	# alice has a share of her own, and root none.
+	alice_file a 0644 600000
+	as "$alice" setfattr -n user.tierfs.pin -v 1 "$MNT/a"
+	setfattr -n user.tierfs.pin -v 1 "$MNT/b2"
+	setfattr -n user.tierfs.pin -v 0 "$MNT/b2"
+	# Unpinning gives the share back.
+	as "$bob" setfattr -n user.tierfs.pin -v 0 "$MNT/b1"
+	as "$bob" setfattr -n user.tierfs.pin -v 1 "$MNT/b2"
+	run ec "$bob" ioctl "$MNT/b1" export r
+	[ "$output" = errno=EDQUOT ]
+	as "$bob" setfattr -n user.tierfs.pin -v 0 "$MNT/b2"
+	run ec "$bob" ioctl "$MNT/b1" export r
+	[ "$output" = ok ]
+	cmp "$TFS_TMP/b1" "$MNT/b1"
+}

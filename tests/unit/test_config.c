@@ -700,7 +700,7 @@ static void test_is_option(void)
 		"policy_eviction", "policy_unspill", "policy_high_watermark",
 		"policy_target",  "fs_threads",	    "fs_read_ahead_kb",
 		"fs_metadata_limit", "log_file",	  "policy_overcommit",
-		"fs_writeback_cache",
+		"fs_writeback_cache", "device_user_share",
 		"host_limit=8G",  "Host_Limit",
 	};
 	static const char *const no[] = {
@@ -1056,7 +1056,8 @@ static void test_example_file(void)
 	}
 	fclose(in);
 	fclose(out);
-	/* every key but the three limits, the log file and the disk name */
+	/* every key but the three limits, the user share, the log file and
+	 * the disk name */
 	CHECK_EQ(keys, 18);
 	CHECK_EQ(load(&cfg, text), 0);
 	CHECK(!err[0] || !printf("#   %s\n", err));

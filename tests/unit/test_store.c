@@ -5,11 +5,13 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -884,6 +886,91 @@ static void test_inval_callback(void)
 	tier_store_destroy(s);
 }
 
+/* The bytes of a sim export's object, through its name. */
+static bool shm_holds(const struct tfs_ioc_export *ex, int n, uint64_t size)
+{
+	int fd = shm_open((const char *)ex->handle, O_RDONLY, 0);
+	uint8_t *p, *want = malloc(size);
+	bool ok = false;
+
+	if (fd < 0 || !want)
+		goto out;
+	p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+	if (p != MAP_FAILED) {
+		fill(want, size, n, 0);
+		ok = !memcmp(p, want, size);
+		munmap(p, size);
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	free(want);
+	return ok;
+}
+
+/* A read export is a snapshot that holds nothing of the buffer; a write
+ * export holds it, alone; user shares count both and pins. */
+static void test_export_leases(void)
+{
+	struct tier_store *s = mk_store("sim", 8 * MiB, 8 * MiB, 0);
+	struct tier_buf *b = mk_file(s, 5, MiB), *c = mk_file(s, 6, MiB);
+	struct tfs_ioc_export r = { 0 }, w = { 0 };
+	struct tier_store_stats st;
+	uint64_t used;
+
+	tier_store_stats(s, &st);
+	used = st.tier[TFS_TIER_DEVICE].used;
+	CHECK_EQ(tier_buf_export(b, 1, getuid(), getgid(), false, &r), 0);
+	CHECK(shm_holds(&r, 5, MiB));
+	/* The snapshot's room is the device tier's. */
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_DEVICE].used, used + MiB);
+	/* The owner writes, truncates and moves as if it were not there. */
+	uint8_t junk[4096];
+
+	memset(junk, 0x5a, sizeof(junk));
+	CHECK_EQ(tier_buf_write(b, junk, sizeof(junk), 0), sizeof(junk));
+	CHECK_EQ(tier_buf_truncate(b, MiB / 2), 0);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	CHECK(shm_holds(&r, 5, MiB));
+	CHECK_EQ(tier_buf_export(b, 2, getuid(), getgid(), true, &w), 0);
+	CHECK(strcmp((char *)w.handle, (char *)r.handle) != 0);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), -EBUSY);
+	CHECK_EQ(tier_buf_truncate(b, 10), -EBUSY);
+	/* One writer: another open file's write export waits. */
+	CHECK_EQ(tier_buf_export(b, 3, getuid(), getgid(), true, &r), -EBUSY);
+	CHECK_EQ(tier_buf_unexport(b, 2), 0);
+	CHECK_EQ(tier_buf_unexport(b, 1), 0);
+	tier_store_stats(s, &st);
+	CHECK(st.tier[TFS_TIER_DEVICE].used <= used);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+
+	/* Share: 1.25 MiB a user; b is 512 KiB now, c 1 MiB. */
+	struct tfs_config cfg;
+	char err[256];
+
+	cfg_defaults(&cfg);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "sim");
+	cfg.device.limit = (struct cfg_size){ .bytes = 8 * MiB };
+	cfg.host.limit = (struct cfg_size){ .bytes = 8 * MiB };
+	cfg.device.user_share = (struct cfg_size){ .bytes = 5 * MiB / 4 };
+	CHECK_EQ(tier_store_reconfigure(s, &cfg, err, sizeof(err)), 0);
+	cfg_free(&cfg);
+	CHECK_EQ(tier_buf_move_as(c, TFS_TIER_DEVICE, 0, 1000), 0);
+	CHECK_EQ(tier_buf_pin_as(c, 1000), 0);
+	CHECK_EQ(tier_buf_move_as(b, TFS_TIER_DEVICE, 0, 1000), -EDQUOT);
+	CHECK_EQ(tier_buf_export(b, 4, 1000, 1000, false, &r), -EDQUOT);
+	CHECK_EQ(tier_buf_export(b, 4, 1001, 1001, false, &r), 0);
+	CHECK_EQ(tier_buf_move_as(b, TFS_TIER_DEVICE, 0, 0), 0);
+	CHECK_EQ(tier_buf_unpin(c), 0);
+	CHECK_EQ(tier_buf_export(b, 5, 1000, 1000, false, &w), 0);
+	tier_buf_destroy(b);
+	tier_buf_destroy(c);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_DEVICE].used, 0);
+	tier_store_destroy(s);
+}
+
 static void test_reconfigure_shrinks(void)
 {
 	struct tier_store *s = mk_store("none", 0, 16 * MiB, 0);
@@ -1577,6 +1664,7 @@ int main(void)
 	TAP_RUN(test_concurrent_under_spilling);
 	TAP_RUN(test_export_sim);
 	TAP_RUN(test_inval_callback);
+	TAP_RUN(test_export_leases);
 	TAP_RUN(test_reconfigure_shrinks);
 	TAP_RUN(test_stats_format);
 	TAP_RUN(test_bad_backend);
