@@ -104,3 +104,33 @@ opened_by_handle() {
 	[ "$status" -eq 1 ] # a directory cannot be read()...
 	[ "${lines[-1]}" = "Is a directory" ] # ...but it opened
 }
+
+@test "on a persistent mount a handle outlives a restart and a crash" {
+	tfs_mount -o disk_persist=yes
+	echo kept >"$MNT/f"
+	mkdir -p "$MNT/d/e"
+	echo deep >"$MNT/d/e/g"
+	echo gone >"$MNT/h"
+	"$HANDLE" save "$MNT/f" "$TFS_TMP/f.h"
+	"$HANDLE" save "$MNT/d/e/g" "$TFS_TMP/g.h"
+	"$HANDLE" save "$MNT/h" "$TFS_TMP/h.h"
+	rm "$MNT/h"
+	# The inode numbers and generations come back with the files: an
+	# NFS client's handles still name them.
+	tfs_unmount
+	tfs_mount -o disk_persist=yes
+	[ "$("$HANDLE" open "$MNT" "$TFS_TMP/f.h")" = kept ]
+	[ "$("$HANDLE" open "$MNT" "$TFS_TMP/g.h")" = deep ]
+	run "$HANDLE" open "$MNT" "$TFS_TMP/h.h"
+	[ "$status" -eq 1 ]
+	[ "${lines[-1]}" = ESTALE ]
+	# After kill -9 too, for what the journal made durable.
+	python3 -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)" "$MNT/f"
+	kill -9 "$TFS_PID"
+	wait "$TFS_PID" 2>/dev/null || true
+	TFS_PID=
+	fusermount3 -uz "$MNT"
+	tfs_mount -o disk_persist=yes
+	[ "$("$HANDLE" open "$MNT" "$TFS_TMP/f.h")" = kept ]
+	[ "$("$HANDLE" open "$MNT" "$TFS_TMP/g.h")" = deep ]
+}
