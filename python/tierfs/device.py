@@ -8,8 +8,9 @@
         buf.commit()                   # readers of the file see the 7s
 
 ``open()`` exports the file (TFS_IOC_EXPORT: the daemon moves its buffer to
-the device tier and holds it there with a lease) and maps it into this
-process: on the cuda backend the CUDA IPC handle is opened here, with the
+the device tier and gives this process a lease: for writing, on the live
+copy, held there; for reading, on the sim backend, a private snapshot) and
+maps it into this process: on the cuda backend the CUDA IPC handle is opened here, with the
 CUDA runtime through ctypes, so the object has ``__cuda_array_interface__``
 and cupy, torch and numba take it without a copy; on the sim backend the
 bytes are a shared-memory mapping and ``buf.array`` (or
@@ -401,8 +402,13 @@ def open(path, write=False) -> DeviceBuffer:  # noqa: A001 (tierfs.device.open)
     Returns a DeviceBuffer: on a GPU it has ``__cuda_array_interface__``
     (cupy.asarray, torch.as_tensor, numba.cuda.as_cuda_array take it without
     a copy), on the sim backend ``.array`` is a NumPy array over the shared
-    memory. The buffer stays on the device until close(). write=True needs
-    the file open for reading and writing, as write(2) would.
+    memory. With write=True (which needs the file open for reading and
+    writing, as write(2) would) the map is the file's live device copy,
+    which stays on the device until close(); a view kept after close()
+    is detached from the file (sim). A read map is a private snapshot of the bytes as
+    they are now (sim; on cuda, until the backend has snapshots, it maps the
+    live copy and holds it): the file may be written, moved or truncated
+    meanwhile, and the map shows none of it.
 
     Raises OSError: ENODEV when the mount has no device tier (or no GPU in
     this process has tierfs's), ENOSPC when the file does not fit on the

@@ -288,7 +288,12 @@ static int cmd_probe(const char *path)
 	return 0;
 }
 
-static int cmd_keep(const char *path, bool wr)
+/*
+ * keep PATH [r|rw [close]]: export, map, end the lease (TFS_IOC_RELEASE
+ * then close, or with "close" the close alone) and keep the mapping;
+ * SIGUSR1 prints its sum, SIGUSR2 writes 0xab over it (rw), SIGTERM ends.
+ */
+static int cmd_keep(const char *path, bool wr, bool release)
 {
 	struct tfs_ioc_export ex;
 	unsigned char *p;
@@ -313,7 +318,8 @@ static int cmd_keep(const char *path, bool wr)
 	if (p == MAP_FAILED)
 		die("mmap", -errno);
 	close(sfd);
-	raw_release(fd);
+	if (release)
+		raw_release(fd);
 	close(fd);
 	printf("ready %016llx\n",
 	       (unsigned long long)sum_bytes(SUM_INIT, p, len));
@@ -403,7 +409,9 @@ static int cmd_ioctl(const char *path, const char *c, const char *mode)
 		struct tfs_ioc_stat st;
 		struct tfs_ioc_commit cm;
 		struct tfs_ioc_release rel;
+		struct tfs_ioc_alloc al;
 	} u;
+	bool then_commit = false;
 	unsigned long cmd;
 	int fd, rc;
 
@@ -444,6 +452,14 @@ static int cmd_ioctl(const char *path, const char *c, const char *mode)
 		u.mv.reserved0 = 1;
 	} else if (!strcmp(c, "commit")) {
 		cmd = TFS_IOC_COMMIT;
+	} else if (!strcmp(c, "export-commit")) {
+		/* A read export, then a commit through the same descriptor:
+		 * the commit's answer is printed. */
+		cmd = TFS_IOC_EXPORT;
+		then_commit = true;
+	} else if (!strcmp(c, "alloc")) {
+		cmd = TFS_IOC_ALLOC;
+		u.al.size = 4096;
 	} else if (!strcmp(c, "unknown-cmd")) {
 		cmd = BAD_IOC_CMD;
 	} else if (!strcmp(c, "wrong-size")) {
@@ -459,6 +475,11 @@ static int cmd_ioctl(const char *path, const char *c, const char *mode)
 	if (fd < 0)
 		die(path, -errno);
 	rc = ioctl(fd, cmd, &u);
+	if (!rc && then_commit) {
+		memset(&u, 0, sizeof(u));
+		u.cm.version = TFS_ABI_VERSION;
+		rc = ioctl(fd, TFS_IOC_COMMIT, &u);
+	}
 	if (rc < 0)
 		printf("errno=%s\n", errno_name(errno));
 	else
@@ -494,7 +515,8 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "probe"))
 		return cmd_probe(argv[2]);
 	if (!strcmp(argv[1], "keep"))
-		return cmd_keep(argv[2], argc > 3 && !strcmp(argv[3], "rw"));
+		return cmd_keep(argv[2], argc > 3 && !strcmp(argv[3], "rw"),
+				!(argc > 4 && !strcmp(argv[4], "close")));
 	if (!strcmp(argv[1], "shm"))
 		return cmd_shm(argv[2]);
 	if (!strcmp(argv[1], "alloc") && argc == 4) {

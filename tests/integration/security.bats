@@ -230,6 +230,82 @@ sum_of() {
 	[ "$("$MNT/script")" = safe ]
 }
 
+# shm_objs: the daemon's objects in /dev/shm, one name a line.
+shm_objs() {
+	find /dev/shm -maxdepth 1 -name "tierfs.$TFS_PID.*" -printf '%f\n' |
+		sort
+}
+
+@test "bob cannot change alice's file through any interface" {
+	alice_file f 0644 100000
+	local before o mine hers
+	before=$(stat -c %Y.%s "$MNT/f")
+	# open(2), truncate(2), and every xattr, tierfs's own included.
+	run as "$bob" sh -c "echo x >>'$MNT/f'"
+	[ "$status" -ne 0 ]
+	run as "$bob" truncate -s 0 "$MNT/f"
+	[ "$status" -ne 0 ]
+	for o in user.x=1 user.tierfs.tier=disk user.tierfs.pin=1; do
+		run as "$bob" setfattr -n "${o%%=*}" -v "${o#*=}" "$MNT/f"
+		[ "$status" -ne 0 ]
+		[[ "$output" == *"Permission denied"* ]]
+	done
+	run as "$bob" setfattr -x user.tierfs.tier "$MNT/f"
+	[ "$status" -ne 0 ]
+	# The ioctls through his read-only descriptor: no write export, no
+	# commit of a read export, no alloc, no move.
+	run ec "$bob" ioctl "$MNT/f" export-write r
+	[ "$output" = errno=EBADF ]
+	run ec "$bob" ioctl "$MNT/f" export-commit r
+	[ "$output" = errno=EPERM ]
+	run ec "$bob" ioctl "$MNT/f" alloc r
+	[ "$output" = errno=EBADF ]
+	run ec "$bob" ioctl "$MNT/f" move-disk r
+	[ "$output" = errno=EACCES ]
+	# /dev/shm: bob holds a read map and alice a write map. He can open
+	# no object of the daemon's for writing, his own snapshot included,
+	# nor alice's live one at all.
+	bg "$bob" "$TFS_TMP/bob" hold "$MNT/f"
+	local bobpid=$BG_PID
+	mine=$(shm_objs)
+	[ "$(echo "$mine" | wc -l)" = 1 ]
+	bg "$alice" "$TFS_TMP/alice" hold "$MNT/f" rw
+	local apid=$BG_PID
+	hers=$(shm_objs | grep -vxF "$mine")
+	[ -n "$hers" ]
+	for o in $(shm_objs); do
+		run as "$bob" sh -c "exec 3<>'/dev/shm/$o'"
+		[ "$status" -ne 0 ]
+		run as "$bob" sh -c "exec 3>>'/dev/shm/$o'"
+		[ "$status" -ne 0 ]
+		run as "$bob" chmod 0666 "/dev/shm/$o"
+		[ "$status" -ne 0 ]
+		run as "$bob" rm -f "/dev/shm/$o"
+		[ "$status" -ne 0 ]
+	done
+	run as "$bob" cat "/dev/shm/$hers"
+	[ "$status" -ne 0 ]
+	# (his snapshot, page-rounded)
+	as "$bob" cat "/dev/shm/$mine" | head -c 100000 | cmp - "$TFS_TMP/f"
+	kill -TERM "$apid" "$bobpid"
+	wait "$apid" "$bobpid"
+	# The spill directory: alice's bytes on disk are nobody else's.
+	setfattr -n user.tierfs.tier -v disk "$MNT/f"
+	local files
+	files=$(find "$SPILL" -type f ! -name lock)
+	[ -n "$files" ]
+	run as "$bob" ls "$SPILL"/tierfs.*
+	[ "$status" -ne 0 ]
+	for o in $files; do
+		run as "$bob" sh -c "exec 3<>'$o'"
+		[ "$status" -ne 0 ]
+		run as "$bob" cat "$o"
+		[ "$status" -ne 0 ]
+	done
+	cmp "$TFS_TMP/f" "$MNT/f"
+	[ "$(stat -c %Y.%s "$MNT/f")" = "$before" ]
+}
+
 @test "a mapping dies with its lease (finding 2)" {
 	alice_file f 0644
 	# bob keeps his read mapping after releasing the lease and closing.
@@ -256,6 +332,19 @@ sum_of() {
 	[ "$(ask "$apid" "$TFS_TMP/alice" USR2 wrote)" = wrote ]
 	cmp "$TFS_TMP/new" "$MNT/f"
 	[ "$(ask "$bobpid" "$TFS_TMP/bob" USR1 sum)" = "$s0" ]
+
+	# Closing the descriptor without a release ends the lease as well.
+	cp "$TFS_TMP/new" "$TFS_TMP/now"
+	bg "$alice" "$TFS_TMP/alice2" keep "$MNT/f" rw close
+	local a2=$BG_PID s2
+	s2=$(awk '/^ready/ {print $2}' "$TFS_TMP/alice2")
+	[ "$s2" = "$(sum_of "$TFS_TMP/now")" ]
+	head -c 4096 /dev/urandom >"$TFS_TMP/head"
+	dd if="$TFS_TMP/head" of="$MNT/f" conv=notrunc status=none
+	dd if="$TFS_TMP/head" of="$TFS_TMP/now" conv=notrunc status=none
+	[ "$(ask "$a2" "$TFS_TMP/alice2" USR1 sum)" = "$s2" ]
+	[ "$(ask "$a2" "$TFS_TMP/alice2" USR2 wrote)" = wrote ]
+	cmp "$TFS_TMP/now" "$MNT/f"
 }
 
 @test "a reader's map never blocks the owner, and each sees their own bytes (finding 5)" {
