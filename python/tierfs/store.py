@@ -521,7 +521,7 @@ class TierfsStore(MutableMapping):
             self._discard(key)
             self._install(key, _Entry(name, nbytes, memory))
             self._remember(key, value)
-            self._count_write(memory, t_pickle, t_write)
+            self._count_write(memory, nbytes, t_pickle, t_write)
         if not self._hooked:
             self._maybe_attach()
 
@@ -558,10 +558,12 @@ class TierfsStore(MutableMapping):
             raise
         return name, nbytes, t1 - t0, time.perf_counter() - t1
 
-    def _count_write(self, memory: int, t_pickle: float, t_write: float) -> None:
+    def _count_write(self, memory: int, nbytes: int, t_pickle: float,
+                     t_write: float) -> None:
         m = self._m
         m["disk_write_count_total"] += 1
         m["disk_write_bytes_total"] += memory
+        m["file_write_bytes_total"] += nbytes
         m["pickle_time_total"] += t_pickle
         m["disk_write_time_total"] += t_write
 
@@ -582,7 +584,7 @@ class TierfsStore(MutableMapping):
         self._names[name] = key
         self._all_disk += nbytes
         self._tier_add_new(name, nbytes)
-        self._count_write(entry.memory, t_pickle, t_write)
+        self._count_write(entry.memory, nbytes, t_pickle, t_write)
         return True
 
     def __getitem__(self, key: Hashable) -> Any:
@@ -733,8 +735,10 @@ class TierfsStore(MutableMapping):
                                self._all_disk - self._mem_disk)
 
     def get_metrics(self) -> dict[str, float]:
-        """The counters SpillBuffer.get_metrics reports, for Prometheus, and
-        tierfs_<tier>_bytes: where the store's files are (tier_bytes())."""
+        """The counters SpillBuffer.get_metrics reports, for Prometheus;
+        file_write_bytes_total, the bytes written into files (what the
+        *_bytes_total counters count is sizeof()); and tierfs_<tier>_bytes,
+        where the store's files are (tier_bytes())."""
         tiers = self.tier_bytes()
         with self._lock:
             out = {
@@ -747,7 +751,8 @@ class TierfsStore(MutableMapping):
                       "disk_read_count_total", "disk_read_bytes_total",
                       "disk_read_time_total", "disk_write_count_total",
                       "disk_write_bytes_total", "disk_write_time_total",
-                      "pickle_time_total", "unpickle_time_total"):
+                      "pickle_time_total", "unpickle_time_total",
+                      "file_write_bytes_total"):
                 out[k] = self._m[k]
         for tier, n in tiers.items():
             out["tierfs_%s_bytes" % tier] = n

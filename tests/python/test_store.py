@@ -642,6 +642,8 @@ def test_one_writev_one_read_no_stat(store, monkeypatch):
     monkeypatch.setattr(st.os, "readv", readv)
     store["a"], store["df"] = a, df
     assert calls["writev"] == 2
+    assert store.get_metrics()["file_write_bytes_total"] == \
+        os.path.getsize(store.file_of("a")) + os.path.getsize(store.file_of("df"))
     for name in ("stat", "fstat", "lstat"):
         monkeypatch.setattr(st.os, name, no_stat)
     assert np.array_equal(store["a"], a)
