@@ -61,15 +61,35 @@ if ! mountpoint -q "$MNT"; then
 	exit 1
 fi
 
-# run NAME CMD...: one part, with the daemon checked afterwards.
+# ticks PID FIELDS: the sum of fields of /proc/PID/stat (14 utime, 15
+# stime, 16 cutime, 17 cstime: the process's CPU, and its reaped
+# children's), in 1/100 s. The names here hold no spaces.
+ticks() {
+	local f n=0 s
+	read -r -a s <"/proc/$1/stat" || { echo 0; return; }
+	for f in "${@:2}"; do n=$((n + s[f - 1])); done
+	echo $n
+}
+
+# run NAME CMD...: one part, with the daemon checked afterwards. Prints the
+# part's wall time, the CPU seconds it and the daemon used and the load, so
+# a slow run shows whether the machine's load or the work made it slow.
+# (Workers forked by a forkserver, as e2e.py's and lifecycle.py's are, end
+# as children of init and are not in the part's CPU time.)
 failed=0
 run() {
-	local name=$1 start rc
+	local name=$1 start rc py0 fs0 py fs
 	shift
 	start=$(date +%s)
+	py0=$(ticks $$ 16 17)
+	fs0=$(ticks "$TFS_PID" 14 15)
 	PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH} "$@"
 	rc=$?
-	echo "tests/dask/run.sh: $name took $(($(date +%s) - start))s, exit $rc"
+	py=$(($(ticks $$ 16 17) - py0))
+	fs=$(($(ticks "$TFS_PID" 14 15) - fs0))
+	echo "tests/dask/run.sh: $name took $(($(date +%s) - start))s, exit $rc;" \
+		"cpu: python $((py / 100)).$((py % 100 / 10))s," \
+		"tierfs $((fs / 100)).$((fs % 100 / 10))s; load $(cut -d' ' -f1-3 /proc/loadavg)"
 	if ! kill -0 "$TFS_PID" 2>/dev/null; then
 		cat "$LOG"
 		echo "FAIL: tests/dask/run.sh: tierfs died during $name"
