@@ -1102,16 +1102,18 @@ int st_host_fetch(struct tier_buf *b)
 	/* From a device that failed, the lower copy is all there is. */
 	from_dev = b->dmem && !tier_dev_failed(s->dev);
 	for (uint32_t i = 0; i < b->nck;) {
-		struct tier_dev_seg seg[SPILL_BATCH];
-		void *dsts[SPILL_BATCH];
-		size_t lens[SPILL_BATCH], k = 0, nseg = 0;
-		uint32_t idxs[SPILL_BATCH];
+		size_t max = from_dev ? DEV_BATCH : SPILL_BATCH, used = 0;
+		struct tier_dev_seg seg[DEV_BATCH];
+		void *dsts[DEV_BATCH];
+		size_t lens[DEV_BATCH], k = 0, nseg = 0;
+		uint32_t idxs[DEV_BATCH];
 
 		/* A run of chunks read at once: from disk, decompressed in
-		 * parallel on the disk tier's pool. Full chunks are read
-		 * into their pool chunk, the others into scratch and
-		 * packed. A chunk without pages ends the run. */
-		for (; k < SPILL_BATCH && i < b->nck; i++) {
+		 * parallel on the disk tier's pool; from the device, copied
+		 * with one wait. Full chunks are read into their pool chunk,
+		 * the others into scratch (SPILL_BATCH of them) and packed.
+		 * A chunk without pages ends the run. */
+		for (; k < max && i < b->nck; i++) {
 			struct tier_chunk *ck = &b->ck[i];
 
 			if (!ck->npages) {
@@ -1127,14 +1129,16 @@ int st_host_fetch(struct tier_buf *b)
 				ck->dense = true;
 				ck->hlen = ck->hcap = s->chunk_size;
 				dsts[k] = ck->host;
+			} else if (used == SPILL_BATCH) {
+				break;
 			} else {
 				uint32_t len = fit_len(b, i, a, u);
 
 				ck->hcap = ck->hlen = len;
 				ck->host = malloc(len);
-				if (!scratch[k])
-					scratch[k] = st_chunk_get(s);
-				dsts[k] = scratch[k];
+				if (!scratch[used])
+					scratch[used] = st_chunk_get(s);
+				dsts[k] = scratch[used++];
 			}
 			if (!ck->host || !dsts[k]) {
 				rc = -ENOMEM;
@@ -1145,9 +1149,8 @@ int st_host_fetch(struct tier_buf *b)
 		}
 		if (!k)
 			break;
-		/* From the device a batch is copied with one wait (a chunk
-		 * past the end holds only pages fallocate kept there, zeroes:
-		 * the device copy ends before it). */
+		/* (a chunk past the end holds only pages fallocate kept
+		 * there, zeroes: the device copy ends before it) */
 		for (size_t j = 0; j < k && from_dev; j++)
 			if (lens[j])
 				seg[nseg++] = (struct tier_dev_seg){
