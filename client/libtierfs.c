@@ -70,19 +70,32 @@ static int xioctl(int fd, unsigned long cmd, void *arg)
 	return ioctl(fd, cmd, arg) < 0 ? -errno : 0;
 }
 
-static int release_lease(int fd)
+/*
+ * @unmapped: this process has nothing of the export mapped (closed, or
+ * never opened), so the daemon may free it at once rather than wait for
+ * this process to exit.
+ */
+static int release_lease(int fd, bool unmapped)
 {
 	struct tfs_ioc_release rel;
+	int rc;
 
 	memset(&rel, 0, sizeof(rel));
 	rel.version = TFS_ABI_VERSION;
+	rel.flags = unmapped ? TFS_RELEASE_UNMAPPED : 0;
 	/*
 	 * Generation 0 releases whatever lease this fd holds. The exported
 	 * generation would be refused after our own commit bumped it, and
 	 * this fd is ours alone, so there is no other lease to confuse.
 	 */
 	rel.generation = 0;
-	return xioctl(fd, TFS_IOC_RELEASE, &rel);
+	rc = xioctl(fd, TFS_IOC_RELEASE, &rel);
+	/* A daemon older than the flag refuses it: release without. */
+	if (rc == -EINVAL && rel.flags) {
+		rel.flags = 0;
+		rc = xioctl(fd, TFS_IOC_RELEASE, &rel);
+	}
+	return rc;
 }
 
 static int map_shm(struct tfs_map *m, const struct tfs_ioc_export *ex)
@@ -581,7 +594,7 @@ int tfs_map_open(const char *path, int flags, struct tfs_map *out)
 	if (!rc)
 		return 0;
 out_release:
-	release_lease(fd);
+	release_lease(fd, true);
 	close(fd);
 	map_reset(out);
 	return rc;
@@ -630,7 +643,7 @@ int tfs_map_close(struct tfs_map *m)
 	 */
 	rc = unmap(m, owner);
 	if (owner) {
-		rc2 = release_lease(m->fd);
+		rc2 = release_lease(m->fd, !rc);
 		if (!rc)
 			rc = rc2;
 	}

@@ -78,7 +78,8 @@ int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out)
 			return -EBADF;
 		return 0;
 	case TFS_IOC_RELEASE:
-		rc = check_head(a->rel.version, a->rel.flags, 0);
+		rc = check_head(a->rel.version, a->rel.flags,
+				TFS_RELEASE_UNMAPPED);
 		if (rc)
 			return rc;
 		return all_zero(a->rel.reserved, sizeof(a->rel.reserved)) ?

@@ -174,7 +174,8 @@ void tfs_release(fuse_req_t req, fuse_ino_t ino,
 	int rc;
 
 	if (f->exported) {
-		rc = tier_buf_unexport(i->buf, f->owner);
+		/* A close is no word that the mapping is gone. */
+		rc = tier_buf_unexport(i->buf, f->owner, false);
 		if (rc < 0 && rc != -ENOENT)
 			tfs_warn("cannot drop the export of inode %llu: %s",
 				 (unsigned long long)i->ino, strerror(-rc));

@@ -646,7 +646,7 @@ void tfs_ns_destroy(void)
 		struct tfs_file *f = tfs.files.next;
 
 		if (f->exported)
-			tier_buf_unexport(f->inode->buf, f->owner);
+			tier_buf_unexport(f->inode->buf, f->owner, false);
 		tfs_file_unlink_locked(f);
 		free(f);
 	}

@@ -93,7 +93,7 @@ static int ioc_export(fuse_req_t req, struct tfs_file *f,
 	out->version = TFS_ABI_VERSION;
 	out->flags = a->flags;
 	rc = tier_buf_export(f->inode->buf, f->owner, ctx->uid, ctx->gid,
-			     writable, out);
+			     ctx->pid, writable, out);
 	if (rc < 0)
 		return rc;
 	tfs_ns_lock();
@@ -104,9 +104,10 @@ static int ioc_export(fuse_req_t req, struct tfs_file *f,
 
 /* The generation is informational: a lease is per open file, and a commit
  * in between bumps it, so a mismatch must not keep the lease alive. */
-static int ioc_release(struct tfs_file *f)
+static int ioc_release(struct tfs_file *f, const struct tfs_ioc_release *a)
 {
-	return tier_buf_unexport(f->inode->buf, f->owner);
+	return tier_buf_unexport(f->inode->buf, f->owner,
+				 a->flags & TFS_RELEASE_UNMAPPED);
 }
 
 static int ioc_commit(struct tfs_file *f)
@@ -229,7 +230,7 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		out_len = sizeof(out.exp);
 		break;
 	case TFS_IOC_RELEASE:
-		rc = ioc_release(f);
+		rc = ioc_release(f, &a.rel);
 		break;
 	case TFS_IOC_COMMIT:
 		rc = ioc_commit(f);

@@ -60,7 +60,8 @@ enum tfs_handle_type {
  * this open file (exporting again replaces it), until TFS_IOC_RELEASE or
  * close. A write export maps the live device copy, which stays in place
  * meanwhile; one per buffer at a time (EBUSY). A read export never lets its
- * holder change the file: with the sim backend it is a private snapshot of
+ * holder change the file: it is a private snapshot (with cuda a device copy
+ * in a block of its own, writable, since CUDA IPC has no read-only import) of
  * the bytes, holding nothing of the buffer. When the lease ends, the old
  * mapping shows nothing current any more. EDQUOT past the caller's
  * [device] user_share.
@@ -78,7 +79,16 @@ struct tfs_ioc_export {
 	uint64_t reserved[4];
 };
 
-/* TFS_IOC_RELEASE: drop the lease this open file holds. */
+/*
+ * TFS_IOC_RELEASE: drop the lease this open file holds. With
+ * TFS_RELEASE_UNMAPPED the caller says it has closed what it mapped
+ * (cudaIpcCloseMemHandle, munmap), so the daemon may free that memory at
+ * once. Without it, on CUDA the memory is kept until the process that
+ * exported has exited: freeing memory that a process still has open
+ * through CUDA IPC is undefined behaviour. libtierfs sets it.
+ */
+#define TFS_RELEASE_UNMAPPED 0x1u
+
 struct tfs_ioc_release {
 	uint32_t version;
 	uint32_t flags;

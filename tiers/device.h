@@ -47,6 +47,16 @@ struct tier_dev_seg {
  */
 struct tier_dexp {
 	bool writable;
+	/*
+	 * Set by the store for unexport, where a backend cannot revoke a
+	 * mapping (cuda) and must not free what a live process still maps:
+	 * @pid, the process that asked for the export (0 when unknown, e.g.
+	 * in another PID namespace), and @unmapped, true when that process
+	 * ended the lease saying it had closed its mapping first
+	 * (TFS_RELEASE_UNMAPPED).
+	 */
+	pid_t pid;
+	bool unmapped;
 };
 
 struct tier_dev_info {

@@ -23,6 +23,11 @@
  *     every slot fails fast without calling CUDA (see device.h).
  *   - cudaFree synchronises the whole device, so it runs on a thread of our
  *     own rather than under the caller's buffer lock.
+ *   - Legacy IPC has no read-only import and cannot be revoked, and freeing
+ *     memory an importer still has open is undefined: read exports map
+ *     private snapshots, write exports are detached when their lease ends,
+ *     and what a handle mapped is freed only once its importer is gone
+ *     (see cuda_unexport).
  *   - A context in exclusive-process compute mode keeps every other process
  *     off the GPU, so no client could map an export: init refuses it.
  *
@@ -43,7 +48,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434 /* the same on every architecture */
+#endif
 
 #include <cuda_runtime_api.h>
 
@@ -193,11 +206,71 @@ int cuda_copy_fail(struct cuda_dev *d, cudaError_t e, const char *what,
 
 /* --- the freer thread ----------------------------------------------------- */
 
+/* How often the freer looks whether a parked block's process is gone. */
+#define CUDA_PARK_POLL_MS 200
+
+/* Has @g's process exited? A zombie has: its mappings went with its mm. */
+static bool park_over(const struct cuda_gone *g)
+{
+	struct pollfd p = { .fd = g->pidfd, .events = POLLIN };
+
+	if (g->pidfd >= 0)
+		return poll(&p, 1, 0) > 0;
+	return kill(g->pid, 0) && errno == ESRCH;
+}
+
+/* Queue what parked blocks' processes let go. free_lock held. */
+static void unpark(struct cuda_dev *d)
+{
+	struct cuda_gone **pp = &d->parked, *g;
+
+	while ((g = *pp)) {
+		if (!park_over(g)) {
+			pp = &g->next;
+			continue;
+		}
+		*pp = g->next;
+		if (g->pidfd >= 0)
+			close(g->pidfd);
+		g->pidfd = -1;
+		d->parked_bytes -= g->granted;
+		g->next = NULL;
+		*d->gone_tail = g;
+		d->gone_tail = &g->next;
+	}
+}
+
+/*
+ * At destroy: what live processes still map is not freed (a GPU's context
+ * dies with this process and takes it along); the rest is.
+ */
+static void unpark_all(struct cuda_dev *d)
+{
+	struct cuda_gone *g;
+	unsigned int kept = 0;
+
+	unpark(d);
+	while ((g = d->parked)) {
+		d->parked = g->next;
+		if (g->pidfd >= 0)
+			close(g->pidfd);
+		__atomic_sub_fetch(&d->held, g->granted, __ATOMIC_RELAXED);
+		free(g);
+		kept++;
+	}
+	d->parked_bytes = 0;
+	if (kept)
+		tfs_notice("cuda: %u exported blocks still open in live processes left to the driver at exit",
+			   kept);
+}
+
 /*
  * cudaFree waits for everything queued on the device, so a thread holding
  * a buffer lock must not call it: the store frees a device copy under the
  * buffer's lock, and every other buffer's copies would stall it. The freer
- * takes the memory off the store's hands and frees it here.
+ * takes the memory off the store's hands and frees it here. It also frees
+ * parked exported blocks once their processes are gone; nothing tells it
+ * when, so it looks every CUDA_PARK_POLL_MS while any are parked.
  */
 static void *freer_main(void *arg)
 {
@@ -209,8 +282,26 @@ static void *freer_main(void *arg)
 
 	pthread_mutex_lock(&d->free_lock);
 	for (;;) {
-		while (!d->gone_head && !d->free_stop)
-			pthread_cond_wait(&d->free_wake, &d->free_lock);
+		while (!d->gone_head && !d->free_stop) {
+			struct timespec t;
+
+			if (!d->parked) {
+				pthread_cond_wait(&d->free_wake,
+						  &d->free_lock);
+				continue;
+			}
+			clock_gettime(CLOCK_REALTIME, &t);
+			t.tv_nsec += CUDA_PARK_POLL_MS * 1000000L;
+			if (t.tv_nsec >= 1000000000L) {
+				t.tv_sec++;
+				t.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&d->free_wake, &d->free_lock,
+					       &t);
+			unpark(d);
+		}
+		if (d->free_stop && !d->gone_head)
+			unpark_all(d);
 		g = d->gone_head;
 		if (!g)
 			break;
@@ -262,12 +353,61 @@ static bool frees_pending(struct cuda_dev *d)
 	return busy;
 }
 
-/* Wait until every free queued so far has run. */
+/* Wait until every free queued so far has run (parked blocks aside). */
 static void frees_wait(struct cuda_dev *d)
 {
 	pthread_mutex_lock(&d->free_lock);
 	while (d->gone_head || d->freeing)
 		pthread_cond_wait(&d->free_idle, &d->free_lock);
+	pthread_mutex_unlock(&d->free_lock);
+}
+
+/*
+ * Hand @granted bytes at @ptr to the freer: at once, or, when process @pid
+ * may still have them open through IPC, once it is gone. 0 for @pid: no
+ * such process (or none that can be known). Never fails: without memory
+ * for the record, it frees here after all (or, for a parked block, leaks
+ * it to the driver, which is safe).
+ */
+static void free_later(struct cuda_dev *d, void *ptr, size_t granted,
+		       pid_t pid)
+{
+	struct cuda_gone *g;
+
+	if (dev_failed(d)) {
+		/* A failed context took its memory with it. */
+		__atomic_sub_fetch(&d->held, granted, __ATOMIC_RELAXED);
+		return;
+	}
+	g = malloc(sizeof(*g));
+	if (!g) {
+		if (pid > 0)
+			return;
+		cuda_enter(d);
+		if (cudaFree(ptr) != cudaSuccess)
+			(void)cudaGetLastError();
+		__atomic_sub_fetch(&d->held, granted, __ATOMIC_RELAXED);
+		return;
+	}
+	*g = (struct cuda_gone){ .ptr = ptr, .granted = granted, .pid = pid,
+				 .pidfd = -1 };
+	if (pid > 0) {
+		/* Taken now, so that a reused pid cannot keep it forever. */
+		g->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		/* Already gone: nothing maps it any more. */
+		if (g->pidfd < 0 && errno == ESRCH)
+			g->pid = 0;
+	}
+	pthread_mutex_lock(&d->free_lock);
+	if (g->pid > 0) {
+		g->next = d->parked;
+		d->parked = g;
+		d->parked_bytes += granted;
+	} else {
+		*d->gone_tail = g;
+		d->gone_tail = &g->next;
+	}
+	pthread_cond_signal(&d->free_wake);
 	pthread_mutex_unlock(&d->free_lock);
 }
 
@@ -550,34 +690,11 @@ static void cuda_free(struct tier_dev *dev, struct tier_dmem *dm)
 {
 	struct cuda_dev *d = to_cdev(dev);
 	struct cuda_dmem *m = to_cmem(dm);
-	struct cuda_gone *g;
 
 	if (!m)
 		return;
-	if (dev_failed(d)) {
-		free(m);
-		return;
-	}
-	g = malloc(sizeof(*g));
-	if (!g) {
-		/* No room to queue it: free it here after all. */
-		cuda_enter(d);
-		if (cudaFree(m->ptr) != cudaSuccess)
-			(void)cudaGetLastError();
-		__atomic_sub_fetch(&d->held, m->base.granted,
-				   __ATOMIC_RELAXED);
-		free(m);
-		return;
-	}
-	g->next = NULL;
-	g->ptr = m->ptr;
-	g->granted = m->base.granted;
+	free_later(d, m->ptr, m->base.granted, m->lent ? m->lent_pid : 0);
 	free(m);
-	pthread_mutex_lock(&d->free_lock);
-	*d->gone_tail = g;
-	d->gone_tail = &g->next;
-	pthread_cond_signal(&d->free_wake);
-	pthread_mutex_unlock(&d->free_lock);
 }
 
 /* --- export --------------------------------------------------------------- */
@@ -617,10 +734,70 @@ static int zero_tail(struct cuda_dev *d, struct cuda_dmem *m)
 }
 
 /*
- * Every export, read or write, still maps the live allocation, so
- * read_snapshots is false and the store keeps the allocation for a read
- * lease as for a write one. Private device-to-device snapshots for read
- * exports are issue 13's.
+ * A new block of @m's size holding its bytes (the tail past len zeroed),
+ * for a read export's snapshot or a write export's detach. -ENOSPC when
+ * the device has no room, -ENODEV once it failed, -EIO.
+ */
+static int block_copy(struct cuda_dev *d, struct cuda_dmem *m, void **out)
+{
+	size_t granted = m->base.granted, len = m->base.len;
+	struct cuda_slot *s;
+	void *p = NULL;
+	cudaError_t e;
+	int rc = 0;
+
+	*out = NULL;
+	__atomic_add_fetch(&d->held, granted, __ATOMIC_RELAXED);
+	e = cudaMalloc(&p, granted);
+	if (e == cudaErrorMemoryAllocation && frees_pending(d)) {
+		(void)cudaGetLastError();
+		frees_wait(d);
+		e = cudaMalloc(&p, granted);
+	}
+	if (e != cudaSuccess) {
+		__atomic_sub_fetch(&d->held, granted, __ATOMIC_RELAXED);
+		if (e == cudaErrorMemoryAllocation) {
+			(void)cudaGetLastError();
+			return -ENOSPC;
+		}
+		rc = cuda_copy_fail(d, e, "cudaMalloc", granted, 0);
+		return dev_failed(d) ? -ENODEV : rc;
+	}
+	s = cuda_slot_get(d);
+	e = len ? cudaMemcpyAsync(p, m->ptr, len, cudaMemcpyDeviceToDevice,
+				  s->stream) :
+		  cudaSuccess;
+	if (e == cudaSuccess && granted > len)
+		e = cudaMemsetAsync((char *)p + len, 0, granted - len,
+				    s->stream);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(s->fin, s->stream);
+	if (e == cudaSuccess)
+		e = cuda_event_wait(s->fin);
+	if (e != cudaSuccess) {
+		rc = cuda_copy_fail(d, e, "d2d copy", len, 0);
+		if (!dev_failed(d)) {
+			cudaStreamSynchronize(s->stream);
+			(void)cudaGetLastError();
+		}
+	}
+	cuda_slot_put(d, s);
+	if (rc) {
+		free_later(d, p, granted, 0);
+		return dev_failed(d) ? -ENODEV : rc;
+	}
+	*out = p;
+	return 0;
+}
+
+/*
+ * Legacy CUDA IPC has no read-only import and no revocation: whoever opens
+ * a handle may write what it maps until it closes it or exits. So a read
+ * export maps a private device-to-device snapshot (read_snapshots), whose
+ * writes reach nothing the store serves, and a write export maps the
+ * allocation itself, which unexport detaches (below). @uid is not checked:
+ * CUDA IPC has no owner, and the handle goes only to whoever passed the
+ * file's permission checks.
  */
 static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm,
 		       bool writable, uid_t uid, gid_t gid,
@@ -628,62 +805,121 @@ static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm,
 {
 	struct cuda_dev *d = to_cdev(dev);
 	struct cuda_dmem *m = to_cmem(dm);
-	struct tier_dexp *x;
+	struct cuda_dexp *x;
 	cudaIpcMemHandle_t h;
+	void *p = NULL;
 	cudaError_t e;
 	char why[256];
+	int rc;
 
 	_Static_assert(sizeof(h) == sizeof(out->handle), "IPC handle size");
+	*exp = NULL;
 	if (dev_failed(d))
 		return -ENODEV;
-	/*
-	 * @uid is not checked here: CUDA IPC has no owner. The handle goes
-	 * only to whoever passed the file's permission checks. It names the
-	 * allocation, not the lease: any process that holds it can open it
-	 * for as long as the allocation lives, and an importer's mapping
-	 * lasts until it closes it or exits, lease or no lease.
-	 */
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return -ENOMEM;
 	e = cuda_enter(d);
-	if (e == cudaSuccess) {
-		int rc = zero_tail(d, m);
-
-		if (rc)
-			return dev_failed(d) ? -ENODEV : rc;
-		e = cudaIpcGetMemHandle(&h, m->ptr);
+	if (e != cudaSuccess) {
+		rc = cuda_copy_fail(d, e, "cudaSetDevice", 0, 0);
+		goto out_free;
 	}
+	if (writable) {
+		rc = zero_tail(d, m);
+		p = m->ptr;
+	} else {
+		rc = block_copy(d, m, &p);
+	}
+	if (rc)
+		goto out_free;
+	e = cudaIpcGetMemHandle(&h, p);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
 		if (cuda_sticky(d, e)) {
 			cuda_dev_fail(d, e, "cudaIpcGetMemHandle");
-			return -ENODEV;
+			rc = -ENODEV;
+		} else {
+			tfs_err("cuda: cudaIpcGetMemHandle of %zu bytes: %s",
+				m->base.len,
+				cuda_describe(e, why, sizeof(why)));
+			rc = cuda_errno(e) == -EOPNOTSUPP ? -EOPNOTSUPP : -EIO;
 		}
-		tfs_err("cuda: cudaIpcGetMemHandle of %zu bytes: %s",
-			m->base.len, cuda_describe(e, why, sizeof(why)));
-		return cuda_errno(e) == -EOPNOTSUPP ? -EOPNOTSUPP : -EIO;
+		if (!writable)
+			free_later(d, p, m->base.granted, 0);
+		goto out_free;
 	}
-	x = calloc(1, sizeof(*x));
-	if (!x)
-		return -ENOMEM;
-	x->writable = writable;
+	x->base.writable = writable;
+	x->m = writable ? m : NULL;
+	x->ptr = p;
+	x->granted = m->base.granted;
 	out->handle_type = TFS_HANDLE_CUDA_IPC;
 	memcpy(out->handle, &h, sizeof(out->handle));
-	/* Every buffer is its own 2 MiB-rounded cudaMalloc, whose handle
-	 * maps its start and nothing of another buffer. */
+	/* Every buffer and snapshot is its own 2 MiB-rounded cudaMalloc,
+	 * whose handle maps its start and nothing of another buffer. */
 	out->offset = 0;
 	memcpy(out->uuid, d->info.uuid, sizeof(out->uuid));
-	*exp = x;
+	*exp = &x->base;
 	return 0;
+
+out_free:
+	free(x);
+	return dev_failed(d) ? -ENODEV : rc;
 }
 
 /*
- * Nothing to undo: an IPC handle is a name for the allocation, not a
- * reference to it, and cannot be revoked. Importers' mappings end with
- * their cudaIpcCloseMemHandle (libtierfs does it before it releases the
- * lease) or their exit.
+ * The lease ended, but a handle is a name for the allocation, not a
+ * reference to a lease, and cannot be revoked: an importer's mapping lasts
+ * until it closes it or exits. So what the handle maps must neither stay
+ * the buffer's live copy nor be freed under a process that may still have
+ * it open (undefined behaviour, which could show another file's bytes
+ * there later).
+ *
+ * A write export is detached: the buffer moves to a new block holding its
+ * bytes, and the old one is what the holder keeps. The old block and a
+ * read snapshot are then freed at once when the exporting process said it
+ * closed its mapping (TFS_RELEASE_UNMAPPED, as libtierfs does) or is
+ * unknown, else once that process is gone. Not knowable: a process that
+ * passed the handle on to another one; that one's mapping may outlive the
+ * exporter's.
  */
 static void cuda_unexport(struct tier_dev *dev, struct tier_dexp *exp)
 {
-	free(exp);
+	struct cuda_dev *d = to_cdev(dev);
+	struct cuda_dexp *x = (struct cuda_dexp *)exp;
+	pid_t pid = exp->unmapped ? 0 : exp->pid;
+	struct cuda_dmem *m = x->m;
+	void *p;
+
+	if (!exp->writable) {
+		free_later(d, x->ptr, x->granted, pid);
+		goto out;
+	}
+	/*
+	 * Nothing to detach when m moved to another block meanwhile, when
+	 * nobody can still map this one (!pid), or when an earlier holder
+	 * still may (lent: it stays that holder's, and goes when it is gone;
+	 * this holder is not waited for, a limit of one record per block).
+	 */
+	if (m->ptr != x->ptr || dev_failed(d) || !pid || m->lent)
+		goto out;
+	if (cuda_enter(d) == cudaSuccess && !block_copy(d, m, &p)) {
+		m->ptr = p;
+		m->tail_zeroed = true;
+		free_later(d, x->ptr, x->granted, pid);
+		goto out;
+	}
+	(void)cudaGetLastError();
+	/*
+	 * No room for a new block: the holder's mapping stays the live
+	 * copy until the buffer next moves, and its block is not freed
+	 * before the holder is gone.
+	 */
+	m->lent = true;
+	m->lent_pid = pid;
+	tfs_warn("cuda: no room to detach a write export of %zu bytes from its buffer: process %d keeps access to it until the buffer moves",
+		 m->base.len, (int)pid);
+out:
+	free(x);
 }
 
 /*
@@ -750,6 +986,7 @@ const struct tier_dev_ops tier_dev_cuda_ops = {
 	.zero = cuda_zero,
 	.export = cuda_export,
 	.unexport = cuda_unexport,
+	.read_snapshots = true,
 	.info = cuda_info,
 	.host_register = cuda_host_register,
 	.host_unregister = cuda_host_unregister,

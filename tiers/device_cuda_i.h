@@ -48,6 +48,10 @@ struct cuda_gone {
 	struct cuda_gone *next;
 	void *ptr;
 	size_t granted;
+	/* Parked: the process that may still map it through IPC, and a
+	 * pidfd of it (-1 where the kernel has none: kill() then tells). */
+	pid_t pid;
+	int pidfd;
 };
 
 struct cuda_dev {
@@ -86,6 +90,10 @@ struct cuda_dev {
 	pthread_cond_t free_wake; /* work queued, or stop */
 	pthread_cond_t free_idle; /* the queue ran empty */
 	struct cuda_gone *gone_head, **gone_tail; /* free_lock */
+	/* Exported memory whose lease ended while the process that mapped
+	 * it may still have it open: freed once that process is gone. */
+	struct cuda_gone *parked; /* free_lock */
+	uint64_t parked_bytes; /* free_lock */
 	bool freeing; /* free_lock: a cudaFree is running */
 	bool free_stop; /* free_lock */
 	/* Bytes cudaMalloc'd and not yet cudaFree'd (queued frees
@@ -99,6 +107,22 @@ struct cuda_dmem {
 	struct tier_dmem base;
 	void *ptr; /* cudaMalloc'd, granted bytes; offset 0 of the handle */
 	bool tail_zeroed; /* [len, granted) cleared for importers */
+	/*
+	 * A write export could not be detached (no room for a new block):
+	 * ptr is still mapped by process @lent_pid (0: unknown), so freeing
+	 * it waits for that process as a parked block does. Under the
+	 * buffer's lock, as every use of ptr.
+	 */
+	bool lent;
+	pid_t lent_pid;
+};
+
+/* One export: what its handle maps. */
+struct cuda_dexp {
+	struct tier_dexp base;
+	struct cuda_dmem *m; /* a write export's allocation */
+	void *ptr; /* read: a private snapshot; write: m->ptr at export */
+	size_t granted;
 };
 
 static inline struct cuda_dev *to_cdev(struct tier_dev *dev)

@@ -323,11 +323,17 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st);
  * snapshot) cannot fit there, -EDQUOT past @uid's [device] user_share.
  */
 int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
-		    bool writable, struct tfs_ioc_export *out);
+		    pid_t pid, bool writable, struct tfs_ioc_export *out);
 
-/* Drop @owner's lease; -ENOENT when it holds none. From then on its holder
- * can neither see nor change the buffer's current bytes through it. */
-int tier_buf_unexport(struct tier_buf *b, uint64_t owner);
+/*
+ * Drop @owner's lease; -ENOENT when it holds none. From then on its holder
+ * can neither see nor change the buffer's current bytes through it.
+ * @unmapped: the process that exported (@pid of tier_buf_export) says it
+ * closed its mapping, so what it mapped may be freed at once; otherwise a
+ * backend that cannot revoke mappings (cuda) keeps it until that process
+ * is gone (tier_dexp).
+ */
+int tier_buf_unexport(struct tier_buf *b, uint64_t owner, bool unmapped);
 
 /* The device copy was written through a write export of @owner: drop the
  * other copies and bump the generation. -EPERM without such an export. */

@@ -207,7 +207,8 @@ static bool take_lease(struct tier_buf *b, uint64_t owner, struct lease *out)
  * out, and what the lease was charged is given back. b->lock held for
  * writing; takes s->lock.
  */
-static void lease_end(struct tier_buf *b, const struct lease *l)
+static void lease_end(struct tier_buf *b, const struct lease *l,
+		      bool unmapped)
 {
 	struct tier_store *s = b->s;
 
@@ -215,6 +216,7 @@ static void lease_end(struct tier_buf *b, const struct lease *l)
 	 * memory: no reply may point at them meanwhile. */
 	if (l->holds)
 		st_io_quiesce(b);
+	l->exp->unmapped = unmapped;
 	s->dev->ops->unexport(s->dev, l->exp);
 	pthread_mutex_lock(&s->lock);
 	s->use[TFS_TIER_DEVICE].used -= l->snap;
@@ -243,12 +245,12 @@ void st_leases_end(struct tier_buf *b)
 		pthread_mutex_unlock(&s->lock);
 		if (!any)
 			break;
-		lease_end(b, &l);
+		lease_end(b, &l, false);
 	}
 }
 
 int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
-		    bool writable, struct tfs_ioc_export *out)
+		    pid_t pid, bool writable, struct tfs_ioc_export *out)
 {
 	struct tier_store *s = b->s;
 	struct lease l = { .owner = owner, .uid = uid, .writable = writable };
@@ -264,8 +266,9 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 	pthread_mutex_lock(&s->lock);
 	had = take_lease(b, owner, &old);
 	pthread_mutex_unlock(&s->lock);
+	/* The holder may still map the old one: it is not "unmapped". */
 	if (had)
-		lease_end(b, &old);
+		lease_end(b, &old, false);
 	pthread_mutex_lock(&s->lock);
 	rc = st_share_check(s, uid, b->size);
 	/* One writer at a time: two writers of one mapping could not each
@@ -301,6 +304,8 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		st_io_quiesce(b); /* the sim backend moves the bytes */
 	rc = s->dev->ops->export(s->dev, b->dmem, writable, uid, gid, out,
 				 &l.exp);
+	if (!rc)
+		l.exp->pid = pid;
 	if (!rc && writable) {
 		/* The holder writes the device copy from now on: the others
 		 * are stale, and must never come back as clean copies, nor
@@ -331,15 +336,18 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 	out->generation = b->generation;
 	st_sync_links(s, b);
 	pthread_mutex_unlock(&s->lock);
-	if (rc && l.exp)
+	if (rc && l.exp) {
+		/* The handle never reached the caller. */
+		l.exp->unmapped = true;
 		s->dev->ops->unexport(s->dev, l.exp);
+	}
 out:
 	st_publish(b);
 	pthread_rwlock_unlock(&b->lock);
 	return rc;
 }
 
-int tier_buf_unexport(struct tier_buf *b, uint64_t owner)
+int tier_buf_unexport(struct tier_buf *b, uint64_t owner, bool unmapped)
 {
 	struct tier_store *s = b->s;
 	struct lease l;
@@ -350,7 +358,7 @@ int tier_buf_unexport(struct tier_buf *b, uint64_t owner)
 	had = take_lease(b, owner, &l);
 	pthread_mutex_unlock(&s->lock);
 	if (had)
-		lease_end(b, &l);
+		lease_end(b, &l, unmapped);
 	pthread_rwlock_unlock(&b->lock);
 	return had ? 0 : -ENOENT;
 }

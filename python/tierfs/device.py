@@ -52,6 +52,7 @@ ABI_VERSION = 1
 HANDLE_CUDA_IPC = 1
 HANDLE_SHM = 2
 EXPORT_WRITE = 0x1
+RELEASE_UNMAPPED = 0x1
 RECLAIM_UUID = 0x1
 GPU_DEFAULT = -1
 
@@ -338,12 +339,18 @@ class DeviceBuffer:
                 "cudaDeviceSynchronize", rt.lib.cudaDeviceSynchronize()))
         _ioctl(self._fd, IOC_COMMIT, _COMMIT.pack(ABI_VERSION, 0, 0, 0, 0))
 
-    def _release(self):
-        try:
-            _ioctl(self._fd, IOC_RELEASE,
-                   _RELEASE.pack(ABI_VERSION, 0, 0, 0, 0))
-        except OSError:
-            pass
+    def _release(self, unmapped=False):
+        # RELEASE_UNMAPPED: nothing of the export is mapped here any more,
+        # so the daemon may free it now rather than when we exit. A daemon
+        # older than the flag refuses it (EINVAL): release without.
+        for flags in ((RELEASE_UNMAPPED, 0) if unmapped else (0,)):
+            try:
+                _ioctl(self._fd, IOC_RELEASE,
+                       _RELEASE.pack(ABI_VERSION, flags, 0, 0, 0))
+                return
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    return
 
     def close(self):
         """Unmap and end the lease. Uncommitted writes may be lost when the
@@ -353,6 +360,7 @@ class DeviceBuffer:
         if self._fd < 0:
             return
         owner = os.getpid() == self._pid
+        unmapped = False
         try:
             if self._ptr is not None and owner:
                 rt = _runtime()
@@ -365,14 +373,17 @@ class DeviceBuffer:
             if self._mm is not None:
                 try:
                     self._mm.close()
+                    unmapped = True
                 except BufferError:
                     pass  # views remain; the mapping goes with the last
                 self._mm = None
+            else:
+                unmapped = True
         finally:
             # A forked child shares the open file: its release would end
             # the parent's lease under the parent's live mapping.
             if owner:
-                self._release()
+                self._release(unmapped)
             os.close(self._fd)
             self._fd = -1
 

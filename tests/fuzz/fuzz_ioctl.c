@@ -29,7 +29,8 @@ static const struct cmd {
 } cmds[] = {
 	{ TFS_IOC_EXPORT, 152, true, true, TFS_EXPORT_WRITE,
 	  { { 12, 16 }, { 120, 152 } } },
-	{ TFS_IOC_RELEASE, 32, true, false, 0, { { 16, 32 }, { 0, 0 } } },
+	{ TFS_IOC_RELEASE, 32, true, false, TFS_RELEASE_UNMAPPED,
+	  { { 16, 32 }, { 0, 0 } } },
 	{ TFS_IOC_COMMIT, 32, true, false, 0, { { 8, 32 }, { 0, 0 } } },
 	{ TFS_IOC_ALLOC, 32, true, false, 0, { { 16, 32 }, { 0, 0 } } },
 	{ TFS_IOC_MOVE, 32, true, false, 0, { { 12, 32 }, { 0, 0 } } },

@@ -35,7 +35,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -371,6 +373,126 @@ static void *do_write(void *arg)
 	return NULL;
 }
 
+static uint64_t held_now(void)
+{
+	uint64_t f = 0, t = 0, h = 0;
+
+	dev->ops->meminfo(dev, &f, &t, &h);
+	return h;
+}
+
+/* Until held_now() is @want (bounded: the freer looks every 200 ms). */
+static bool held_becomes(uint64_t want)
+{
+	for (int i = 0; i < 2000; i++) {
+		dev->ops->drain(dev);
+		if (held_now() == want)
+			return true;
+		usleep(5000);
+	}
+	return false;
+}
+
+/*
+ * Defects 2 and 4 with issue 10's rule: a read export is a private
+ * snapshot, a write export is detached from its buffer when its lease
+ * ends, and what a handle mapped is freed only once the process that
+ * exported says it closed it, or is gone (here: a child standing in for
+ * the importer).
+ */
+static void check_export_lifetimes(void)
+{
+	unsigned char *a = malloc(3 * MiB), *b = malloc(3 * MiB);
+	struct tfs_ioc_export ex;
+	struct tier_dexp *x = NULL;
+	struct tier_dmem *m = NULL;
+	uint64_t base;
+	void *before;
+	pid_t child;
+	int rc;
+
+	if (!a || !b)
+		goto out;
+	fill(a, 3 * MiB, 77);
+	rc = dev->ops->alloc(dev, 3 * MiB - 5, &m);
+	CHECK(rc == 0, "alloc: %d", rc);
+	if (rc)
+		goto out;
+	rc = dev->ops->write(dev, m, a, 3 * MiB - 5, 0);
+	CHECK(rc == 0, "write: %d", rc);
+	dev->ops->drain(dev);
+	base = held_now();
+	CHECK(dev->ops->read_snapshots, "cuda read exports are not snapshots");
+
+	child = fork();
+	if (!child) {
+		pause();
+		_exit(0);
+	}
+	/* A read export holds a block of its own... */
+	memset(&ex, 0, sizeof(ex));
+	rc = dev->ops->export(dev, m, false, 0, 0, &ex, &x);
+	CHECK(rc == 0 && x && !x->writable, "read export: %d", rc);
+	CHECK(held_now() == base + 4 * MiB, "a snapshot holds %llu bytes",
+	      (unsigned long long)(held_now() - base));
+	/* ...which stays while its process lives after the lease ends. */
+	if (!rc) {
+		x->pid = child;
+		x->unmapped = false;
+		dev->ops->unexport(dev, x);
+	}
+	dev->ops->drain(dev);
+	usleep(300 * 1000);
+	CHECK(held_now() == base + 4 * MiB,
+	      "a snapshot was freed while its process lives");
+
+	/* A write export maps the buffer; at its end the buffer moves. */
+	before = dptr(m);
+	rc = dev->ops->export(dev, m, true, 0, 0, &ex, &x);
+	CHECK(rc == 0 && x && x->writable, "write export: %d", rc);
+	if (!rc) {
+		x->pid = child;
+		x->unmapped = false;
+		dev->ops->unexport(dev, x);
+	}
+	CHECK(dptr(m) != before, "a write export was not detached");
+	memset(b, 0, 3 * MiB);
+	rc = dev->ops->read(dev, m, b, 3 * MiB - 5, 0);
+	CHECK(rc == 0 && !memcmp(a, b, 3 * MiB - 5),
+	      "the detached buffer lost its bytes: %d", rc);
+	CHECK(held_now() == base + 8 * MiB, "held %llu over the buffer",
+	      (unsigned long long)(held_now() - base));
+
+	/* The process goes: both blocks go. */
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	CHECK(held_becomes(base), "parked blocks outlived their process: %llu",
+	      (unsigned long long)(held_now() - base));
+
+	/* Said unmapped (libtierfs): freed at once, nothing detached. */
+	rc = dev->ops->export(dev, m, false, 0, 0, &ex, &x);
+	if (!rc) {
+		x->pid = getpid();
+		x->unmapped = true;
+		dev->ops->unexport(dev, x);
+	}
+	before = dptr(m);
+	rc |= dev->ops->export(dev, m, true, 0, 0, &ex, &x);
+	if (!rc) {
+		x->pid = getpid();
+		x->unmapped = true;
+		dev->ops->unexport(dev, x);
+	}
+	dev->ops->drain(dev);
+	CHECK(rc == 0 && held_now() == base && dptr(m) == before,
+	      "an unmapped release: rc %d, held %llu over, moved %d", rc,
+	      (unsigned long long)(held_now() - base), dptr(m) != before);
+	dev->ops->free(dev, m);
+out:
+	free(a);
+	free(b);
+}
+
 /*
  * Defect 6: cudaFree waits for the whole device, and the store frees under
  * a buffer lock. With every stream held by the fake, a copy of another
@@ -669,6 +791,7 @@ int main(void)
 	check_granted();
 	check_batches();
 	check_free_async();
+	check_export_lifetimes();
 	check_paths();
 	check_table();
 

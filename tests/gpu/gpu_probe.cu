@@ -14,7 +14,8 @@
  *   gpu_probe writeread FILE       map FILE read-only and write 0xee over
  *                                  its first 4096 bytes with a kernel;
  *                                  "kernel wrote" or "kernel refused: ..."
- *   gpu_probe forkclose FILE SEED  map FILE, fork a child that calls
+ *   gpu_probe forkclose FILE SEED  map FILE for writing (a lease that
+ *                                  holds the buffer), fork a child that calls
  *                                  tfs_map_close() and exits; print
  *                                  "ready", wait for SIGTERM, then check on
  *                                  the GPU that the map still holds
@@ -166,7 +167,7 @@ static int cmd_forkclose(const char *path, unsigned int seed)
 	int status;
 	pid_t pid;
 
-	map(path, TFS_MAP_READ, &m);
+	map(path, TFS_MAP_WRITE, &m);
 	signal(SIGTERM, on_term);
 	fflush(stdout);
 	pid = fork();

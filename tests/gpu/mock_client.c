@@ -11,7 +11,17 @@
  *                                    at +OFFSET"; then "tail zero" when
  *                                    the block past the file's end holds
  *                                    only zeroes, else "tail dirty at +N"
- *   mock_client forkclose PATH       map PATH, fork; the child calls
+ *   mock_client writeread PATH       map PATH read-only and write 0xee over
+ *                                    all of it, as a kernel could (legacy
+ *                                    IPC has no read-only import); close
+ *   mock_client keep PATH MODE GO    map PATH (MODE read or write), then
+ *                                    close the file's descriptor without
+ *                                    unmapping, which ends the lease;
+ *                                    print "closed", wait until the file
+ *                                    GO exists, write 0xcd over the map
+ *                                    (MODE write), print "wrote", wait for
+ *                                    SIGTERM and exit still mapping it
+ *   mock_client forkclose PATH       map PATH for writing, fork; the child calls
  *                                    tfs_map_close() and exits; print
  *                                    "child exit N" and "ready", wait for
  *                                    SIGTERM, check the map still reads,
@@ -30,6 +40,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,7 +134,7 @@ static int cmd_forkclose(const char *path)
 	int rc, status;
 	pid_t pid;
 
-	rc = tfs_map_open(path, TFS_MAP_READ, &m);
+	rc = tfs_map_open(path, TFS_MAP_WRITE, &m);
 	if (rc)
 		die("tfs_map_open", rc);
 	signal(SIGTERM, on_term);
@@ -154,6 +165,50 @@ static int cmd_forkclose(const char *path)
 	if (rc)
 		die("tfs_map_close", rc);
 	printf("closed\n");
+	return 0;
+}
+
+static int cmd_writeread(const char *path)
+{
+	struct tfs_map m;
+	size_t n;
+	int rc;
+
+	rc = tfs_map_open(path, TFS_MAP_READ, &m);
+	if (rc)
+		die("tfs_map_open", rc);
+	n = m.length;
+	memset(m.ptr, 0xee, n);
+	rc = tfs_map_close(&m);
+	if (rc)
+		die("tfs_map_close", rc);
+	printf("wrote %zu\n", n);
+	return 0;
+}
+
+static int cmd_keep(const char *path, const char *mode, const char *go)
+{
+	bool write = !strcmp(mode, "write");
+	struct tfs_map m;
+	int rc, i;
+
+	rc = tfs_map_open(path, write ? TFS_MAP_WRITE : TFS_MAP_READ, &m);
+	if (rc)
+		die("tfs_map_open", rc);
+	signal(SIGTERM, on_term);
+	/* What a careless client does: the lease ends, the mapping not. */
+	close(m.fd);
+	printf("closed\n");
+	fflush(stdout);
+	for (i = 0; i < 2000 && access(go, F_OK); i++)
+		usleep(10000);
+	if (write)
+		memset(m.ptr, 0xcd, m.length);
+	printf("wrote\n");
+	fflush(stdout);
+	while (!stop)
+		pause();
+	/* Exit without cudaIpcCloseMemHandle: the exit unmaps. */
 	return 0;
 }
 
@@ -195,6 +250,10 @@ int main(int argc, char **argv)
 		return cmd_window(argv[2], argv[3]);
 	if (argc == 3 && !strcmp(argv[1], "forkclose"))
 		return cmd_forkclose(argv[2]);
-	fprintf(stderr, "usage: mock_client window PATH NEEDLE | forkclose PATH | malloc MOUNT BYTES | reclaim MOUNT BYTES\n");
+	if (argc == 3 && !strcmp(argv[1], "writeread"))
+		return cmd_writeread(argv[2]);
+	if (argc == 5 && !strcmp(argv[1], "keep"))
+		return cmd_keep(argv[2], argv[3], argv[4]);
+	fprintf(stderr, "usage: mock_client window PATH NEEDLE | forkclose PATH | writeread PATH | keep PATH read|write GO | malloc MOUNT BYTES | reclaim MOUNT BYTES\n");
 	return 2;
 }

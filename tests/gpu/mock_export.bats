@@ -94,6 +94,82 @@ hold() {
 	kill -0 "$TFS_PID"
 }
 
+# The bytes the daemon holds for FILE, read past the page cache: moved to
+# host (a device-to-host copy of the live allocation), then compared.
+cmp_held() {
+	setfattr -n user.tierfs.tier -v host "$MNT/$1"
+	cmp "$TFS_TMP/$2" "$MNT/$1"
+}
+
+@test "a write through a read map changes nothing the file serves" {
+	mount_cuda
+	mkfile f $((3 << 20))
+	[ "$(tfs_tier "$MNT/f")" = device ]
+	run "$MOCK_CLIENT" writeread "$MNT/f"
+	[ "$status" -eq 0 ]
+	[ "$output" = "wrote $((3 << 20))" ]
+	# The next map shows the file's bytes, not the writer's.
+	run "$MOCK_CLIENT" window "$MNT/f" "$TFS_TMP/f"
+	[[ "${lines[0]}" == "window holds $TFS_TMP/f at +0" ]]
+	cmp_held f f
+	kill -0 "$TFS_PID"
+}
+
+@test "a read map is a snapshot: the owner writes and moves the file under it" {
+	mount_cuda
+	mkfile f $((3 << 20))
+	"$MOCK_CLIENT" keep "$MNT/f" read "$TFS_TMP/go" >"$TFS_TMP/out" 2>&1 &
+	local pid=$! i
+	HOLDERS+=($pid)
+	for i in $(seq 1 200); do grep -q '^closed' "$TFS_TMP/out" && break; sleep 0.05; done
+	grep -q '^closed' "$TFS_TMP/out"
+	head -c $((3 << 20)) /dev/urandom >"$TFS_TMP/g"
+	cp "$TFS_TMP/g" "$MNT/f"
+	setfattr -n user.tierfs.tier -v disk "$MNT/f"
+	setfattr -n user.tierfs.tier -v device "$MNT/f"
+	rm "$MNT/f"
+	# The holder's block was not freed under it (the mock aborts).
+	touch "$TFS_TMP/go"
+	for i in $(seq 1 200); do grep -q '^wrote' "$TFS_TMP/out" && break; sleep 0.05; done
+	grep -q '^wrote' "$TFS_TMP/out"
+	kill -0 "$TFS_PID"
+	kill -TERM "$pid"
+	wait "$pid"
+	kill -0 "$TFS_PID"
+}
+
+@test "a write map whose descriptor closed first is detached, and kept until its process goes" {
+	mount_cuda
+	mkfile f $((3 << 20))
+	"$MOCK_CLIENT" keep "$MNT/f" write "$TFS_TMP/go" >"$TFS_TMP/out" 2>&1 &
+	local pid=$! i
+	HOLDERS+=($pid)
+	for i in $(seq 1 200); do grep -q '^closed' "$TFS_TMP/out" && break; sleep 0.05; done
+	grep -q '^closed' "$TFS_TMP/out"
+	# The lease ended with the descriptor: the owner may rewrite, move
+	# and remove the file; the old mapping must neither see nor change
+	# it, and its memory must not be freed while it is open (the mock
+	# aborts the daemon if it is).
+	head -c $((3 << 20)) /dev/urandom >"$TFS_TMP/g"
+	cp "$TFS_TMP/g" "$MNT/f"
+	[ "$(tfs_tier "$MNT/f")" = device ]
+	touch "$TFS_TMP/go"
+	for i in $(seq 1 200); do grep -q '^wrote' "$TFS_TMP/out" && break; sleep 0.05; done
+	grep -q '^wrote' "$TFS_TMP/out"
+	cmp_held f g
+	setfattr -n user.tierfs.tier -v device "$MNT/f"
+	cmp "$TFS_TMP/g" "$MNT/f"
+	rm "$MNT/f"
+	kill -0 "$TFS_PID"
+	kill -TERM "$pid"
+	wait "$pid"
+	# Gone: its block is freed (at the latest when the daemon stops),
+	# without an abort.
+	kill -0 "$TFS_PID"
+	tfs_unmount
+	! grep -q 'mock: cudaFree' "$LOG"
+}
+
 @test "mapping a file on GPU 1 creates no context on GPU 0" {
 	export TFS_MOCK_DEVICES=2
 	mount_cuda -o device_gpu=1

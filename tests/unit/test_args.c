@@ -95,6 +95,19 @@ static void test_ioctl_answers(void)
 	CHECK(!memcmp(&a.move, &m, sizeof(m)));
 }
 
+/* TFS_RELEASE_UNMAPPED is the one flag a release takes. */
+static void test_release_flags(void)
+{
+	struct tfs_ioc_release rel = { .version = TFS_ABI_VERSION };
+
+	CHECK_EQ(check(TFS_IOC_RELEASE, &rel, sizeof(rel), 0, true, false), 0);
+	rel.flags = TFS_RELEASE_UNMAPPED;
+	CHECK_EQ(check(TFS_IOC_RELEASE, &rel, sizeof(rel), 0, true, false), 0);
+	rel.flags = 0x2;
+	CHECK_EQ(check(TFS_IOC_RELEASE, &rel, sizeof(rel), 0, true, false),
+		 -EINVAL);
+}
+
 static void test_reclaim_answers(void)
 {
 	struct tfs_ioc_reclaim rc = { .version = TFS_ABI_VERSION, .gpu = -1,
@@ -184,6 +197,7 @@ static void test_xattr_values(void)
 int main(void)
 {
 	TAP_RUN(test_ioctl_answers);
+	TAP_RUN(test_release_flags);
 	TAP_RUN(test_reclaim_answers);
 	TAP_RUN(test_xattr_values);
 	return tap_done();
