@@ -375,7 +375,23 @@ static int map_cuda(struct tfs_map *m, const struct tfs_ioc_export *ex)
 	ctx_leave(&c, dev);
 	if (e != cudaSuccess) {
 		const char *hint = NULL;
+		char old[192];
+		int mine = 0;
 
+		(void)cudaGetLastError();
+		/* Whatever the code, a runtime older than the daemon's that
+		 * made the handle is the likeliest cause: say so first. */
+		if (ex->cuda_runtime &&
+		    cudaRuntimeGetVersion(&mine) == cudaSuccess &&
+		    mine < (int)ex->cuda_runtime) {
+			snprintf(old, sizeof(old),
+				 "this process's CUDA runtime %d.%d is older than tierfs's %d.%d, whose IPC handles it may not open: build with a CUDA toolkit at least as new",
+				 mine / 1000, mine % 1000 / 10,
+				 (int)ex->cuda_runtime / 1000,
+				 (int)ex->cuda_runtime % 1000 / 10);
+			ctx_release(&c);
+			return cuda_fail_hint(e, "cudaIpcOpenMemHandle", old);
+		}
 		switch (e) {
 		case cudaErrorDevicesUnavailable:
 			hint = "the GPU is in exclusive-process compute mode and tierfs holds it";

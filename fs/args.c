@@ -70,7 +70,7 @@ int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out)
 		rc = check_head(a->exp.version, a->exp.flags, TFS_EXPORT_WRITE);
 		if (rc)
 			return rc;
-		if (a->exp.reserved0 ||
+		if (a->exp.cuda_runtime ||
 		    !all_zero(a->exp.reserved, sizeof(a->exp.reserved)))
 			return -EINVAL;
 		if (!req->readable ||

@@ -70,7 +70,9 @@ struct tfs_ioc_export {
 	uint32_t version;
 	uint32_t flags; /* in: TFS_EXPORT_* */
 	uint32_t handle_type; /* out: enum tfs_handle_type */
-	uint32_t reserved0;
+	/* out: the daemon's CUDA runtime version (13000 for 13.0) with a
+	 * CUDA handle, else 0; in: 0 */
+	uint32_t cuda_runtime;
 	uint64_t offset; /* out: where the bytes start inside the handle */
 	uint64_t length; /* out: logical size of the buffer */
 	uint64_t generation; /* out: bumped whenever the buffer is replaced */

@@ -853,6 +853,9 @@ static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm,
 	x->ptr = p;
 	x->granted = m->base.granted;
 	out->handle_type = TFS_HANDLE_CUDA_IPC;
+	/* A client whose runtime is older may not understand the handle:
+	 * libtierfs names the two versions when it fails. */
+	out->cuda_runtime = CUDART_VERSION;
 	memcpy(out->handle, &h, sizeof(out->handle));
 	/* Every buffer and snapshot is its own 2 MiB-rounded cudaMalloc,
 	 * whose handle maps its start and nothing of another buffer. */

@@ -44,7 +44,7 @@ static const struct cmd {
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	/* The offsets above are the header's; say so once. */
-	if (offsetof(struct tfs_ioc_export, reserved0) != 12 ||
+	if (offsetof(struct tfs_ioc_export, cuda_runtime) != 12 ||
 	    offsetof(struct tfs_ioc_export, reserved) != 120 ||
 	    offsetof(struct tfs_ioc_release, reserved) != 16 ||
 	    offsetof(struct tfs_ioc_commit, reserved) != 8 ||

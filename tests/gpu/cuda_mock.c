@@ -49,6 +49,9 @@
  *   TFS_MOCK_CAPACITY=BYTES   per device (default 256 MiB)
  *   TFS_MOCK_COMPUTE_MODE=M   cudaDevAttrComputeMode of every device
  *   TFS_MOCK_MIG=1            device names say they are MIG instances
+ *   TFS_MOCK_RUNTIME_VERSION=N  what cudaRuntimeGetVersion answers; an
+ *                             IPC handle of a newer runtime than that is
+ *                             refused (cudaErrorInvalidResourceHandle)
  *   TFS_MOCK_UUID_SALT=N      changes every device's UUID (a client that
  *                             sees other GPUs than the daemon)
  *   TFS_MOCK_BREAK_FILE=PATH  while PATH exists, the next call that needs a
@@ -129,7 +132,8 @@ struct mock_handle {
 	int32_t pid; /* exporter */
 	int32_t dev;
 	uint32_t off;
-	char name[48];
+	int32_t runtime; /* the exporter's cudaRuntimeGetVersion */
+	char name[44];
 };
 _Static_assert(sizeof(struct mock_handle) == sizeof(cudaIpcMemHandle_t),
 	       "handle size");
@@ -174,6 +178,7 @@ static struct import imports[MAX_IMPORTS]; /* mock_lock */
 static struct mock_dev devs[MAX_DEVS]; /* mock_lock */
 static int ndevs = 1, compute_mode, uuid_salt;
 static bool mig, nodev;
+static int runtime_version = CUDART_VERSION;
 static size_t dev_capacity = (size_t)256 << 20;
 static const char *break_file;
 static pid_t ctx_pid; /* the process that created contexts; mock_lock */
@@ -196,6 +201,8 @@ static void setup(void)
 	const char *v;
 
 	nodev = getenv("TFS_MOCK_NODEV") != NULL;
+	if ((v = getenv("TFS_MOCK_RUNTIME_VERSION")))
+		runtime_version = atoi(v);
 	if ((v = getenv("TFS_MOCK_DEVICES")))
 		ndevs = atoi(v) < 1 ? 1 : atoi(v) > MAX_DEVS ? MAX_DEVS : atoi(v);
 	if ((v = getenv("TFS_MOCK_CAPACITY")))
@@ -1197,6 +1204,7 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
 	r = p ? find_start_locked(p, DEV) : NULL;
 	if (r) {
 		mh.pid = (int32_t)getpid();
+		mh.runtime = runtime_version;
 		mh.dev = r->blk->dev;
 		mh.off = (uint32_t)((char *)p - r->blk->p);
 		snprintf(mh.name, sizeof(mh.name), "%s", r->blk->name);
@@ -1227,6 +1235,9 @@ cudaError_t cudaIpcOpenMemHandle(void **pp, cudaIpcMemHandle_t h,
 	/* The runtime refuses a handle of the calling process. */
 	if (mh.pid == (int32_t)getpid())
 		return fail(cudaErrorDeviceUninitialized);
+	/* Strict: a handle of a newer runtime than ours is not understood. */
+	if (mh.runtime > runtime_version)
+		return fail(cudaErrorInvalidResourceHandle);
 	pthread_mutex_lock(&mock_lock);
 	for (i = 0; i < MAX_IMPORTS; i++) {
 		if (imports[i].base && !strcmp(imports[i].name, mh.name)) {
@@ -1389,7 +1400,8 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr attr, int d)
 cudaError_t cudaRuntimeGetVersion(int *v)
 {
 	count();
-	*v = CUDART_VERSION;
+	pthread_once(&setup_once, setup);
+	*v = runtime_version;
 	return cudaSuccess;
 }
 
