@@ -358,6 +358,11 @@ static void reload(void)
 		return;
 	}
 	rc = tier_store_reconfigure(tfs.store, &nc, err, sizeof(err));
+	if (rc == -ENOSPC) {
+		/* Applied: only the spilling down to a limit waits. */
+		tfs_warn("reload: %s", err);
+		rc = 0;
+	}
 	if (rc) {
 		if (!err[0])
 			snprintf(err, sizeof(err),

@@ -343,16 +343,23 @@ int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg,
 	apply_limits(s, cfg, lim);
 	host_pool_set_keep(s->pool, s->use[TFS_TIER_HOST].limit);
 	for (int t = TFS_TIER_DEVICE; t < TFS_TIER_DISK; t++) {
-		int e = st_shrink(s, t, s->use[t].limit, NULL, true);
+		char used[32], limit[32];
 
-		if (e && !rc)
-			rc = e;
+		if (!st_shrink(s, t, s->use[t].limit, NULL, true) || rc)
+			continue;
+		/* The new limit holds from now on: nothing new is placed
+		 * above it, and the spiller takes the rest down once it is
+		 * released. */
+		st_fmt_size(used, sizeof(used), s->use[t].used);
+		st_fmt_size(limit, sizeof(limit), s->use[t].limit);
+		snprintf(err, errlen,
+			 "%s stays over its new limit of %s until buffers "
+			 "pinned, mapped or in use there are released (%s used)",
+			 tier_name((enum tfs_tier)t), limit, used);
+		rc = -ENOSPC;
 	}
 	pthread_cond_signal(&s->spill_wake);
 	pthread_mutex_unlock(&s->lock);
-	if (rc)
-		tfs_warn("reconfigure: a tier stays over its new limit: "
-			 "its buffers are in use");
 	return rc;
 }
 

@@ -116,7 +116,9 @@ void tier_store_destroy(struct tier_store *s);
  * chunk size cannot change live and are ignored. Shrinking a limit spills
  * down to it before this returns. A limit above what the machine has is
  * refused as at init: -EINVAL with the reason in @err, nothing changed;
- * -ENOSPC when a tier stays over its new limit (its buffers are in use).
+ * -ENOSPC, with the tier and its use in @err, when a tier stays over its
+ * new limit (its buffers are pinned, mapped or in use): the new limits and
+ * policy are applied all the same, and the spiller goes on down to them.
  */
 int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg,
 			   char *err, size_t errlen);

@@ -461,6 +461,8 @@ void st_limits_probe(struct tier_store *s);
  * what the machine has (unless policy.overcommit). Changes nothing else. */
 int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 		      uint64_t lim[TFS_TIER_COUNT], char *err, size_t errlen);
+/* @v bytes as "512 B" or "1.5 MiB", into @buf. */
+void st_fmt_size(char *buf, size_t len, uint64_t v);
 
 /* store_io.c */
 

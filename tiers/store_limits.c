@@ -21,7 +21,7 @@
 /* v1 reports "no limit" as the largest page-aligned long. */
 #define CGROUP_NO_LIMIT (1ull << 62)
 
-static void fmt_size(char *buf, size_t len, uint64_t v)
+void st_fmt_size(char *buf, size_t len, uint64_t v)
 {
 	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB",
 					    "PiB", "EiB" };
@@ -186,7 +186,7 @@ static int refuse(const struct tfs_config *cfg, const char *section,
 	char where[PATH_MAX + 64], w[32];
 
 	cfg_key_where(cfg, section, "limit", where, sizeof(where));
-	fmt_size(w, sizeof(w), want);
+	st_fmt_size(w, sizeof(w), want);
 	snprintf(err, errlen, "%s: %s is more than %s "
 			      "(policy_overcommit=yes allows it)",
 		 where, w, what);
@@ -208,7 +208,7 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 
 	/* Host. */
 	src = srcs[TFS_TIER_HOST];
-	fmt_size(a, sizeof(a), ram);
+	st_fmt_size(a, sizeof(a), ram);
 	if (set(&cfg->host.limit)) {
 		lim[TFS_TIER_HOST] = cfg_size_resolve(&cfg->host.limit, ram);
 		if (!oc && lim[TFS_TIER_HOST] > ram) {
@@ -218,7 +218,7 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 				      err, errlen);
 		}
 		if (!oc && cg && lim[TFS_TIER_HOST] > cg) {
-			fmt_size(b, sizeof(b), cg);
+			st_fmt_size(b, sizeof(b), cg);
 			snprintf(what, sizeof(what),
 				 "the %s its memory cgroup '%s' allows", b,
 				 s->cgroup_path);
@@ -234,7 +234,7 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 			/* Past its cgroup's limit the kernel kills the daemon
 			 * before it can spill. */
 			lim[TFS_TIER_HOST] = cg / 2;
-			fmt_size(b, sizeof(b), cg);
+			st_fmt_size(b, sizeof(b), cg);
 			snprintf(src, sizeof(srcs[0]),
 				 "half the %s its memory cgroup '%s' allows", b,
 				 s->cgroup_path);
@@ -252,7 +252,7 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 				&cfg->device.limit, s->dev_info.capacity);
 			/* The sim device is host memory. */
 			if (!oc && sim && lim[TFS_TIER_DEVICE] > mem) {
-				fmt_size(b, sizeof(b), mem);
+				st_fmt_size(b, sizeof(b), mem);
 				snprintf(what, sizeof(what),
 					 "the %s of host memory the sim "
 					 "device can have%s",
@@ -264,7 +264,7 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 			}
 			if (!oc && !sim &&
 			    lim[TFS_TIER_DEVICE] > s->dev_info.capacity) {
-				fmt_size(b, sizeof(b), s->dev_info.capacity);
+				st_fmt_size(b, sizeof(b), s->dev_info.capacity);
 				snprintf(what, sizeof(what),
 					 "the %s of memory device '%s' has", b,
 					 s->dev_info.model);
@@ -277,7 +277,7 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 			snprintf(src, sizeof(srcs[0]), "from %s", what);
 		} else if (!strcmp(s->backend, "cuda")) {
 			lim[TFS_TIER_DEVICE] = s->dev_info.free / 10 * 8;
-			fmt_size(b, sizeof(b), s->dev_info.free);
+			st_fmt_size(b, sizeof(b), s->dev_info.free);
 			snprintf(src, sizeof(srcs[0]),
 				 "80%% of the %s free on device '%s'", b,
 				 s->dev_info.model);
@@ -303,7 +303,7 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 	pthread_mutex_unlock(&s->lock);
 	s->disk_capacity = fs;
 	src = srcs[TFS_TIER_DISK];
-	fmt_size(a, sizeof(a), free_b);
+	st_fmt_size(a, sizeof(a), free_b);
 	if (set(&cfg->disk.limit)) {
 		lim[TFS_TIER_DISK] = cfg_size_resolve(&cfg->disk.limit, fs);
 		if (!oc && lim[TFS_TIER_DISK] > free_b) {
@@ -319,13 +319,13 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 		uint64_t keep = fs / 20;
 		uint64_t room = free_b > keep ? free_b - keep : 0;
 
-		fmt_size(b, sizeof(b), fs);
+		st_fmt_size(b, sizeof(b), fs);
 		lim[TFS_TIER_DISK] = fs / 2;
 		snprintf(src, sizeof(srcs[0]), "50%% of the %s filesystem of '%s'",
 			 b, s->disk_path);
 		if (room < fs / 2) {
 			lim[TFS_TIER_DISK] = room;
-			fmt_size(c, sizeof(c), keep);
+			st_fmt_size(c, sizeof(c), keep);
 			snprintf(src, sizeof(srcs[0]),
 				 "the %s free on '%s' less %s (5%% of its "
 				 "size) left to others",
@@ -336,7 +336,7 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
 		if (t == TFS_TIER_DEVICE && !s->dev)
 			continue;
-		fmt_size(c, sizeof(c), lim[t]);
+		st_fmt_size(c, sizeof(c), lim[t]);
 		if (lim[t])
 			tfs_notice("%s: limit %s: %s",
 				   tier_name((enum tfs_tier)t), c, srcs[t]);

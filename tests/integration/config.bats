@@ -306,7 +306,7 @@ host_shrunk() {
 	[ "$(tfs_stat host.limit)" -eq $((48 << 20)) ]
 	printf '[host]\nlimit = 16M\n[disk]\nlimit = 200M\n' >"$CONF"
 	kill -HUP "$TFS_PID"
-	wait_for test "$(tfs_stat disk.limit)" -eq $((200 << 20))
+	wait_for tfs_stat_is disk.limit -eq $((200 << 20))
 	[ "$(tfs_stat host.limit)" -eq $((48 << 20)) ]
 }
 

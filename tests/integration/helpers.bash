@@ -138,3 +138,15 @@ tfs_stat() {
 	getfattr --only-values -n user.tierfs.stats "$MNT" |
 		sed -n "s/^$1=//p"
 }
+
+# tfs_stat_is KEY OP VALUE: test(1) on a stat read afresh, so that
+# "wait_for tfs_stat_is reloads -eq 1" polls (wait_for test "$(...)" would
+# read it once).
+tfs_stat_is() {
+	test "$(tfs_stat "$1")" "$2" "$3"
+}
+
+# tfs_tier_is FILE OP VALUE: the same for a file's tier.
+tfs_tier_is() {
+	test "$(tfs_tier "$1")" "$2" "$3"
+}

@@ -154,7 +154,7 @@ daemon_mount() {
 	[ -z "$(tfs_stat reload_error)" ]
 	printf '[host]\nlimit = banana\n' >"$conf"
 	kill -HUP "$TFS_PID"
-	wait_for test "$(tfs_stat reloads)" -eq 1
+	wait_for tfs_stat_is reloads -eq 1
 	[ "$(tfs_stat reload_error)" = "$conf:2: limit: 'banana' is not a size: expected a number such as 4096, 64K or 1.5G" ]
 	grep -q "error: reload failed, keeping the running configuration: $conf:2: limit: 'banana'" \
 		"$TFS_TMP/daemon.log"
@@ -165,10 +165,36 @@ daemon_mount() {
 	mv "$TFS_TMP/daemon.log" "$TFS_TMP/daemon.log.1"
 	printf '[host]\nlimit = 32M\n' >"$conf"
 	kill -HUP "$TFS_PID"
-	wait_for test "$(tfs_stat reloads)" -eq 2
+	wait_for tfs_stat_is reloads -eq 2
 	[ -z "$(tfs_stat reload_error)" ]
 	[ "$(tfs_stat host.limit)" -eq $((32 << 20)) ]
 	grep -q "configuration reloaded from '$conf'" "$TFS_TMP/daemon.log"
+}
+
+@test "a SIGHUP that shrinks a tier below its pinned buffers applies and says so" {
+	local conf=$TFS_TMP/t.conf
+	printf '[device]\nbackend = none\n[host]\nlimit = 16M\n' >"$conf"
+	daemon_mount -o "disk_path=$SPILL,config=$conf,log_file=$TFS_TMP/daemon.log"
+	head -c 6M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/pinned"
+	setfattr -n user.tierfs.pin -v 1 "$MNT/pinned"
+	[ "$(tfs_tier "$MNT/pinned")" = host ]
+	printf '[device]\nbackend = none\n[host]\nlimit = 4M\n' >"$conf"
+	kill -HUP "$TFS_PID"
+	wait_for tfs_stat_is reloads -eq 1
+	# Applied, not failed: the limit is the new one, the pin holds.
+	[ -z "$(tfs_stat reload_error)" ]
+	[ "$(tfs_stat host.limit)" -eq $((4 << 20)) ]
+	grep -q "reload: host stays over its new limit of 4.0 MiB until buffers pinned, mapped or in use there are released (6.0 MiB used)" \
+		"$TFS_TMP/daemon.log"
+	grep -q "configuration reloaded from '$conf'" "$TFS_TMP/daemon.log"
+	! grep -q "reload failed" "$TFS_TMP/daemon.log"
+	[ "$(tfs_tier "$MNT/pinned")" = host ]
+	# Unpinned, it goes down to the limit.
+	setfattr -n user.tierfs.pin -v 0 "$MNT/pinned"
+	wait_for tfs_stat_is host.used -le $((4 << 20))
+	[ "$(tfs_tier "$MNT/pinned")" = disk ]
+	cmp "$TFS_TMP/src" "$MNT/pinned"
 }
 
 @test "a log file that cannot be opened stops the mount" {
@@ -588,7 +614,7 @@ while not os.path.exists(sys.argv[2]):
 	[[ "$output" != *"reload"* ]]
 	printf '[host]\nlimit = banana\n' >"$conf"
 	kill -HUP "$TFS_PID"
-	wait_for test "$(tfs_stat reloads)" -eq 1
+	wait_for tfs_stat_is reloads -eq 1
 	run "$TIERFSCTL_BIN" status --ascii "$MNT"
 	echo "$output"
 	[ "$status" -eq 0 ]

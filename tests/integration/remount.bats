@@ -54,7 +54,7 @@ wait_for() {
 	[[ "$output" == *"Read-only file system"* ]]
 	[ "$(cat "$MNT/f")" = data ]
 	# The same daemon, which saw it; no second one.
-	wait_for test "$(tfs_stat read_only)" = 1
+	wait_for tfs_stat_is read_only = 1
 	[ "$(tfs_stat pid)" = "$pid" ]
 	grep -q "the filesystem is now read-only" "$LOG"
 	[ "$(pgrep -fc -- "$MNT")" -eq 1 ]
@@ -64,7 +64,7 @@ wait_for() {
 	[ "$status" -eq 0 ]
 	echo more >>"$MNT/f"
 	[ "$(cat "$MNT/f")" = "$(printf 'data\nmore')" ]
-	wait_for test "$(tfs_stat read_only)" = 0
+	wait_for tfs_stat_is read_only = 0
 	[ "$(findmnt -no FS-OPTIONS "$MNT" | cut -d, -f1)" = rw ]
 	[ "$(findmnt -no VFS-OPTIONS "$MNT" | cut -d, -f1)" = rw ]
 	[ "$(tfs_stat pid)" = "$pid" ]
@@ -91,7 +91,7 @@ wait_for() {
 	run remount rw
 	[ "$status" -eq 0 ]
 	touch "$MNT/f"
-	wait_for test "$(tfs_stat read_only)" = 0
+	wait_for tfs_stat_is read_only = 0
 }
 
 @test "mount -o remount,ro through mount(8) itself" {
