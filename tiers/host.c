@@ -290,6 +290,22 @@ void host_chunk_put_within(struct host_pool *p, void *chunk, size_t room)
 		slab_unmap(p, &gone);
 }
 
+/* Unmap what trim or shrink took off the pool under its lock: a list of
+ * chunks, an array of whole slabs. */
+static void unmap_taken(struct host_pool *p, struct free_chunk *drop,
+			struct slab *slabs, size_t nslabs)
+{
+	while (drop) {
+		struct free_chunk *c = drop;
+
+		drop = c->next;
+		chunk_unmap(p, c);
+	}
+	for (size_t i = 0; i < nslabs; i++)
+		slab_unmap(p, &slabs[i]);
+	free(slabs);
+}
+
 void host_pool_trim(struct host_pool *p, size_t floor)
 {
 	struct free_chunk *drop = NULL;
@@ -327,15 +343,7 @@ void host_pool_trim(struct host_pool *p, size_t floor)
 		}
 	}
 	pthread_mutex_unlock(&p->lock);
-	while (drop) {
-		struct free_chunk *c = drop;
-
-		drop = c->next;
-		chunk_unmap(p, c);
-	}
-	for (size_t i = 0; i < nslabs; i++)
-		slab_unmap(p, &slabs[i]);
-	free(slabs);
+	unmap_taken(p, drop, slabs, nslabs);
 }
 
 void host_pool_shrink(struct host_pool *p, size_t room)
@@ -363,15 +371,7 @@ void host_pool_shrink(struct host_pool *p, size_t room)
 		drop = c;
 	}
 	pthread_mutex_unlock(&p->lock);
-	while (drop) {
-		struct free_chunk *c = drop;
-
-		drop = c->next;
-		chunk_unmap(p, c);
-	}
-	for (size_t i = 0; i < nslabs; i++)
-		slab_unmap(p, &slabs[i]);
-	free(slabs);
+	unmap_taken(p, drop, slabs, nslabs);
 }
 
 size_t host_pool_free_bytes(struct host_pool *p)
