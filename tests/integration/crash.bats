@@ -44,6 +44,31 @@ wait_until() {
 	"$@"
 }
 
+ready_or_gone() { grep -q '^ready' "$1" || ! kill -0 "$2" 2>/dev/null; }
+
+# hold_map OUT [rw]: export_client holding a map of $MNT/exp, in LOADERS.
+# The device tier is 4 MiB of 2 MiB blocks, which the loaders' files fill
+# too: a map may be refused with ENOSPC while they hold it, as it would be
+# for a GPU program; try again, as that program would.
+hold_map() {
+	local out=$1 i pid
+	shift
+	for i in $(seq 1 50); do
+		"$EC" hold "$MNT/exp" "$@" >"$out" 2>&1 &
+		pid=$!
+		wait_until ready_or_gone "$out" "$pid"
+		if grep -q '^ready' "$out"; then
+			LOADERS+=($pid)
+			return 0
+		fi
+		wait "$pid" || true
+		grep -q 'No space left on device' "$out" || break
+		sleep 0.1
+	done
+	cat "$out"
+	return 1
+}
+
 spill_files() { find "$SPILL" -type f ! -name lock | sort; }
 has_spill_files() { [ -n "$(spill_files)" ]; }
 gone() { ! kill -0 "$1" 2>/dev/null; }
@@ -62,12 +87,8 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 	# GPU programs' maps: the sim backend keeps them in /dev/shm, named
 	# after the daemon (a read map's snapshot, a write map's live bytes).
 	head -c 1M /dev/urandom >"$MNT/exp"
-	"$EC" hold "$MNT/exp" >"$TFS_TMP/hold.out" 2>&1 &
-	LOADERS+=($!)
-	wait_until grep -q '^ready' "$TFS_TMP/hold.out"
-	"$EC" hold "$MNT/exp" rw >"$TFS_TMP/hold-rw.out" 2>&1 &
-	LOADERS+=($!)
-	wait_until grep -q '^ready' "$TFS_TMP/hold-rw.out"
+	hold_map "$TFS_TMP/hold.out"
+	hold_map "$TFS_TMP/hold-rw.out" rw
 	wait_until has_spill_files
 	local dead=$TFS_PID
 	local shm

@@ -66,8 +66,14 @@ EOF
 		cmp -i 0:1600000 -n 50000 "$TFS_TMP/part" "$MNT/f"
 		[ "$(head -c 1600000 "$MNT/f" | tr -d '\0' | wc -c)" -eq 0 ]
 	done
-	# the kernel's st_blocks is the stored size too, once its cache ages
-	sleep 1.1
+	# the kernel's st_blocks is the stored size too, once the daemon's
+	# notification of the move reaches it (a queue thread sends it)
+	local i
+	for i in $(seq 1 200); do
+		[ "$(($(stat -c %b "$MNT/f") * 512))" -le $((14 * 4096 + 1024)) ] &&
+			break
+		sleep 0.05
+	done
 	[ "$(($(stat -c %b "$MNT/f") * 512))" -le $((14 * 4096 + 1024)) ]
 }
 
