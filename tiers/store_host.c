@@ -155,6 +155,18 @@ static uint32_t eof_in(const struct tier_buf *b, uint64_t idx)
 		       b->s->chunk_size;
 }
 
+/* The part [*lo, *hi) of chunk @idx that the byte range [off, end) covers,
+ * as offsets inside the chunk; the range must reach into the chunk. */
+static void chunk_span(const struct tier_store *s, uint64_t idx, uint64_t off,
+		       uint64_t end, uint32_t *lo, uint32_t *hi)
+{
+	uint64_t base = idx * s->chunk_size;
+
+	*lo = off > base ? (uint32_t)(off - base) : 0;
+	*hi = end - base < s->chunk_size ? (uint32_t)(end - base) :
+					   s->chunk_size;
+}
+
 /*
  * Bytes a packed copy of chunk @idx with pages @a (unwritten @u) needs:
  * to the end of the last page, cut at the file's end unless unwritten
@@ -760,14 +772,11 @@ int st_host_punch(struct tier_buf *b, uint64_t off, uint64_t len)
 	for (uint64_t i = off / s->chunk_size; i < b->nck &&
 					       i * s->chunk_size < end; i++) {
 		struct tier_chunk *ck = &b->ck[i];
-		uint64_t base = i * s->chunk_size;
-		uint32_t lo = off > base ? (uint32_t)(off - base) : 0;
-		uint32_t hi = end - base < s->chunk_size ?
-				      (uint32_t)(end - base) :
-				      s->chunk_size;
+		uint32_t lo, hi;
 
 		if (!ck->npages)
 			continue;
+		chunk_span(s, i, off, end, &lo, &hi);
 		ck_get(s, ck, a, u);
 		for (uint32_t p = lo / PG; p * PG < hi; p++) {
 			uint32_t ps = p * PG, pe = ps + PG;
@@ -853,14 +862,11 @@ int st_host_allocate(struct tier_buf *b, uint64_t off, uint64_t len)
 	for (int pass = 0; pass < 2; pass++) {
 		for (uint64_t i = first; i <= last; i++) {
 			struct tier_chunk *ck = &b->ck[i];
-			uint64_t base = i * s->chunk_size;
-			uint32_t lo = off > base ? (uint32_t)(off - base) : 0;
-			uint32_t hi = end - base < s->chunk_size ?
-					      (uint32_t)(end - base) :
-					      s->chunk_size;
+			uint32_t lo, hi;
 			bool grew = false, dense;
 			uint32_t n;
 
+			chunk_span(s, i, off, end, &lo, &hi);
 			ck_get(s, ck, a, u);
 			if (!take_pages(a, u, lo, hi, &grew))
 				continue;
@@ -910,12 +916,11 @@ int st_pages_written(struct tier_buf *b, uint64_t off, uint64_t len)
 		return rc;
 	for (uint64_t i = off / s->chunk_size; i * s->chunk_size < end; i++) {
 		struct tier_chunk *ck = &b->ck[i];
-		uint64_t base = i * s->chunk_size;
-		uint32_t lo = off > base ? (uint32_t)(off - base) : 0;
-		uint32_t hi = end - base < s->chunk_size ?
-				      (uint32_t)(end - base) :
-				      s->chunk_size;
-		uint32_t pl = lo / PG, ph = (hi - 1) / PG;
+		uint32_t lo, hi, pl, ph;
+
+		chunk_span(s, i, off, end, &lo, &hi);
+		pl = lo / PG;
+		ph = (hi - 1) / PG;
 
 		if (!ck->map && pl <= ck->npages) {
 			if (ph + 1 > ck->npages)
@@ -944,14 +949,10 @@ int st_pages_allocated(struct tier_buf *b, uint64_t off, uint64_t len)
 	if ((rc = grow_table(b, st_nchunks_for(s, end))))
 		return rc;
 	for (uint64_t i = off / s->chunk_size; i * s->chunk_size < end; i++) {
-		uint64_t base = i * s->chunk_size;
-		uint32_t lo = off > base ? (uint32_t)(off - base) : 0;
-		uint32_t hi = end - base < s->chunk_size ?
-				      (uint32_t)(end - base) :
-				      s->chunk_size;
-
+		uint32_t lo, hi;
 		bool grew;
 
+		chunk_span(s, i, off, end, &lo, &hi);
 		ck_get(s, &b->ck[i], a, u);
 		if (!take_pages(a, u, lo, hi, &grew))
 			continue;
