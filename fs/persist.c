@@ -869,12 +869,7 @@ size_t tfs_pj_stats(char *buf, size_t len)
 	struct pj_stats st;
 	size_t n = 0;
 
-#define EMIT(...)                                                        \
-	do {                                                             \
-		int _w = snprintf(buf + (n < len ? n : len),             \
-				  n < len ? len - n : 0, __VA_ARGS__);   \
-		n += _w > 0 ? (size_t)_w : 0;                            \
-	} while (0)
+#define EMIT(...) (n = tier_appendf(buf, len, n, __VA_ARGS__))
 	EMIT("persist=%s\n", P.j ? modes[P.mode] : "no");
 	if (!P.j)
 		return n;

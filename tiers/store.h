@@ -133,6 +133,13 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out);
 size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len);
 
 /*
+ * Append printf output to such a text: @n is its length so far, which may
+ * already exceed @len; returns the new length, counting what did not fit.
+ */
+size_t tier_appendf(char *buf, size_t len, size_t n, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/*
  * Give device memory back to a GPU program (TFS_IOC_RECLAIM): spill the
  * coldest device buffers of GPU @gpu (-1: the default) until at least
  * @bytes of what the tier holds is given back or nothing more can move,

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -33,6 +34,18 @@ int tier_parse(const char *name, size_t len, enum tfs_tier *out)
 		}
 	}
 	return -EINVAL;
+}
+
+size_t tier_appendf(char *buf, size_t len, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+	int w;
+
+	va_start(ap, fmt);
+	w = vsnprintf(buf + (n < len ? n : len), n < len ? len - n : 0, fmt,
+		      ap);
+	va_end(ap);
+	return n + (w > 0 ? (size_t)w : 0);
 }
 
 void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
@@ -79,12 +92,7 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 	size_t n = 0;
 
 	tier_store_stats(s, &st);
-#define EMIT(...)                                                        \
-	do {                                                             \
-		int _w = snprintf(buf + (n < len ? n : len),             \
-				  n < len ? len - n : 0, __VA_ARGS__);   \
-		n += _w > 0 ? (size_t)_w : 0;                            \
-	} while (0)
+#define EMIT(...) (n = tier_appendf(buf, len, n, __VA_ARGS__))
 	EMIT("version=1\n");
 	EMIT("backend=%s\n", st.backend);
 	EMIT("device_model=%s\n", st.device_model);
