@@ -58,7 +58,7 @@ struct tfs_map {
 	int handle_type; /* enum tfs_handle_type */
 	int device; /* CUDA device ordinal ptr lives on; -1 for shm */
 	uint64_t generation; /* as exported; bumped when replaced */
-	uint8_t uuid[16]; /* GPU UUID; zero for the sim backend */
+	uint8_t uuid[16]; /* the GPU it is on; see tierfs.h */
 
 	/* private to libtierfs */
 	int fd; /* open file holding the lease; -1 once closed */

@@ -77,7 +77,9 @@ struct tfs_ioc_export {
 	uint64_t length; /* out: logical size of the buffer */
 	uint64_t generation; /* out: bumped whenever the buffer is replaced */
 	uint8_t handle[64]; /* out */
-	uint8_t uuid[16]; /* out: GPU UUID; zero for the sim backend */
+	/* out: the UUID of the GPU the buffer is on; with sim the ASCII
+	 * "tierfs-sim-gpu" and the ordinal, 2 bytes big-endian */
+	uint8_t uuid[16];
 	uint64_t reserved[4];
 };
 

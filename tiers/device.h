@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "tierfs.h"
@@ -67,6 +68,12 @@ struct tier_dev_info {
 	/* Allocations are rounded up to a multiple of this (cuda: 2 MiB,
 	 * sim: a page): what the store reserves before it allocates. */
 	uint64_t granule;
+	/*
+	 * The GPU's UUID, how a client names it whatever its
+	 * CUDA_VISIBLE_DEVICES: the driver's on cuda, on sim a fixed one per
+	 * ordinal (tier_dev_sim_uuid()). Never all zero: a zero UUID in a
+	 * request means "the default GPU".
+	 */
 	uint8_t uuid[16];
 };
 
@@ -205,6 +212,27 @@ struct tier_dev_ops {
 	 * frees on a thread of its own). A reclaim waits for this.
 	 */
 	void (*drain)(struct tier_dev *dev);
+	/*
+	 * Several GPUs: one instance of the backend per GPU, each opened by
+	 * init with its own device.gpu. Both slots are optional, take two
+	 * instances of this one backend and may be called from any thread.
+	 *
+	 * can_peer: whether copy_peer from @src to @dst goes device to device
+	 * (cuda: cudaDeviceCanAccessPeer, and peer access enabled on the first
+	 * true answer; sim: always). When false, or without the slot, a move
+	 * between GPUs goes through host memory: readv from @src, writev to
+	 * @dst.
+	 *
+	 * copy_peer: copy @len bytes at @off of @sm (an allocation of @src) to
+	 * the same offset of @dm (of @dst), and return once they are there.
+	 * @off + @len must lie inside both (-EINVAL). Nothing else may write
+	 * either range meanwhile; the store holds both buffers' locks. 0,
+	 * -EIO for a failed copy, -ENODEV when either device has failed.
+	 */
+	bool (*can_peer)(struct tier_dev *src, struct tier_dev *dst);
+	int (*copy_peer)(struct tier_dev *src, struct tier_dmem *sm,
+			 struct tier_dev *dst, struct tier_dmem *dm,
+			 size_t len, uint64_t off);
 };
 
 struct tier_dev {
@@ -246,6 +274,30 @@ static inline bool tier_dev_failed(struct tier_dev *dev)
 {
 	return dev && dev->ops->failed && dev->ops->failed(dev);
 }
+
+/* @dev's GPU UUID (16 bytes, never all zero; see tier_dev_info). */
+static inline void tier_dev_uuid(struct tier_dev *dev, uint8_t out[16])
+{
+	struct tier_dev_info info;
+
+	dev->ops->info(dev, &info);
+	memcpy(out, info.uuid, sizeof(info.uuid));
+}
+
+/* Whether a copy from @src to @dst can go device to device. */
+static inline bool tier_dev_can_peer(struct tier_dev *src,
+				     struct tier_dev *dst)
+{
+	return src->ops == dst->ops && src->ops->can_peer &&
+	       src->ops->copy_peer && src->ops->can_peer(src, dst);
+}
+
+/*
+ * The UUID the sim backend gives its GPU @ordinal: "tierfs-sim-gpu" in
+ * ASCII and the ordinal in the last two bytes, big-endian, so that tests
+ * and clients can compute it.
+ */
+void tier_dev_sim_uuid(int ordinal, uint8_t out[16]);
 
 /* The backend called @name ("cuda", "sim"), or NULL if not built in. */
 const struct tier_dev_ops *tier_dev_lookup(const char *name);

@@ -998,4 +998,6 @@ const struct tier_dev_ops tier_dev_cuda_ops = {
 	.failed = cuda_failed,
 	.meminfo = cuda_meminfo,
 	.drain = cuda_drain,
+	.can_peer = cuda_can_peer,
+	.copy_peer = cuda_copy_peer,
 };

@@ -520,3 +520,90 @@ int cuda_zero(struct tier_dev *dev, struct tier_dmem *m, size_t len,
 	return len ? cuda_writev(dev, m, &g, 1) :
 		     (in_range(to_cmem(m), 0, off) ? 0 : -EINVAL);
 }
+
+/* --- copies between GPUs -------------------------------------------------- */
+
+/*
+ * Can @src's copy engine write @dst's memory directly? The answer is the
+ * hardware's (NVLink, or PCIe under one switch) and does not change, but
+ * the copy only goes straight when peer access is enabled in the context
+ * that issues it (src's): enabled here on the first yes, once per pair.
+ */
+bool cuda_can_peer(struct tier_dev *src, struct tier_dev *dst)
+{
+	struct cuda_dev *s = to_cdev(src), *d = to_cdev(dst);
+	uint64_t bit = d->gpu < 64 ? (uint64_t)1 << d->gpu : 0;
+	cudaError_t e;
+	int can = 0;
+
+	if (s->gpu == d->gpu)
+		return true;
+	if (dev_failed(s) || dev_failed(d))
+		return false;
+	if (bit && (__atomic_load_n(&s->peer_on, __ATOMIC_ACQUIRE) & bit))
+		return true;
+	e = cudaDeviceCanAccessPeer(&can, s->gpu, d->gpu);
+	if (e != cudaSuccess || !can) {
+		(void)cudaGetLastError();
+		return false;
+	}
+	e = cuda_enter(s);
+	if (e == cudaSuccess)
+		e = cudaDeviceEnablePeerAccess(d->gpu, 0);
+	if (e == cudaErrorPeerAccessAlreadyEnabled)
+		e = cudaSuccess;
+	if (e != cudaSuccess) {
+		char why[256];
+
+		(void)cudaGetLastError();
+		if (cuda_sticky(s, e))
+			cuda_dev_fail(s, e, "cudaDeviceEnablePeerAccess");
+		else
+			tfs_warn("cuda: gpu %d cannot enable peer access to gpu %d: %s; copies between them go through host memory",
+				 s->gpu, d->gpu,
+				 cuda_describe(e, why, sizeof(why)));
+		return false;
+	}
+	if (bit)
+		__atomic_or_fetch(&s->peer_on, bit, __ATOMIC_RELEASE);
+	return true;
+}
+
+/* One cudaMemcpyPeerAsync on a slot of @src's, waited for once. */
+int cuda_copy_peer(struct tier_dev *src, struct tier_dmem *sdm,
+		   struct tier_dev *dst, struct tier_dmem *ddm, size_t len,
+		   uint64_t off)
+{
+	struct cuda_dev *s = to_cdev(src), *d = to_cdev(dst);
+	struct cuda_dmem *sm = to_cmem(sdm), *dm = to_cmem(ddm);
+	struct cuda_slot *slot;
+	cudaError_t e;
+	int rc = 0;
+
+	if (!in_range(sm, len, off) || !in_range(dm, len, off))
+		return -EINVAL;
+	if (dev_failed(s) || dev_failed(d))
+		return -ENODEV;
+	if (!len)
+		return 0;
+	e = cuda_enter(s);
+	if (e != cudaSuccess)
+		return cuda_copy_fail(s, e, "cudaSetDevice", 0, 0);
+	slot = cuda_slot_get(s);
+	e = cudaMemcpyPeerAsync((char *)dm->ptr + off, d->gpu,
+				(char *)sm->ptr + off, s->gpu, len,
+				slot->stream);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(slot->fin, slot->stream);
+	if (e == cudaSuccess)
+		e = cuda_event_wait(slot->fin);
+	if (e != cudaSuccess) {
+		rc = cuda_copy_fail(s, e, "peer copy", len, off);
+		if (!dev_failed(s)) {
+			cudaStreamSynchronize(slot->stream);
+			(void)cudaGetLastError();
+		}
+	}
+	cuda_slot_put(s, slot);
+	return dev_failed(s) || dev_failed(d) ? -ENODEV : rc;
+}

@@ -101,6 +101,9 @@ struct cuda_dev {
 	 * and lowered after cudaFree, so that it never reads below what the
 	 * device has given us. atomic */
 	uint64_t held;
+	/* Bit g: peer access to GPU g is enabled in this context (GPUs 0 to
+	 * 63; past them, copies to peers are staged by the runtime). atomic */
+	uint64_t peer_on;
 };
 
 struct cuda_dmem {
@@ -198,5 +201,9 @@ int cuda_write(struct tier_dev *dev, struct tier_dmem *m, const void *src,
 	       size_t len, uint64_t off);
 int cuda_zero(struct tier_dev *dev, struct tier_dmem *m, size_t len,
 	      uint64_t off);
+bool cuda_can_peer(struct tier_dev *src, struct tier_dev *dst);
+int cuda_copy_peer(struct tier_dev *src, struct tier_dmem *sm,
+		   struct tier_dev *dst, struct tier_dmem *dm, size_t len,
+		   uint64_t off);
 
 #endif

@@ -30,6 +30,10 @@
  * count as allocated by someone else: alloc() refuses what does not fit
  * beside them, as cudaMalloc would. With TFS_SIM_GPUS=N the machine has N
  * simulated GPUs (for [device] gpus); without it, the ordinals named.
+ *
+ * Each instance is one GPU, device.gpu at init, with a UUID clients can
+ * compute (tier_dev_sim_uuid()); exports report it. Copies between two
+ * instances are memcpy: peer to peer, always.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -59,6 +63,7 @@
 struct sim_dev {
 	struct tier_dev base;
 	pthread_mutex_t lock; /* protects used and claimed */
+	int gpu; /* the ordinal: device.gpu at init */
 	uint64_t capacity;
 	uint64_t used;
 	uint64_t claimed; /* by "other processes": TFS_SIM_CLAIM */
@@ -187,6 +192,7 @@ static int sim_init(struct tier_dev **out, const struct tfs_config *cfg,
 		return -ENOMEM;
 	}
 	d->base.ops = &tier_dev_sim_ops;
+	d->gpu = cfg->device.gpu;
 	pthread_mutex_init(&d->lock, NULL);
 	d->capacity = SIM_DEFAULT_CAPACITY;
 	if (!cfg->device.limit.is_percent && cfg->device.limit.bytes)
@@ -422,7 +428,7 @@ static int sim_export(struct tier_dev *dev, struct tier_dmem *dm,
 	memset(out->handle, 0, sizeof(out->handle));
 	memcpy(out->handle, e->name, strlen(e->name) + 1);
 	out->offset = 0;
-	memset(out->uuid, 0, sizeof(out->uuid));
+	tier_dev_sim_uuid(d->gpu, out->uuid);
 	*exp = &e->base;
 	return 0;
 
@@ -522,9 +528,37 @@ static void sim_info(struct tier_dev *dev, struct tier_dev_info *out)
 	snprintf(out->model, sizeof(out->model), "simulated device");
 	out->capacity = d->capacity;
 	out->granule = page_round(1);
+	tier_dev_sim_uuid(d->gpu, out->uuid);
 	pthread_mutex_lock(&d->lock);
 	out->free = d->capacity - d->used;
 	pthread_mutex_unlock(&d->lock);
+}
+
+void tier_dev_sim_uuid(int ordinal, uint8_t out[16])
+{
+	memcpy(out, "tierfs-sim-gpu", 14);
+	out[14] = (uint8_t)((unsigned int)ordinal >> 8);
+	out[15] = (uint8_t)ordinal;
+}
+
+/* Every sim device is host memory: a copy between two is a memcpy. */
+static bool sim_can_peer(struct tier_dev *src, struct tier_dev *dst)
+{
+	return true;
+}
+
+static int sim_copy_peer(struct tier_dev *src, struct tier_dmem *sdm,
+			 struct tier_dev *dst, struct tier_dmem *ddm,
+			 size_t len, uint64_t off)
+{
+	struct sim_mem *sm = (struct sim_mem *)sdm;
+	struct sim_mem *dm = (struct sim_mem *)ddm;
+
+	if (off > sm->base.len || len > sm->base.len - off ||
+	    off > dm->base.len || len > dm->base.len - off)
+		return -EINVAL;
+	memcpy((char *)dm->ptr + off, (char *)sm->ptr + off, len);
+	return 0;
 }
 
 const struct tier_dev_ops tier_dev_sim_ops = {
@@ -543,4 +577,6 @@ const struct tier_dev_ops tier_dev_sim_ops = {
 	.info = sim_info,
 	.host_ptr = sim_host_ptr,
 	.meminfo = sim_meminfo,
+	.can_peer = sim_can_peer,
+	.copy_peer = sim_copy_peer,
 };

@@ -757,6 +757,87 @@ out:
 	free(buf);
 }
 
+/*
+ * With two GPUs or more: a second instance on another GPU, its own UUID,
+ * and copies between the two both ways, byte-identical, including an
+ * offset and a length that are not whole blocks. Peer access is what the
+ * hardware (or TFS_MOCK_PEER) says; the copy works either way.
+ */
+static void check_peer(const struct tfs_config *cfg0)
+{
+	const size_t len = 5 * MiB + 12345, off = 4097;
+	struct tfs_config cfg = *cfg0;
+	uint8_t u0[16], u1[16], zero[16] = { 0 };
+	struct tier_dmem *a = NULL, *b = NULL;
+	unsigned char *x, *y;
+	struct tier_dev *other;
+	char err[256] = "";
+	int n, rc;
+
+	n = tier_dev_cuda_ops.count(&cfg);
+	if (n < 2) {
+		printf("# one GPU: no copies between GPUs\n");
+		return;
+	}
+	cfg.device.gpu = cfg0->device.gpu ? 0 : 1;
+	rc = tier_dev_cuda_ops.init(&other, &cfg, err, sizeof(err));
+	CHECK(rc == 0, "init gpu %d: %d (%s)", cfg.device.gpu, rc, err);
+	if (rc)
+		return;
+	tier_dev_uuid(dev, u0);
+	tier_dev_uuid(other, u1);
+	CHECK(memcmp(u0, u1, 16) && memcmp(u0, zero, 16) &&
+		      memcmp(u1, zero, 16),
+	      "two GPUs with one UUID, or a zero one");
+	printf("# gpu %d -> gpu %d: peer access %s\n", cfg0->device.gpu,
+	       cfg.device.gpu,
+	       tier_dev_can_peer(dev, other) ? "yes" : "no");
+	CHECK(tier_dev_can_peer(dev, other) == tier_dev_can_peer(dev, other),
+	      "can_peer changed its answer");
+	x = malloc(len + off);
+	y = malloc(len + off);
+	CHECK(x && y, "malloc");
+	rc = dev->ops->alloc(dev, len + off, &a);
+	CHECK(rc == 0, "alloc: %d", rc);
+	if (!rc)
+		rc = other->ops->alloc(other, len + off, &b);
+	CHECK(rc == 0, "alloc on the other gpu: %d", rc);
+	if (rc || !x || !y)
+		goto out;
+	fill(x, len + off, 77);
+	rc = dev->ops->write(dev, a, x, len + off, 0);
+	CHECK(rc == 0, "write: %d", rc);
+	rc = other->ops->zero(other, b, len + off, 0);
+	CHECK(rc == 0, "zero: %d", rc);
+	rc = dev->ops->copy_peer(dev, a, other, b, len, off);
+	CHECK(rc == 0, "copy_peer: %d", rc);
+	rc = other->ops->read(other, b, y, len + off, 0);
+	CHECK(rc == 0, "read: %d", rc);
+	memset(x, 0, off);
+	CHECK(!memcmp(x, y, len + off), "bytes differ after a peer copy");
+	/* And back, the whole of it, onto different bytes. */
+	fill(y, len + off, 78);
+	rc = dev->ops->write(dev, a, y, len + off, 0);
+	CHECK(rc == 0, "write: %d", rc);
+	rc = other->ops->copy_peer(other, b, dev, a, len + off, 0);
+	CHECK(rc == 0, "copy_peer back: %d", rc);
+	rc = dev->ops->read(dev, a, y, len + off, 0);
+	CHECK(rc == 0 && !memcmp(x, y, len + off),
+	      "bytes differ after a peer copy back: %d", rc);
+	rc = dev->ops->copy_peer(dev, a, other, b, 2, len + off - 1);
+	CHECK(rc == -EINVAL, "copy_peer past the end: %d", rc);
+	CHECK(!tier_dev_failed(dev) && !tier_dev_failed(other),
+	      "a device failed");
+out:
+	if (a)
+		dev->ops->free(dev, a);
+	if (b)
+		other->ops->free(other, b);
+	free(x);
+	free(y);
+	other->ops->destroy(other);
+}
+
 int main(void)
 {
 	struct tier_dev_info info;
@@ -794,6 +875,7 @@ int main(void)
 	check_export_lifetimes();
 	check_paths();
 	check_table();
+	check_peer(&cfg);
 
 	cfg.device.gpu = 999;
 	{

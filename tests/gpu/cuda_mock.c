@@ -30,7 +30,11 @@
  *     the child (cudaErrorInitializationError);
  *   - several devices (TFS_MOCK_DEVICES), each with its own primary
  *     context, created by cudaSetDevice or by the first call that needs one
- *     on the thread's device (device 0 by default), as since CUDA 12;
+ *     on the thread's device (device 0 by default), as since CUDA 12, and
+ *     its own UUID. Peer access is per context and direction, enabled once
+ *     (a second time is cudaErrorPeerAccessAlreadyEnabled); a peer copy
+ *     checks that each pointer is an allocation of the device it names
+ *     and that its stream belongs to one of the two;
  *   - cudaFree synchronises the device: it waits for every stream of it;
  *   - streams are asynchronous: each has a worker thread that runs queued
  *     copies after a random delay, so staging reused before its copy
@@ -54,6 +58,10 @@
  *                             refused (cudaErrorInvalidResourceHandle)
  *   TFS_MOCK_UUID_SALT=N      changes every device's UUID (a client that
  *                             sees other GPUs than the daemon)
+ *   TFS_MOCK_PEER=0           no two devices can access each other
+ *                             (cudaDeviceCanAccessPeer says 0, enabling
+ *                             is refused); peer copies still work, staged
+ *                             through the host as the driver does
  *   TFS_MOCK_BREAK_FILE=PATH  while PATH exists, the next call that needs a
  *                             context breaks it (an ECC error or Xid)
  *   TFS_MOCK_SHARED=FILE      processes naming the same FILE share their
@@ -65,8 +73,10 @@
  *   TFS_MOCK_STATS=FILE       one line appended at exit: "registers N
  *                             unregisters N registered-left N direct-copies
  *                             N staged-copies N waits N calls N dev-left N
- *                             d2h N contexts D:N,D:N" (d2h: copies device
- *                             to host)
+ *                             d2h N peer-direct N peer-staged N contexts
+ *                             D:N,D:N" (d2h: copies device to host;
+ *                             peer-direct: peer copies with peer access
+ *                             enabled in the stream's context)
  *
  * A test linked with it calls tfs_mock_fail_next_copy() to make the next
  * cudaMemcpyAsync fail when queued (not sticky),
@@ -150,6 +160,7 @@ struct mock_ctx {
 	int dev;
 	bool created;
 	cudaError_t sticky; /* atomic */
+	unsigned int peers; /* bit d: peer access to device d enabled */
 };
 
 struct mock_dev {
@@ -177,7 +188,7 @@ static struct block blocks[MAX_BLOCKS]; /* mock_lock */
 static struct import imports[MAX_IMPORTS]; /* mock_lock */
 static struct mock_dev devs[MAX_DEVS]; /* mock_lock */
 static int ndevs = 1, compute_mode, uuid_salt;
-static bool mig, nodev;
+static bool mig, nodev, no_peer;
 static int runtime_version = CUDART_VERSION;
 static size_t dev_capacity = (size_t)256 << 20;
 static const char *break_file;
@@ -189,6 +200,7 @@ static bool streams_held; /* mock_lock */
 static unsigned long registered_copies, staged_copies; /* mock_lock */
 static unsigned long registers, unregisters; /* mock_lock */
 static unsigned long d2h_copies; /* mock_lock */
+static unsigned long peer_direct, peer_staged; /* mock_lock */
 static unsigned long shm_seq; /* mock_lock */
 static unsigned long waits, calls; /* atomic */
 static __thread cudaError_t last_error;
@@ -212,6 +224,7 @@ static void setup(void)
 	if ((v = getenv("TFS_MOCK_UUID_SALT")))
 		uuid_salt = atoi(v);
 	mig = getenv("TFS_MOCK_MIG") != NULL;
+	no_peer = (v = getenv("TFS_MOCK_PEER")) && !strcmp(v, "0");
 	break_file = getenv("TFS_MOCK_BREAK_FILE");
 	for (int i = 0; i < MAX_DEVS; i++)
 		devs[i].ctx.dev = i;
@@ -1190,6 +1203,113 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 	return cudaSuccess;
 }
 
+/* --- peers ----------------------------------------------------------------- */
+
+/* Is [p, p+n) inside an allocation of this process on @dev? */
+static bool inside_dev_of(const void *p, size_t n, int dev)
+{
+	struct range *r;
+	bool ok;
+
+	pthread_mutex_lock(&mock_lock);
+	r = find_locked(p, n, DEV);
+	ok = r && r->blk && r->blk->dev == dev;
+	pthread_mutex_unlock(&mock_lock);
+	return ok;
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int *can, int dev, int peer)
+{
+	count();
+	*can = 0;
+	if (nodev)
+		return fail(cudaErrorInsufficientDriver);
+	if (dev < 0 || dev >= ndevs || peer < 0 || peer >= ndevs)
+		return fail(cudaErrorInvalidDevice);
+	*can = dev != peer && !no_peer;
+	return cudaSuccess;
+}
+
+/* In the current context, towards @peer; flags must be 0. */
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)
+{
+	cudaError_t e = cudaSuccess;
+
+	ENTER(c);
+	if (flags)
+		return fail(cudaErrorInvalidValue);
+	if (peer < 0 || peer >= ndevs || peer == c->dev)
+		return fail(cudaErrorInvalidDevice);
+	if (no_peer)
+		return fail(cudaErrorPeerAccessUnsupported);
+	pthread_mutex_lock(&mock_lock);
+	if (c->peers & (1u << peer))
+		e = cudaErrorPeerAccessAlreadyEnabled;
+	c->peers |= 1u << peer;
+	pthread_mutex_unlock(&mock_lock);
+	return e ? fail(e) : cudaSuccess;
+}
+
+/* Checks for both peer copies; the stream's context for a direct one. */
+static cudaError_t peer_check(void *dst, int ddev, const void *src, int sdev,
+			      size_t n, struct CUstream_st *s)
+{
+	bool direct;
+
+	if (ddev < 0 || ddev >= ndevs || sdev < 0 || sdev >= ndevs)
+		return fail(cudaErrorInvalidDevice);
+	if (!inside_dev_of(dst, n, ddev) || !inside_dev_of(src, n, sdev) ||
+	    (s && s->ctx->dev != sdev && s->ctx->dev != ddev)) {
+		fprintf(stderr,
+			"mock: bad cudaMemcpyPeer %p (device %d) <- %p (device %d), %zu\n",
+			dst, ddev, src, sdev, n);
+		return fail(cudaErrorInvalidValue);
+	}
+	pthread_mutex_lock(&mock_lock);
+	direct = sdev == ddev ||
+		 (devs[sdev].ctx.peers & (1u << ddev)) ||
+		 (devs[ddev].ctx.peers & (1u << sdev));
+	if (direct)
+		peer_direct++;
+	else
+		peer_staged++;
+	pthread_mutex_unlock(&mock_lock);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyPeerAsync(void *dst, int ddev, const void *src,
+				int sdev, size_t n, cudaStream_t s)
+{
+	cudaError_t e;
+
+	ENTER(c);
+	if (!s) {
+		fprintf(stderr, "mock: cudaMemcpyPeerAsync on stream 0\n");
+		return fail(cudaErrorInvalidValue);
+	}
+	e = peer_check(dst, ddev, src, sdev, n, s);
+	if (e)
+		return e;
+	enqueue_op(s, dst, src, n, 0, NULL, false);
+	return cudaSuccess;
+}
+
+/* Synchronous: waits for both devices' work, as the legacy stream does. */
+cudaError_t cudaMemcpyPeer(void *dst, int ddev, const void *src, int sdev,
+			   size_t n)
+{
+	cudaError_t e;
+
+	ENTER(c);
+	e = peer_check(dst, ddev, src, sdev, n, NULL);
+	if (e)
+		return e;
+	device_drain(sdev);
+	device_drain(ddev);
+	memcpy(dst, src, n);
+	return cudaSuccess;
+}
+
 /* --- IPC ------------------------------------------------------------------- */
 
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
@@ -1566,6 +1686,10 @@ const char *cudaGetErrorName(cudaError_t e)
 		return "cudaErrorHostMemoryAlreadyRegistered";
 	case cudaErrorHostMemoryNotRegistered:
 		return "cudaErrorHostMemoryNotRegistered";
+	case cudaErrorPeerAccessUnsupported:
+		return "cudaErrorPeerAccessUnsupported";
+	case cudaErrorPeerAccessAlreadyEnabled:
+		return "cudaErrorPeerAccessAlreadyEnabled";
 	default: return "cudaErrorUnknown";
 	}
 }
@@ -1593,9 +1717,10 @@ __attribute__((destructor)) static void mock_exit(void)
 	}
 	if (path && (f = fopen(path, "a"))) {
 		fprintf(f,
-			"registers %lu unregisters %lu registered-left %lu direct-copies %lu staged-copies %lu waits %lu calls %lu dev-left %lu d2h %lu contexts",
+			"registers %lu unregisters %lu registered-left %lu direct-copies %lu staged-copies %lu waits %lu calls %lu dev-left %lu d2h %lu peer-direct %lu peer-staged %lu contexts",
 			registers, unregisters, left, registered_copies,
-			staged_copies, waits, calls, dev_left, d2h_copies);
+			staged_copies, waits, calls, dev_left, d2h_copies,
+			peer_direct, peer_staged);
 		for (i = 0; i < ndevs; i++)
 			fprintf(f, "%c%d:%d", i ? ',' : ' ', i,
 				devs[i].ctx.created ? 1 : 0);

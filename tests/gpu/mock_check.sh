@@ -16,7 +16,8 @@
 #    copies refused when queued, a sticky error failing the device for good
 #    (logged once, no CUDA call after), the message when there is no
 #    driver and for the compute modes no client could map in, and all of it
-#    on the second of two GPUs; host_register: direct copies inside
+#    on the second of two GPUs, with copies between the two both ways
+#    (cudaMemcpyPeerAsync, with and without peer access); host_register: direct copies inside
 #    registered ranges only, staging for the rest, unregister, failing
 #    registers. Needs only the CUDA headers.
 # 2. With BUILD, a meson build dir configured with CUDA (sanitized or not):
@@ -70,8 +71,12 @@ expect "round trips from 8 threads, staged and page-locked; failing copies" 0 \
 expect "no driver: -ENODEV and the CUDA error's name" 77 \
 	"cudaGetDeviceCount: mock error (cudaErrorInsufficientDriver, 35)" \
 	TFS_MOCK_NODEV=1
-expect "the same on the second of two GPUs" 0 "^ok 1" \
+expect "the same on the second of two GPUs, and peer copies" 0 \
+	"gpu 1 -> gpu 0: peer access yes" \
 	TFS_MOCK_CAPACITY=$((1 << 30)) TFS_MOCK_DEVICES=2 TFS_GPU=1
+expect "peer copies without peer access: staged, byte-identical" 0 \
+	"gpu 0 -> gpu 1: peer access no" \
+	TFS_MOCK_CAPACITY=$((1 << 30)) TFS_MOCK_DEVICES=2 TFS_MOCK_PEER=0
 expect "exclusive-process compute mode: refused, with the reason" 77 \
 	"gpu 0 is in exclusive-process compute mode: tierfs would hold its only context" \
 	TFS_MOCK_COMPUTE_MODE=3

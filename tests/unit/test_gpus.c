@@ -3,7 +3,8 @@
  * The device tier giving memory back, without a mount, on the sim device:
  * reclaim on request (tier_store_reclaim) and yielding to other processes
  * under [device] reserve, with TFS_SIM_CLAIM standing in for a process
- * that takes device memory.
+ * that takes device memory; and the sim backend's ops for several GPUs
+ * (UUIDs, copies between two devices).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "tiers/device.h"
 #include "tiers/store.h"
 #include "tap.h"
 
@@ -188,6 +190,69 @@ static void test_reclaim_names_the_gpu(void)
 	tier_store_destroy(s);
 }
 
+/*
+ * The sim backend's ops for several GPUs: each instance has the UUID of
+ * its ordinal, and copies between two instances are byte-identical, inside
+ * both allocations only.
+ */
+static void test_sim_peer_ops(void)
+{
+	const struct tier_dev_ops *ops = &tier_dev_sim_ops;
+	uint8_t u0[16], u1[16], want[16], zero[16] = { 0 };
+	struct tier_dmem *a = NULL, *b = NULL;
+	struct tier_dev *d0 = NULL, *d1 = NULL;
+	struct tfs_ioc_export ex = { 0 };
+	struct tier_dexp *x = NULL;
+	const size_t len = 3 * MiB + 5;
+	struct tfs_config cfg;
+	uint8_t *p, *q;
+	char err[256];
+
+	cfg_defaults(&cfg);
+	cfg.device.limit = (struct cfg_size){ .bytes = 16 * MiB };
+	CHECK_EQ(ops->init(&d0, &cfg, err, sizeof(err)), 0);
+	cfg.device.gpu = 1;
+	CHECK_EQ(ops->init(&d1, &cfg, err, sizeof(err)), 0);
+	cfg_free(&cfg);
+	if (!d0 || !d1)
+		return;
+	tier_dev_uuid(d0, u0);
+	tier_dev_uuid(d1, u1);
+	CHECK(memcmp(u0, u1, 16) != 0);
+	CHECK(memcmp(u0, zero, 16) != 0);
+	tier_dev_sim_uuid(1, want);
+	CHECK(memcmp(u1, want, 16) == 0);
+	CHECK(memcmp(want, "tierfs-sim-gpu\0\1", 16) == 0);
+	CHECK(tier_dev_can_peer(d0, d1));
+
+	p = malloc(len);
+	q = malloc(len);
+	for (size_t i = 0; i < len; i++)
+		p[i] = pat(7, i);
+	CHECK_EQ(ops->alloc(d0, len, &a), 0);
+	CHECK_EQ(ops->alloc(d1, len, &b), 0);
+	CHECK_EQ(ops->write(d0, a, p, len, 0), 0);
+	CHECK_EQ(ops->zero(d1, b, len, 0), 0);
+	CHECK_EQ(ops->copy_peer(d0, a, d1, b, len - 100, 100), 0);
+	CHECK_EQ(ops->read(d1, b, q, len, 0), 0);
+	memset(p, 0, 100);
+	CHECK(memcmp(p, q, len) == 0);
+	CHECK_EQ(ops->copy_peer(d0, a, d1, b, 2, len - 1), -EINVAL);
+	CHECK_EQ(ops->copy_peer(d0, a, d1, b, 1, (uint64_t)-1), -EINVAL);
+
+	/* An export says which GPU it is on. */
+	CHECK_EQ(ops->export(d1, b, false, getuid(), getgid(), &ex, &x), 0);
+	CHECK(memcmp(ex.uuid, u1, 16) == 0);
+	if (x)
+		ops->unexport(d1, x);
+	ops->free(d0, a);
+	ops->free(d1, b);
+	free(p);
+	free(q);
+	ops->destroy(d0);
+	ops->destroy(d1);
+}
+
 static void test_yield_to_a_claim(void)
 {
 	struct opts o = { .dev = 64 * MiB, .host = 256 * MiB,
@@ -270,6 +335,7 @@ int main(void)
 	setenv("TFS_SIM_CLAIM", claim_path, 1);
 	TAP_RUN(test_reclaim_frees_coldest_first);
 	TAP_RUN(test_reclaim_names_the_gpu);
+	TAP_RUN(test_sim_peer_ops);
 	TAP_RUN(test_yield_to_a_claim);
 	TAP_RUN(test_no_yield_without_others);
 	unlink(claim_path);
