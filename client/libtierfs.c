@@ -243,6 +243,7 @@ static struct {
 	int (*release)(int cudev);
 	int (*push)(void *ctx);
 	int (*pop)(void **ctx);
+	int (*get_current)(void **ctx); /* optional: caller_uuid() only */
 } drv;
 static bool drv_ok;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
@@ -268,6 +269,7 @@ static void drv_load(void)
 	*(void **)&drv.release = drv_sym("cuDevicePrimaryCtxRelease");
 	*(void **)&drv.push = drv_sym("cuCtxPushCurrent");
 	*(void **)&drv.pop = drv_sym("cuCtxPopCurrent");
+	*(void **)&drv.get_current = drv_sym("cuCtxGetCurrent");
 	drv_ok = drv.dev_get && drv.retain && drv.release && drv.push &&
 		 drv.pop;
 }
@@ -343,6 +345,34 @@ static void ctx_leave(struct dev_ctx *c, int dev)
 		drv.pop(&popped);
 	else if (c->saved_dev != dev)
 		cudaSetDevice(c->saved_dev);
+}
+
+/*
+ * The UUID of the GPU of the calling thread's current context, for an
+ * export to land on the caller's GPU; zeros (the daemon's default GPU)
+ * when the thread has no current context. Only the driver can tell that
+ * without making one: the runtime's current device is 0 for a thread that
+ * never chose one, and calls that need a context create it there. Without
+ * the driver call, zeros too.
+ */
+static void caller_uuid(uint8_t uuid[16])
+{
+	struct cudaDeviceProp prop;
+	void *ctx = NULL;
+	int dev;
+
+	memset(uuid, 0, 16);
+	pthread_once(&drv_once, drv_load);
+	if (!drv.get_current || drv.get_current(&ctx) || !ctx)
+		return;
+	/* With a context current, this is its device; neither call makes
+	 * a context. */
+	if (cudaGetDevice(&dev) != cudaSuccess ||
+	    cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return;
+	}
+	memcpy(uuid, prop.uuid.bytes, 16);
 }
 
 static int map_cuda(struct tfs_map *m, const struct tfs_ioc_export *ex)
@@ -500,12 +530,45 @@ int tfs_cuda_malloc(void **ptr, size_t size, const char *mount)
 	}
 }
 #else
+static void caller_uuid(uint8_t uuid[16])
+{
+	memset(uuid, 0, 16);
+}
+
 int tfs_cuda_malloc(void **ptr, size_t size, const char *mount)
 {
 	clear_err();
 	*ptr = NULL;
 	return set_err(-ENOTSUP, "tfs_cuda_malloc: this libtierfs was built "
 		       "without CUDA");
+}
+
+/*
+ * The UUID of the GPU of the calling thread's current context, for an
+ * export to land on the caller's GPU; zeros (the daemon's default GPU)
+ * when the thread has no current context. Only the driver can tell that
+ * without making one: the runtime's current device is 0 for a thread that
+ * never chose one, and calls that need a context create it there. Without
+ * the driver call, zeros too.
+ */
+static void caller_uuid(uint8_t uuid[16])
+{
+	struct cudaDeviceProp prop;
+	void *ctx = NULL;
+	int dev;
+
+	memset(uuid, 0, 16);
+	pthread_once(&drv_once, drv_load);
+	if (!drv.get_current || drv.get_current(&ctx) || !ctx)
+		return;
+	/* With a context current, this is its device; neither call makes
+	 * a context. */
+	if (cudaGetDevice(&dev) != cudaSuccess ||
+	    cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return;
+	}
+	memcpy(uuid, prop.uuid.bytes, 16);
 }
 
 static int map_cuda(struct tfs_map *m, const struct tfs_ioc_export *ex)
@@ -563,6 +626,7 @@ static bool map_owner(const struct tfs_map *m)
 
 int tfs_map_open(const char *path, int flags, struct tfs_map *out)
 {
+	static const uint8_t zero_uuid[16];
 	struct tfs_ioc_export ex;
 	int fd, rc;
 
@@ -577,7 +641,13 @@ int tfs_map_open(const char *path, int flags, struct tfs_map *out)
 	memset(&ex, 0, sizeof(ex));
 	ex.version = TFS_ABI_VERSION;
 	ex.flags = flags & TFS_MAP_WRITE ? TFS_EXPORT_WRITE : 0;
+	caller_uuid(ex.caller_uuid);
 	rc = xioctl(fd, TFS_IOC_EXPORT, &ex);
+	/* A daemon older than caller_uuid refuses it: its default GPU. */
+	if (rc == -EINVAL && memcmp(ex.caller_uuid, zero_uuid, 16)) {
+		memset(ex.caller_uuid, 0, sizeof(ex.caller_uuid));
+		rc = xioctl(fd, TFS_IOC_EXPORT, &ex);
+	}
 	if (rc) {
 		close(fd);
 		return rc;

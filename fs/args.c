@@ -70,6 +70,8 @@ int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out)
 		rc = check_head(a->exp.version, a->exp.flags, TFS_EXPORT_WRITE);
 		if (rc)
 			return rc;
+		/* caller_uuid is any 16 bytes: ones of no GPU get the
+		 * default GPU, as zero does. */
 		if (a->exp.cuda_runtime ||
 		    !all_zero(a->exp.reserved, sizeof(a->exp.reserved)))
 			return -EINVAL;

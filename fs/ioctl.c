@@ -22,6 +22,9 @@
  * gets EPERM: each rewrites bytes in place. A move or a pin does not change
  * a byte and is allowed.
  *
+ * An export goes to the caller's GPU, named by the UUID in the request
+ * (export_gpu()), or the default one.
+ *
  * TFS_IOC_RECLAIM is about the mount, not a file: it is answered on any
  * descriptor, a directory's (the mount root's) included, whatever it was
  * opened for. It changes no byte and shows none; it spills others' buffers
@@ -79,11 +82,29 @@ static void tell_size(fuse_ino_t ino, uint64_t size)
 			 (unsigned long long)ino, strerror(-rc));
 }
 
+/*
+ * The GPU an export goes to: the caller's current one, named by the UUID
+ * it sent. Zero (an older caller, or one with no CUDA context), a GPU this
+ * mount does not serve, or bytes that are no UUID at all: the default GPU,
+ * not an error, since where a buffer lives is a placement, which the
+ * caller may not even know, and never a permission.
+ */
+static int export_gpu(const uint8_t uuid[16])
+{
+	static const uint8_t zero[16];
+	int gpu = -ENXIO;
+
+	if (memcmp(uuid, zero, sizeof(zero)))
+		gpu = tier_store_gpu_by_uuid(tfs.store, uuid);
+	return gpu >= 0 ? gpu : -1;
+}
+
 static int ioc_export(fuse_req_t req, struct tfs_file *f,
 		      const struct tfs_ioc_export *a, struct tfs_ioc_export *out)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	bool writable = a->flags & TFS_EXPORT_WRITE;
+	int gpu = export_gpu(a->caller_uuid);
 	int rc;
 
 	/* A GPU writes anywhere in the buffer: not an append. */
@@ -92,8 +113,9 @@ static int ioc_export(fuse_req_t req, struct tfs_file *f,
 	memset(out, 0, sizeof(*out));
 	out->version = TFS_ABI_VERSION;
 	out->flags = a->flags;
+	memcpy(out->caller_uuid, a->caller_uuid, sizeof(out->caller_uuid));
 	rc = tier_buf_export(f->inode->buf, f->owner, ctx->uid, ctx->gid,
-			     ctx->pid, writable, out);
+			     ctx->pid, gpu, writable, out);
 	if (rc < 0)
 		return rc;
 	tfs_ns_lock();

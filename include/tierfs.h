@@ -9,6 +9,13 @@
  * `version` (set it to TFS_ABI_VERSION) and `flags`, ends with reserved words
  * that must be zero, and has a size fixed by a static assertion below.
  * The header is valid C11 and C++11 (nvcc), so GPU programs include it as is.
+ *
+ * How the ABI grows: a new input takes reserved words or a new flag, and
+ * zero there means exactly what the call meant before, so old callers,
+ * which zero the whole struct, keep their behaviour and TFS_ABI_VERSION
+ * stays 1. A daemon older than the field or flag refuses it with EINVAL;
+ * a caller that must work with one retries with it zero (libtierfs does).
+ * TFS_ABI_VERSION changes only for what cannot be said that way.
  */
 #ifndef TIERFS_H
 #define TIERFS_H
@@ -58,7 +65,12 @@ enum tfs_handle_type {
 /*
  * TFS_IOC_EXPORT: unspill the buffer to the device tier and take a lease for
  * this open file (exporting again replaces it), until TFS_IOC_RELEASE or
- * close. A write export maps the live device copy, which stays in place
+ * close. The buffer goes to the GPU whose UUID is `caller_uuid`, the
+ * caller's current device, so that its kernels reach it without crossing
+ * to another GPU; zero there (an older caller, or one with no CUDA
+ * context), a UUID of no GPU this mount serves, or any other bytes get the
+ * daemon's default GPU: never an error, since where the buffer lives is a
+ * placement, not a permission. `uuid` in the reply says which GPU it is. A write export maps the live device copy, which stays in place
  * meanwhile; one per buffer at a time (EBUSY). A read export never lets its
  * holder change the file: it is a private snapshot (with cuda a device copy
  * in a block of its own, writable, since CUDA IPC has no read-only import) of
@@ -80,7 +92,10 @@ struct tfs_ioc_export {
 	/* out: the UUID of the GPU the buffer is on; with sim the ASCII
 	 * "tierfs-sim-gpu" and the ordinal, 2 bytes big-endian */
 	uint8_t uuid[16];
-	uint64_t reserved[4];
+	/* in: the UUID of the caller's current GPU (cudaDeviceProp.uuid),
+	 * or zero for the default GPU; out: as sent */
+	uint8_t caller_uuid[16];
+	uint64_t reserved[2];
 };
 
 /*

@@ -328,11 +328,16 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st);
  * then stays in place, and drops the lower copies (they would be stale);
  * one write lease at a time (-EBUSY).
  *
+ * @gpu is the GPU to export on, an ordinal the store serves (the caller's,
+ * from tier_store_gpu_by_uuid(), else tier_store_default_gpu()) or -1 for
+ * the default one; a store with one device tier has only its own GPU.
+ *
  * Errors: -ENODEV without a device tier, -ENOSPC when the buffer (or its
  * snapshot) cannot fit there, -EDQUOT past @uid's [device] user_share.
  */
 int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
-		    pid_t pid, bool writable, struct tfs_ioc_export *out);
+		    pid_t pid, int gpu, bool writable,
+		    struct tfs_ioc_export *out);
 
 /*
  * Drop @owner's lease; -ENOENT when it holds none. From then on its holder

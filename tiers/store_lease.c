@@ -250,7 +250,8 @@ void st_leases_end(struct tier_buf *b)
 }
 
 int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
-		    pid_t pid, bool writable, struct tfs_ioc_export *out)
+		    pid_t pid, int gpu, bool writable,
+		    struct tfs_ioc_export *out)
 {
 	struct tier_store *s = b->s;
 	struct lease l = { .owner = owner, .uid = uid, .writable = writable };

@@ -38,6 +38,7 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import io
 import mmap
 import os
 import struct
@@ -61,7 +62,7 @@ def _ioc(direction, nr, size):
     return (direction << 30) | (size << 16) | (0xF7 << 8) | nr
 
 
-_EXPORT = struct.Struct("<IIIIQQQ64s16s4Q")
+_EXPORT = struct.Struct("<IIIIQQQ64s16s16s2Q")
 _RELEASE = struct.Struct("<IIQ2Q")
 _COMMIT = struct.Struct("<II3Q")
 _RECLAIM = struct.Struct("<IIiIQQ16s4Q")
@@ -167,6 +168,46 @@ class _Cudart:
         self.check("cudaGetDeviceProperties", self.props(buf, dev))
         return buf.raw[_PROP_UUID_OFFSET:_PROP_UUID_OFFSET + 16]
 
+    def _driver_fn(self, name: str, *argtypes):
+        """A driver API function through the runtime, or None."""
+        fn, st = ctypes.c_void_p(), ctypes.c_int(0)
+        by_version = getattr(self.lib, "cudaGetDriverEntryPointByVersion",
+                             None)
+        if by_version is not None:
+            by_version.argtypes = [ctypes.c_char_p,
+                                   ctypes.POINTER(ctypes.c_void_p),
+                                   ctypes.c_uint, ctypes.c_ulonglong,
+                                   ctypes.POINTER(ctypes.c_int)]
+            by_version.restype = ctypes.c_int
+            rc = by_version(name.encode(), ctypes.byref(fn), 12000, 0,
+                            ctypes.byref(st))
+        else:
+            old = getattr(self.lib, "cudaGetDriverEntryPoint", None)
+            if old is None:
+                return None
+            old.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
+                            ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_int)]
+            old.restype = ctypes.c_int
+            rc = old(name.encode(), ctypes.byref(fn), 0, ctypes.byref(st))
+        if rc or st.value or not fn.value:
+            self.lib.cudaGetLastError()
+            return None
+        return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(fn.value)
+
+    def context_uuid(self) -> bytes | None:
+        """The UUID of the GPU of this thread's current context; None when
+        the thread has none. Makes no context: the driver says whether
+        one is current, and then the runtime's device is its device."""
+        get = self._driver_fn("cuCtxGetCurrent",
+                              ctypes.POINTER(ctypes.c_void_p))
+        ctx = ctypes.c_void_p()
+        if get is None or get(ctypes.byref(ctx)) or not ctx.value:
+            return None
+        try:
+            return self.uuid(self.current())
+        except CudaError:
+            return None
+
     def find(self, uuid: bytes) -> int:
         """The ordinal, in this process, of the GPU whose UUID is uuid."""
         n = ctypes.c_int(0)
@@ -203,6 +244,31 @@ def _runtime() -> _Cudart:
         return _cudart
 
 
+def _cuda_in_process() -> bool:
+    """Has this process loaded CUDA (a runtime or the driver)? Without it
+    no thread can have a context, and nothing is loaded to ask."""
+    if os.environ.get("TIERFS_CUDART"):
+        return True
+    try:
+        with io.open("/proc/self/maps") as maps:
+            return any("/libcuda" in line for line in maps)
+    except OSError:
+        return False
+
+
+def _caller_uuid() -> bytes:
+    """What an export sends as the caller's GPU: the UUID of the current
+    context's GPU, or zeros (the daemon's default GPU) when there is none
+    or no CUDA runtime can be loaded."""
+    if not _cuda_in_process():
+        return bytes(16)
+    try:
+        u = _runtime().context_uuid()
+    except OSError:
+        u = None
+    return u or bytes(16)
+
+
 def _uuid_str(u: bytes) -> str:
     h = u.hex()
     return "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
@@ -214,7 +280,7 @@ def _uuid_str(u: bytes) -> str:
 class DeviceBuffer:
     """A tierfs file's buffer mapped into this process; see open()."""
 
-    def __init__(self, path, write=False):
+    def __init__(self, path, write=False, uuid=None):
         self.path = os.fspath(path)
         self.writable = bool(write)
         self._pid = os.getpid()
@@ -226,19 +292,27 @@ class DeviceBuffer:
         self._fd = os.open(self.path, (os.O_RDWR if write else os.O_RDONLY) |
                            os.O_CLOEXEC)
         try:
-            self._export()
+            self._export(_caller_uuid() if uuid is None else bytes(uuid))
         except BaseException:
             self._release()
             os.close(self._fd)
             self._fd = -1
             raise
 
-    def _export(self):
-        req = _EXPORT.pack(ABI_VERSION, EXPORT_WRITE if self.writable else 0,
-                           0, 0, 0, 0, 0, b"", b"", 0, 0, 0, 0)
+    def _export(self, want: bytes):
+        flags = EXPORT_WRITE if self.writable else 0
+        try:
+            out = _ioctl(self._fd, IOC_EXPORT, _EXPORT.pack(
+                ABI_VERSION, flags, 0, 0, 0, 0, 0, b"", b"", want, 0, 0))
+        except OSError as e:
+            # A daemon older than caller_uuid refuses it: its default GPU.
+            if e.errno != errno.EINVAL or not any(want):
+                raise
+            out = _ioctl(self._fd, IOC_EXPORT, _EXPORT.pack(
+                ABI_VERSION, flags, 0, 0, 0, 0, 0, b"", b"", bytes(16), 0,
+                0))
         (_v, _f, self.handle_type, _r0, offset, self.nbytes,
-         self.generation, handle, self.uuid, *_rest) = _EXPORT.unpack(
-             _ioctl(self._fd, IOC_EXPORT, req))
+         self.generation, handle, self.uuid, *_rest) = _EXPORT.unpack(out)
         if self.handle_type == HANDLE_SHM:
             self._map_shm(handle, offset)
         elif self.handle_type == HANDLE_CUDA_IPC:
@@ -407,7 +481,8 @@ class DeviceBuffer:
             "" if self._fd >= 0 else ", closed")
 
 
-def open(path, write=False) -> DeviceBuffer:  # noqa: A001 (tierfs.device.open)
+def open(path, write=False,  # noqa: A001 (tierfs.device.open)
+         uuid: bytes | None = None) -> DeviceBuffer:
     """Export the tierfs file at path to the device and map it here.
 
     Returns a DeviceBuffer: on a GPU it has ``__cuda_array_interface__``
@@ -421,12 +496,19 @@ def open(path, write=False) -> DeviceBuffer:  # noqa: A001 (tierfs.device.open)
     live copy and holds it): the file may be written, moved or truncated
     meanwhile, and the map shows none of it.
 
+    The buffer goes to the GPU of the calling thread's current CUDA context,
+    which the daemon finds by its UUID; with no context (none is made to
+    ask), or a GPU the mount does not serve, the daemon's default GPU. uuid
+    (16 bytes) names a GPU instead. ``.uuid`` is the GPU's UUID it is on.
+
     Raises OSError: ENODEV when the mount has no device tier (or no GPU in
     this process has tierfs's), ENOSPC when the file does not fit on the
     device, ENOTTY when path is not on tierfs, EBADF without the permission,
     CudaError for a CUDA failure.
     """
-    return DeviceBuffer(path, write)
+    if uuid is not None and len(uuid) != 16:
+        raise ValueError("a GPU UUID is 16 bytes")
+    return DeviceBuffer(path, write, uuid)
 
 
 # GPU memory on request -------------------------------------------------------

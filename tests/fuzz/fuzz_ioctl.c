@@ -27,8 +27,9 @@ static const struct cmd {
 	uint32_t flags; /* flags the command defines */
 	struct range reserved[3];
 } cmds[] = {
+	/* cuda_runtime and reserved[]; caller_uuid (120-136) is any bytes */
 	{ TFS_IOC_EXPORT, 152, true, true, TFS_EXPORT_WRITE,
-	  { { 12, 16 }, { 120, 152 } } },
+	  { { 12, 16 }, { 136, 152 } } },
 	{ TFS_IOC_RELEASE, 32, true, false, TFS_RELEASE_UNMAPPED,
 	  { { 16, 32 }, { 0, 0 } } },
 	{ TFS_IOC_COMMIT, 32, true, false, 0, { { 8, 32 }, { 0, 0 } } },
@@ -45,7 +46,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	/* The offsets above are the header's; say so once. */
 	if (offsetof(struct tfs_ioc_export, cuda_runtime) != 12 ||
-	    offsetof(struct tfs_ioc_export, reserved) != 120 ||
+	    offsetof(struct tfs_ioc_export, caller_uuid) != 120 ||
+	    offsetof(struct tfs_ioc_export, reserved) != 136 ||
 	    offsetof(struct tfs_ioc_release, reserved) != 16 ||
 	    offsetof(struct tfs_ioc_commit, reserved) != 8 ||
 	    offsetof(struct tfs_ioc_alloc, reserved) != 16 ||

@@ -34,6 +34,11 @@
  *                                    "allocated BYTES", or the error
  *   mock_client reclaim MOUNT BYTES  tfs_reclaim() on the current device
  *                                    (TFS_GPU_CURRENT): "freed N"
+ *   mock_client mapon PATH DEV       with device DEV current (cudaSetDevice;
+ *                                    "none": no context at all), map PATH
+ *                                    read-only and print "device N", the
+ *                                    ordinal the export landed on, then
+ *                                    check that the bytes are PATH's
  *
  * Exit status: 0 when the command ran, 1 on a failure (reason on stderr).
  */
@@ -240,8 +245,36 @@ static int cmd_reclaim(const char *mount, const char *bytes)
 	return 0;
 }
 
+static int cmd_mapon(const char *path, const char *dev)
+{
+	unsigned char *want;
+	struct tfs_map m;
+	size_t n;
+	int rc;
+
+	if (strcmp(dev, "none") && cudaSetDevice(atoi(dev)) != cudaSuccess)
+		die("cudaSetDevice", -ENODEV);
+	rc = tfs_map_open(path, TFS_MAP_READ, &m);
+	if (rc)
+		die("tfs_map_open", rc);
+	printf("device %d\n", m.device);
+	want = malloc(m.length + 1);
+	if (!want)
+		die("malloc", -ENOMEM);
+	n = read_file(path, want, m.length + 1);
+	if (n != m.length || memcmp(want, m.ptr, n))
+		die("the map does not hold the file's bytes", -EIO);
+	free(want);
+	rc = tfs_map_close(&m);
+	if (rc)
+		die("tfs_map_close", rc);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 4 && !strcmp(argv[1], "mapon"))
+		return cmd_mapon(argv[2], argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "malloc"))
 		return cmd_malloc(argv[2], argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "reclaim"))
@@ -254,6 +287,6 @@ int main(int argc, char **argv)
 		return cmd_writeread(argv[2]);
 	if (argc == 5 && !strcmp(argv[1], "keep"))
 		return cmd_keep(argv[2], argv[3], argv[4]);
-	fprintf(stderr, "usage: mock_client window PATH NEEDLE | forkclose PATH | writeread PATH | keep PATH read|write GO | malloc MOUNT BYTES | reclaim MOUNT BYTES\n");
+	fprintf(stderr, "usage: mock_client mapon PATH DEV|none | window PATH NEEDLE | forkclose PATH | writeread PATH | keep PATH read|write GO | malloc MOUNT BYTES | reclaim MOUNT BYTES\n");
 	return 2;
 }

@@ -52,3 +52,119 @@ mount_fails() {
 	TFS_MOCK_DEVICES=1 tfs_mount -o device_backend=cuda,device_gpus=all,device_limit=64M
 	[ "$(stat_of gpus)" = 0 ]
 }
+
+# py_mapon PATH DEV|none: tierfs.device.open() of PATH with device DEV
+# current (none: no context), "device N" where it was mapped, the bytes
+# checked against the file's.
+py_mapon() {
+	run env PYTHONPATH="$BATS_TEST_DIRNAME/../../python" \
+		TIERFS_CUDART="$MOCK_CUDART" /usr/bin/python3 - "$@" <<'PY'
+import ctypes, os, sys, tierfs.device as d
+path, dev = sys.argv[1], sys.argv[2]
+if dev != "none":
+    rt = ctypes.CDLL(os.environ["TIERFS_CUDART"])
+    assert rt.cudaSetDevice(int(dev)) == 0
+want = open(path, "rb").read()
+with d.open(path) as b:
+    ptr = b.__cuda_array_interface__["data"][0]
+    assert ctypes.string_at(ptr, len(want)) == want
+    print("device %d" % b.device)
+PY
+	echo "py_mapon $*: status $status, output: $output"
+}
+
+# The client's current device is what `mapon` sets (none: no context); the
+# reply's UUID is the GPU the export is on, which the client finds as
+# "device N" among its own.
+@test "cuda: an export from a client on GPU 1 lands on GPU 1, the one served" {
+	tfs_mount -o device_backend=cuda,device_gpus=1,device_limit=64M
+	head -c 3M /dev/urandom >"$MNT/f"
+	run "$MOCK_CLIENT" mapon "$MNT/f" 1
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = "device 1" ]
+	# GPU 0 is not served here: the default, not an error.
+	run "$MOCK_CLIENT" mapon "$MNT/f" 0
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = "device 1" ]
+	# No context: zeros are sent, and none is made on GPU 0 to ask.
+	TFS_MOCK_STATS=$TFS_TMP/client.stats run "$MOCK_CLIENT" mapon "$MNT/f" none
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = "device 1" ]
+	grep -q 'contexts 0:0,1:1$' "$TFS_TMP/client.stats"
+	# The same from Python, with the mock as its CUDA runtime.
+	py_mapon "$MNT/f" none
+	[ "$output" = "device 1" ]
+	py_mapon "$MNT/f" 0
+	[ "$output" = "device 1" ]
+}
+
+@test "python: the caller's GPU is its current context's, and none makes none" {
+	# The mock's device d has UUID bytes 16d+1 to 16d+16.
+	py_uuid() {
+		run env PYTHONPATH="$BATS_TEST_DIRNAME/../../python" \
+			TIERFS_CUDART="$MOCK_CUDART" /usr/bin/python3 -c '
+import ctypes, os, sys, tierfs.device as d
+if sys.argv[1] != "none":
+    rt = ctypes.CDLL(os.environ["TIERFS_CUDART"])
+    assert rt.cudaSetDevice(int(sys.argv[1])) == 0
+print(d._caller_uuid().hex())
+' "$1"
+		echo "py_uuid $1: status $status, output: $output"
+	}
+	TFS_MOCK_STATS=$TFS_TMP/py.stats py_uuid none
+	[ "$output" = "00000000000000000000000000000000" ]
+	cat "$TFS_TMP/py.stats"
+	grep -q 'contexts 0:0,1:0$' "$TFS_TMP/py.stats"
+	py_uuid 1
+	[ "$output" = "1112131415161718191a1b1c1d1e1f20" ]
+	py_uuid 0
+	[ "$output" = "0102030405060708090a0b0c0d0e0f10" ]
+	# Without CUDA in the process (and no TIERFS_CUDART), nothing is
+	# loaded to ask.
+	run env -u TIERFS_CUDART PYTHONPATH="$BATS_TEST_DIRNAME/../../python" \
+		/usr/bin/python3 -c '
+import tierfs.device as d
+assert d._caller_uuid() == bytes(16)
+assert not d._cuda_in_process() and d._cudart is None
+print("ok")'
+	[ "$output" = ok ]
+}
+
+@test "cuda: a client on GPU 1 gets the default GPU when the mount serves GPU 0" {
+	tfs_mount -o device_backend=cuda,device_limit=64M
+	head -c 1M /dev/urandom >"$MNT/f"
+	run "$MOCK_CLIENT" mapon "$MNT/f" 1
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = "device 0" ]
+	[ "$(getfattr --absolute-names --only-values -n user.tierfs.device "$MNT/f")" = 0 ]
+}
+
+@test "cuda: with both GPUs served, each export lands on its caller's GPU" {
+	if ! tfs_mount -o device_backend=cuda,device_gpus=0:1,device_limit=64M; then
+		grep -q 'one mount serves one GPU so far' "$LOG" &&
+			skip "the store serves one GPU per mount so far"
+		false
+	fi
+	head -c 3M /dev/urandom >"$MNT/f"
+	run "$MOCK_CLIENT" mapon "$MNT/f" 1
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = "device 1" ]
+	[ "$(getfattr --absolute-names --only-values -n user.tierfs.device "$MNT/f")" = 1 ]
+	run "$MOCK_CLIENT" mapon "$MNT/f" 0
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = "device 0" ]
+	[ "$(getfattr --absolute-names --only-values -n user.tierfs.device "$MNT/f")" = 0 ]
+	# No context: the default GPU, the first listed.
+	run "$MOCK_CLIENT" mapon "$MNT/f" none
+	[ "$status" -eq 0 ]
+	[ "$output" = "device 0" ]
+	py_mapon "$MNT/f" 1
+	[ "$output" = "device 1" ]
+	[ "$(getfattr --absolute-names --only-values -n user.tierfs.device "$MNT/f")" = 1 ]
+}

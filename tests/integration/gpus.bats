@@ -184,3 +184,58 @@ PY
 	[ "$output" = ok ]
 	cmp "$TFS_TMP/a" "$MNT/a"
 }
+
+# export_on MOUNT_FILE: tierfs.device.open() of the file with each caller
+# GPU UUID given as arguments ("zero", "garbage", "none" for what the
+# caller's CUDA says, or an ordinal for the sim's UUID of that GPU); prints
+# the ordinal of the GPU each export reports, or "?" for a UUID of no sim
+# GPU, one per line.
+export_on() {
+	local f=$1
+	shift
+	run env PYTHONPATH="$BATS_TEST_DIRNAME/../../python" /usr/bin/python3 - "$f" "$@" <<'PY'
+import sys, numpy as np, tierfs.device as d
+path = sys.argv[1]
+want = np.fromfile(path, dtype=np.uint8)
+def sim_uuid(n):
+    return b"tierfs-sim-gpu" + n.to_bytes(2, "big")
+for arg in sys.argv[2:]:
+    uuid = {"zero": bytes(16), "garbage": bytes(range(200, 216)),
+            "none": None}.get(arg)
+    if arg.isdigit():
+        uuid = sim_uuid(int(arg))
+    with d.open(path, uuid=uuid) as b:
+        assert np.array_equal(b.array, want), arg
+        got = [n for n in range(8) if sim_uuid(n) == b.uuid]
+        print(got[0] if got else "?")
+PY
+	echo "status $status, output: $output"
+}
+
+@test "an export reports its GPU's UUID; a caller's GPU not served gets the default" {
+	tfs_mount -o device_backend=sim,device_gpus=1,device_limit=16M
+	head -c 1M /dev/urandom >"$MNT/a"
+	# The caller's GPU, one not served, zeros (old callers), bytes that
+	# are no GPU's, and what a process without CUDA sends: GPU 1 each
+	# time, never an error.
+	export_on "$MNT/a" 1 0 zero garbage none
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(printf '1\n1\n1\n1\n1')" ]
+	[ "$(getfattr --absolute-names --only-values -n user.tierfs.device "$MNT/a")" = 1 ]
+}
+
+@test "with two GPUs served, an export lands on the caller's GPU" {
+	if ! TFS_SIM_GPUS=2 tfs_mount -o device_backend=sim,device_gpus=0:1,device_limit=16M; then
+		grep -q 'one mount serves one GPU so far' "$LOG" &&
+			skip "the store serves one GPU per mount so far"
+		false
+	fi
+	head -c 1M /dev/urandom >"$MNT/a"
+	export_on "$MNT/a" 1
+	[ "$status" -eq 0 ]
+	[ "$output" = 1 ]
+	[ "$(getfattr --absolute-names --only-values -n user.tierfs.device "$MNT/a")" = 1 ]
+	export_on "$MNT/a" 0 garbage zero 1
+	[ "$status" -eq 0 ]
+	[ "$output" = "$(printf '0\n0\n0\n1')" ]
+}

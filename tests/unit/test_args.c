@@ -62,10 +62,15 @@ static void test_ioctl_answers(void)
 	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, true),
 		 -EINVAL);
 	e.flags = 0;
-	e.reserved[3] = 1;
+	e.reserved[1] = 1;
 	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, true),
 		 -EINVAL);
-	e.reserved[3] = 0;
+	e.reserved[1] = 0;
+	/* The caller's GPU may be any 16 bytes: no GPU is the default. */
+	memset(e.caller_uuid, 0xa5, sizeof(e.caller_uuid));
+	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, true),
+		 0);
+	memset(e.caller_uuid, 0, sizeof(e.caller_uuid));
 	m.tier = TFS_TIER_COUNT;
 	CHECK_EQ(check(TFS_IOC_MOVE, &m, sizeof(m), 0, true, true), -EINVAL);
 	m.tier = TFS_TIER_DISK;

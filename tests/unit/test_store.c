@@ -755,7 +755,7 @@ static void test_export_sim(void)
 
 	tier_buf_move(b, TFS_TIER_DISK, 0);
 	CHECK_EQ(tier_buf_export(b, 42, getuid(), getgid(), getpid(),
-				 true, &ex), 0);
+				 -1, true, &ex), 0);
 	CHECK_EQ(ex.handle_type, TFS_HANDLE_SHM);
 	CHECK_EQ(ex.length, MiB);
 	CHECK_EQ(tier_of(b), TFS_TIER_DEVICE);
@@ -834,7 +834,7 @@ static void test_inval_callback(void)
 	/* A write export: every open drops the pages while it is held, and
 	 * a commit changes the bytes behind them. */
 	CHECK_EQ(tier_buf_export(b, 9, getuid(), getgid(), getpid(),
-				 true, &ex), 0);
+				 -1, true, &ex), 0);
 	inval_take(1);
 	CHECK(!tier_buf_opened(b));
 	CHECK(!tier_buf_opened(b));
@@ -846,7 +846,7 @@ static void test_inval_callback(void)
 	CHECK(tier_buf_opened(b));
 	/* A read-only export changes nothing. */
 	CHECK_EQ(tier_buf_export(b, 10, getuid(), getgid(), getpid(),
-				 false, &ex), 0);
+				 -1, false, &ex), 0);
 	CHECK(tier_buf_opened(b));
 	CHECK_EQ(tier_buf_unexport(b, 10, true), 0);
 	CHECK_EQ(inval_take(1) & TIER_INVAL_DATA, 0);
@@ -924,7 +924,7 @@ static void test_export_leases(void)
 	tier_store_stats(s, &st);
 	used = st.tier[TFS_TIER_DEVICE].used;
 	CHECK_EQ(tier_buf_export(b, 1, getuid(), getgid(), getpid(),
-				 false, &r), 0);
+				 -1, false, &r), 0);
 	CHECK(shm_holds(&r, 5, MiB));
 	/* The snapshot's room is the device tier's. */
 	tier_store_stats(s, &st);
@@ -938,13 +938,13 @@ static void test_export_leases(void)
 	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
 	CHECK(shm_holds(&r, 5, MiB));
 	CHECK_EQ(tier_buf_export(b, 2, getuid(), getgid(), getpid(),
-				 true, &w), 0);
+				 -1, true, &w), 0);
 	CHECK(strcmp((char *)w.handle, (char *)r.handle) != 0);
 	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), -EBUSY);
 	CHECK_EQ(tier_buf_truncate(b, 10), -EBUSY);
 	/* One writer: another open file's write export waits. */
 	CHECK_EQ(tier_buf_export(b, 3, getuid(), getgid(), getpid(),
-				 true, &r), -EBUSY);
+				 -1, true, &r), -EBUSY);
 	CHECK_EQ(tier_buf_unexport(b, 2, true), 0);
 	CHECK_EQ(tier_buf_unexport(b, 1, true), 0);
 	tier_store_stats(s, &st);
@@ -966,11 +966,11 @@ static void test_export_leases(void)
 	CHECK_EQ(tier_buf_pin_as(c, 1000), 0);
 	CHECK_EQ(tier_buf_move_as(b, TFS_TIER_DEVICE, 0, 1000), -EDQUOT);
 	CHECK_EQ(tier_buf_export(b, 4, 1000, 1000, getpid(),
-				 false, &r), -EDQUOT);
-	CHECK_EQ(tier_buf_export(b, 4, 1001, 1001, getpid(), false, &r), 0);
+				 -1, false, &r), -EDQUOT);
+	CHECK_EQ(tier_buf_export(b, 4, 1001, 1001, getpid(), -1, false, &r), 0);
 	CHECK_EQ(tier_buf_move_as(b, TFS_TIER_DEVICE, 0, 0), 0);
 	CHECK_EQ(tier_buf_unpin(c), 0);
-	CHECK_EQ(tier_buf_export(b, 5, 1000, 1000, getpid(), false, &w), 0);
+	CHECK_EQ(tier_buf_export(b, 5, 1000, 1000, getpid(), -1, false, &w), 0);
 	tier_buf_destroy(b);
 	tier_buf_destroy(c);
 	tier_store_stats(s, &st);
