@@ -34,10 +34,13 @@ static void pool_unpin(void *ctx, void *ptr, size_t len)
 
 /* s->lock held. Limits from st_limits_compute(), and the policy. */
 static void apply_limits(struct tier_store *s, const struct tfs_config *cfg,
-			 const uint64_t lim[TFS_TIER_COUNT])
+			 const uint64_t lim[TFS_TIER_COUNT],
+			 const uint64_t glim[CFG_MAX_GPUS])
 {
 	for (int t = 0; t < TFS_TIER_COUNT; t++)
 		s->use[t].limit = lim[t];
+	for (unsigned int g = 0; g < s->ngpus; g++)
+		s->gpus[g].limit = glim[g];
 	st_watch_config(s, cfg);
 	s->user_share = cfg_size_resolve(&cfg->device.user_share,
 					 lim[TFS_TIER_DEVICE]);
@@ -46,106 +49,12 @@ static void apply_limits(struct tier_store *s, const struct tfs_config *cfg,
 	s->unspill = cfg->policy.unspill;
 }
 
-/*
- * The GPU to open: [device] gpu, or the one of [device] gpus on a machine
- * with as many as the backend counts. 0, or -EINVAL with the reason in @err.
- */
-static int pick_gpu(const struct tier_dev_ops *ops,
-		    const struct tfs_config *cfg, int *gpu, char *err,
-		    size_t errlen)
-{
-	int ord[CFG_MAX_GPUS], count, n;
-	unsigned int def;
-
-	*gpu = cfg->device.gpu;
-	if (!cfg->device.gpus.all && !cfg->device.gpus.n)
-		return 0;
-	count = ops->count ? ops->count(cfg) : -EOPNOTSUPP;
-	if (count < 0)
-		return 0; /* opening device.gpu says what is wrong */
-	n = cfg_gpus_resolve(cfg, count, ord, &def, err, errlen);
-	if (n < 0)
-		return n;
-	if (n > 1) {
-		snprintf(err, errlen,
-			 "device_gpus: %d GPUs: one mount serves one GPU so "
-			 "far; list one, or mount once per GPU", n);
-		return -EINVAL;
-	}
-	*gpu = ord[def];
-	return 0;
-}
-
-static int open_device(struct tier_store *s, const struct tfs_config *cfg,
-		       char *err, size_t errlen)
-{
-	struct tfs_config one;
-	const char *want = cfg->device.backend;
-	const struct tier_dev_ops *ops;
-	char why[256] = "";
-	int rc;
-
-	if (!strcmp(want, "none")) {
-		snprintf(s->backend, sizeof(s->backend), "none");
-		return 0;
-	}
-	ops = tier_dev_lookup(!strcmp(want, "auto") ? "cuda" : want);
-	if (!ops) {
-		/* auto could never have used a GPU: nothing to report. */
-		if (!strcmp(want, "auto")) {
-			tfs_info("device: no device tier: tierfs was built "
-				 "without cuda");
-			snprintf(s->backend, sizeof(s->backend), "none");
-			return 0;
-		}
-		snprintf(err, errlen, "device backend '%s' is not built in",
-			 want);
-		return -ENODEV;
-	}
-	one = *cfg; /* shares cfg's strings: never freed */
-	rc = pick_gpu(ops, cfg, &one.device.gpu, why, sizeof(why));
-	if (!rc)
-		rc = ops->init(&s->dev, &one, why, sizeof(why));
-	if (rc) {
-		s->dev = NULL;
-		/*
-		 * A machine without NVIDIA's driver is the ordinary case of
-		 * auto, said in the user's words; the CUDA error behind it is
-		 * for debugging. A GPU that is there but fails is worth more.
-		 */
-		if (!strcmp(want, "auto") && rc == -ENOENT) {
-			tfs_notice("no NVIDIA driver: running without a device "
-				   "tier");
-			tfs_debug("device: %s", why);
-			snprintf(s->backend, sizeof(s->backend), "none");
-			return 0;
-		}
-		if (!strcmp(want, "auto")) {
-			tfs_warn("device: no device tier: %s", why);
-			snprintf(s->backend, sizeof(s->backend), "none");
-			return 0;
-		}
-		if (rc == -ENOENT)
-			snprintf(err, errlen, "device_backend=%s: no NVIDIA "
-					      "driver (%s)", want, why);
-		else
-			snprintf(err, errlen, "%s", why);
-		return rc;
-	}
-	ops->info(s->dev, &s->dev_info);
-	s->gpu = one.device.gpu;
-	snprintf(s->backend, sizeof(s->backend), "%s", ops->name);
-	tfs_info("device: %s '%s', %" PRIu64 " bytes", ops->name,
-		 s->dev_info.model, s->dev_info.capacity);
-	return 0;
-}
-
 int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 		    const char *tag, char *err, size_t errlen)
 {
 	struct tier_store *s = calloc(1, sizeof(*s));
 	const struct pol_ops *pol = pol_lookup(cfg->policy.eviction);
-	uint64_t lim[TFS_TIER_COUNT];
+	uint64_t lim[TFS_TIER_COUNT], glim[CFG_MAX_GPUS];
 	struct statvfs sv;
 	pthread_mutexattr_t ma;
 	int rc;
@@ -174,7 +83,6 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->watch_wake, &ca);
 	pthread_condattr_destroy(&ca);
-	s->dev_room = UINT64_MAX;
 	pol_init(&s->pol, pol);
 	s->chunk_size = cfg->disk.chunk_size;
 	s->next_id = 1;
@@ -204,7 +112,7 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	s->disk_capacity = (uint64_t)sv.f_blocks * sv.f_frsize;
 	st_limits_probe(s);
 
-	rc = open_device(s, cfg, err, errlen);
+	rc = st_gpus_open(s, cfg, err, errlen);
 	if (rc)
 		goto out_lock;
 	if (cfg->disk.persist != CFG_PERSIST_NO) {
@@ -226,10 +134,10 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	}
 	if (rc)
 		goto out_dev;
-	rc = st_limits_compute(s, cfg, lim, err, errlen);
+	rc = st_limits_compute(s, cfg, lim, glim, err, errlen);
 	if (rc)
 		goto out_disk;
-	apply_limits(s, cfg, lim);
+	apply_limits(s, cfg, lim, glim);
 	/*
 	 * Keep freed chunks for reuse up to the host limit, memory tierfs may
 	 * hold anyway: in these VMs memory given back to the system costs a
@@ -238,9 +146,12 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	 * when only an eighth was kept). The spiller trims an idle pool back
 	 * to an eighth of the limit.
 	 */
-	struct host_pool_hooks hooks = { .ctx = s->dev };
+	struct tier_dev *pdev = s->ngpus ? s->gpus[s->defg].dev : NULL;
+	struct host_pool_hooks hooks = { .ctx = pdev };
 
-	if (cfg->host.pinned && s->dev && s->dev->ops->host_register) {
+	/* The default GPU's instance registers the pool; copies by the
+	 * other GPUs' instances do not know the ranges and are staged. */
+	if (cfg->host.pinned && pdev && pdev->ops->host_register) {
 		hooks.pin = pool_pin;
 		hooks.unpin = pool_unpin;
 	}
@@ -277,8 +188,7 @@ out_pool:
 out_disk:
 	tier_disk_destroy(s->disk);
 out_dev:
-	if (s->dev)
-		s->dev->ops->destroy(s->dev);
+	st_gpus_close(s);
 out_lock:
 	if (s->zeroes)
 		munmap(s->zeroes, s->chunk_size);
@@ -307,8 +217,7 @@ void tier_store_destroy(struct tier_store *s)
 	free(s->graves);
 	host_pool_destroy(s->pool);
 	tier_disk_destroy(s->disk);
-	if (s->dev)
-		s->dev->ops->destroy(s->dev);
+	st_gpus_close(s);
 	pthread_cond_destroy(&s->io_idle);
 	pthread_cond_destroy(&s->spill_wake);
 	pthread_cond_destroy(&s->watch_wake);
@@ -328,7 +237,8 @@ int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg,
 			   char *err, size_t errlen)
 {
 	const struct pol_ops *pol = pol_lookup(cfg->policy.eviction);
-	uint64_t lim[TFS_TIER_COUNT];
+	uint64_t lim[TFS_TIER_COUNT], glim[CFG_MAX_GPUS];
+	char used[32], limit[32];
 	int rc;
 
 	if (!pol) {
@@ -336,26 +246,38 @@ int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg,
 			 cfg->policy.eviction);
 		return -EINVAL;
 	}
-	rc = st_limits_compute(s, cfg, lim, err, errlen);
+	rc = st_limits_compute(s, cfg, lim, glim, err, errlen);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&s->lock);
-	apply_limits(s, cfg, lim);
+	apply_limits(s, cfg, lim, glim);
 	host_pool_set_keep(s->pool, s->use[TFS_TIER_HOST].limit);
-	for (int t = TFS_TIER_DEVICE; t < TFS_TIER_DISK; t++) {
-		char used[32], limit[32];
+	/* Each GPU's tier, then the host's; the first one left over its
+	 * limit is the one reported. */
+	for (unsigned int i = 0; i <= s->ngpus; i++) {
+		bool host = i == s->ngpus;
+		int t = host ? TFS_TIER_HOST : TFS_TIER_DEVICE;
+		uint64_t *u = host ? &s->use[t].used : &s->gpus[i].used;
+		uint64_t l = host ? s->use[t].limit : s->gpus[i].limit;
+		char name[32];
 
-		if (!st_shrink(s, t, s->use[t].limit, NULL, true) || rc)
+		if (!st_shrink(s, t, i, l, NULL, true) || rc)
 			continue;
 		/* The new limit holds from now on: nothing new is placed
 		 * above it, and the spiller takes the rest down once it is
 		 * released. */
-		st_fmt_size(used, sizeof(used), s->use[t].used);
-		st_fmt_size(limit, sizeof(limit), s->use[t].limit);
+		st_fmt_size(used, sizeof(used), *u);
+		st_fmt_size(limit, sizeof(limit), l);
+		if (host || s->ngpus == 1)
+			snprintf(name, sizeof(name), "%s",
+				 tier_name((enum tfs_tier)t));
+		else
+			snprintf(name, sizeof(name), "device of gpu %d",
+				 s->gpus[i].ordinal);
 		snprintf(err, errlen,
 			 "%s stays over its new limit of %s until buffers "
 			 "pinned, mapped or in use there are released (%s used)",
-			 tier_name((enum tfs_tier)t), limit, used);
+			 name, limit, used);
 		rc = -ENOSPC;
 	}
 	pthread_cond_signal(&s->spill_wake);

@@ -85,10 +85,19 @@ struct tier_store_stats {
 	uint64_t host_alloc_failures; /* host chunks the system refused */
 	/* The device's memory at the reserve watcher's last poll (0 before
 	 * one, or without a device that can tell), the reserve, and the
-	 * room other processes leave the device tier (UINT64_MAX: nobody
-	 * else uses the device). */
+	 * room other processes leave the device tier (at most its limit),
+	 * summed over the GPUs. */
 	uint64_t device_free, device_others, device_reserve, device_room;
-	int gpu; /* the GPU the device tier is on; -1 without one */
+	int gpu; /* the default GPU; -1 without a device tier */
+	/* Each GPU's device tier, in the order [device] gpus lists them. */
+	struct tier_gpu_stats {
+		int gpu; /* ordinal */
+		char model[64];
+		uint64_t used, limit, buffers, reserve, free, others, room;
+		uint64_t reclaims, reclaimed_bytes, yields, yield_bytes;
+		uint64_t moves_in, moves_out; /* buffers from GPU to GPU */
+	} gpus[CFG_MAX_GPUS];
+	unsigned int ngpus;
 	/* Reclaims asked and yields to other processes, with the bytes each
 	 * gave back. */
 	uint64_t reclaims, reclaimed_bytes, yields, yield_bytes;
@@ -302,6 +311,16 @@ int tier_buf_move_as(struct tier_buf *b, enum tfs_tier tier, uint64_t owner,
 		     uid_t uid);
 
 /*
+ * Move the buffer to the device tier of GPU @gpu (its ordinal) for @uid, as
+ * tier_buf_move_as() does: a device copy on another GPU of the store is
+ * copied there, byte for byte, and freed where it was. tier_buf_move_as()
+ * leaves a device copy on whichever GPU holds it, and places one on the
+ * default GPU. -ENXIO for a GPU the store does not serve, -EBUSY when a
+ * lease holds the device copy on its GPU.
+ */
+int tier_buf_move_gpu(struct tier_buf *b, int gpu, uint64_t owner, uid_t uid);
+
+/*
  * The explicit pin: a pinned buffer never moves. A flag, not a count, as
  * user.tierfs.pin shows it: pinning twice and unpinning once unpins.
  * tier_buf_pin_as() charges the device bytes the buffer holds to @uid's
@@ -338,6 +357,16 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st);
 int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		    pid_t pid, int gpu, bool writable,
 		    struct tfs_ioc_export *out);
+
+/*
+ * The same on GPU @gpu (its ordinal; -1: wherever the device copy is, else
+ * the default GPU): a device copy on another GPU of the store is moved to
+ * @gpu first (-EBUSY when a lease holds it where it is); -ENXIO for a GPU
+ * the store does not serve.
+ */
+int tier_buf_export_on(struct tier_buf *b, int gpu, uint64_t owner, uid_t uid,
+		       gid_t gid, pid_t pid, bool writable,
+		       struct tfs_ioc_export *out);
 
 /*
  * Drop @owner's lease; -ENOENT when it holds none. From then on its holder

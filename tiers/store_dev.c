@@ -10,7 +10,10 @@
 
 uint64_t st_dev_granted_for(struct tier_store *s, uint64_t len)
 {
-	uint64_t g = s->dev_info.granule ? s->dev_info.granule : 1;
+	/* One backend for all GPUs: the default's granule is theirs. */
+	uint64_t g = s->ngpus && s->gpus[s->defg].info.granule ?
+			     s->gpus[s->defg].info.granule :
+			     1;
 
 	/* An empty buffer still gets an allocation, to export. */
 	if (!len)
@@ -21,17 +24,15 @@ uint64_t st_dev_granted_for(struct tier_store *s, uint64_t len)
 bool st_dev_lost(struct tier_buf *b)
 {
 	return b->dmem && !b->has_host && !b->dobj &&
-	       tier_dev_failed(b->s->dev);
+	       tier_dev_failed(st_bdev(b));
 }
 
 void st_dev_drop(struct tier_buf *b)
 {
-	struct tier_store *s = b->s;
-
 	if (!b->dmem)
 		return;
 	st_io_quiesce(b);
-	s->dev->ops->free(s->dev, b->dmem);
+	st_bdev(b)->ops->free(st_bdev(b), b->dmem);
 	b->dmem = NULL;
 	st_uncharge_all(b, TFS_TIER_DEVICE);
 }
@@ -43,26 +44,32 @@ void st_dev_drop(struct tier_buf *b)
  * reserved at the rounded size first, so that eviction makes it before the
  * allocation, and corrected should the backend take another size.
  */
-int st_dev_alloc(struct tier_buf *b, size_t len)
+int st_dev_alloc(struct tier_buf *b, unsigned int g, size_t len)
 {
 	struct tier_store *s = b->s;
 	uint64_t want = st_dev_granted_for(s, len), got;
+	struct tier_dev *dev;
 	int rc;
 
-	if (!st_dev_usable(s))
+	if (!st_gpu_usable(s, g))
 		return -ENODEV;
+	dev = s->gpus[g].dev;
+	/* No device copy, so no device charge: the GPU may change. */
+	pthread_mutex_lock(&s->lock);
+	b->dgi = (uint8_t)g;
+	pthread_mutex_unlock(&s->lock);
 	rc = st_reserve(b, TFS_TIER_DEVICE, want);
 	if (rc)
 		return rc;
 	for (int i = 0;; i++) {
-		rc = s->dev->ops->alloc(s->dev, len ? len : 1, &b->dmem);
+		rc = dev->ops->alloc(dev, len ? len : 1, &b->dmem);
 		if (rc != -ENOMEM || i == DEV_ALLOC_RETRIES)
 			break;
 		/* The device is fuller than our accounting says: make the
 		 * room by evicting one more buffer, then retry. */
 		pthread_mutex_lock(&s->lock);
-		uint64_t used = s->use[TFS_TIER_DEVICE].used;
-		int e = st_shrink(s, TFS_TIER_DEVICE,
+		uint64_t used = s->gpus[g].used;
+		int e = st_shrink(s, TFS_TIER_DEVICE, g,
 				  used > want ? used - want : 0, b, true);
 		pthread_mutex_unlock(&s->lock);
 		if (e)
@@ -75,7 +82,7 @@ int st_dev_alloc(struct tier_buf *b, size_t len)
 	}
 	got = b->dmem->granted ? b->dmem->granted : want;
 	if (got > want && (rc = st_reserve(b, TFS_TIER_DEVICE, got - want))) {
-		s->dev->ops->free(s->dev, b->dmem);
+		dev->ops->free(dev, b->dmem);
 		b->dmem = NULL;
 		st_unreserve(b, TFS_TIER_DEVICE, want);
 		return rc;
@@ -123,7 +130,7 @@ static int fill_from_host(struct tier_buf *b, uint64_t first, unsigned int n,
 		st_host_read(b, scratch[used], seg[k].len, off);
 		seg[k].host = scratch[used++];
 	}
-	rc = tier_dev_writev(s->dev, b->dmem, seg, k);
+	rc = tier_dev_writev(st_bdev(b), b->dmem, seg, k);
 	return rc ? rc : (int)k;
 }
 
@@ -146,7 +153,7 @@ static int fill_from_disk(struct tier_buf *b, uint64_t first, unsigned int n,
 		if (rc)
 			return rc;
 	}
-	return tier_dev_writev(s->dev, b->dmem, seg, n);
+	return tier_dev_writev(st_bdev(b), b->dmem, seg, n);
 }
 
 /*
@@ -155,7 +162,7 @@ static int fill_from_disk(struct tier_buf *b, uint64_t first, unsigned int n,
  * chunk: at 50 GB/s a 1 MiB chunk is some 20 us of DMA, which the fixed
  * cost of a wait would otherwise eat into.
  */
-int st_dev_fill(struct tier_buf *b)
+int st_dev_fill(struct tier_buf *b, unsigned int g)
 {
 	struct tier_store *s = b->s;
 	void *scratch[SPILL_BATCH] = { NULL };
@@ -165,9 +172,9 @@ int st_dev_fill(struct tier_buf *b)
 
 	if (b->dmem)
 		return 0;
-	if (!st_dev_usable(s))
+	if (!st_gpu_usable(s, g))
 		return -ENODEV;
-	rc = st_dev_alloc(b, b->size);
+	rc = st_dev_alloc(b, g, b->size);
 	if (rc)
 		return rc;
 	for (unsigned int k = 0; !b->has_host && k < SPILL_BATCH && k < n;

@@ -85,7 +85,7 @@ int st_disk_spill(struct tier_buf *b)
 			k++;
 		} while (k < SPILL_BATCH && i + k < b->nck &&
 			 st_chunk_used(b, i + k));
-		if (nseg && (rc = tier_dev_readv(s->dev, b->dmem, seg,
+		if (nseg && (rc = tier_dev_readv(st_bdev(b), b->dmem, seg,
 						 (unsigned int)nseg)))
 			goto out;
 		for (size_t j = 0; j < k; j++) {

@@ -37,13 +37,28 @@ void st_charge(struct tier_store *s, struct tier_buf *b, int t,
 {
 	b->charged[t] += (uint64_t)delta;
 	s->use[t].used += (uint64_t)delta;
+	if (t == TFS_TIER_DEVICE)
+		s->gpus[b->dgi].used += (uint64_t)delta;
 }
 
-static bool over_high(struct tier_store *s, int t)
+/* s->lock held. The bytes tier @t (the device: GPU @g's) uses, and its
+ * limit. */
+static uint64_t *used_of(struct tier_store *s, int t, unsigned int g)
 {
-	struct tier_usage *u = &s->use[t];
+	return t == TFS_TIER_DEVICE ? &s->gpus[g].used : &s->use[t].used;
+}
 
-	return u->limit && (double)u->used > s->high_wm * (double)u->limit;
+static uint64_t limit_of(struct tier_store *s, int t, unsigned int g)
+{
+	return t == TFS_TIER_DEVICE ? s->gpus[g].limit : s->use[t].limit;
+}
+
+static bool over_high(struct tier_store *s, int t, unsigned int g)
+{
+	uint64_t limit = limit_of(s, t, g);
+
+	return limit &&
+	       (double)*used_of(s, t, g) > s->high_wm * (double)limit;
 }
 
 void st_inval(struct tier_buf *b, unsigned int what)
@@ -101,6 +116,14 @@ void st_publish(struct tier_buf *b)
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
 		if ((present ^ b->present) & (1u << t))
 			s->use[t].buffers += (present & (1u << t)) ? 1 : -1;
+	}
+	/* Each GPU counts the buffers on it; a move between GPUs keeps the
+	 * device bit but changes the GPU. */
+	if (b->present & (1u << TFS_TIER_DEVICE))
+		s->gpus[b->pgi].buffers--;
+	if (present & (1u << TFS_TIER_DEVICE)) {
+		s->gpus[b->dgi].buffers++;
+		b->pgi = b->dgi;
 	}
 	what = b->dead ? 0 : moved_what(b->present, present);
 	b->present = present;
@@ -173,16 +196,17 @@ static void log_move_error(struct tier_store *s, struct tier_buf *v, int t,
  * s->lock held; drops it while a victim moves. Returns 0, or -ENOSPC when
  * nothing more can move.
  */
-int st_shrink(struct tier_store *s, int t, uint64_t goal,
+int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 	      struct tier_buf *self, bool demand)
 {
+	uint64_t *used = used_of(s, t, g);
 	struct pol_item *prev = NULL;
 	/* First pass: leave buffers being written alone. Spilling one that
 	 * is half written costs its writer a fetch back or a write on disk,
 	 * while a placed buffer's lower copy is often clean already. */
 	bool take_staging = false, move_failed = false;
 
-	while (s->use[t].used > goal) {
+	while (*used > goal) {
 		struct pol_item *it = pol_victim(&s->pol, t, prev);
 
 		if (!it && !take_staging && demand) {
@@ -202,12 +226,13 @@ int st_shrink(struct tier_store *s, int t, uint64_t goal,
 		/* An empty buffer frees nothing; skip it rather than write an
 		 * empty spill file. */
 		if (v == self || !v->charged[t] || v->io_refs ||
+		    (t == TFS_TIER_DEVICE && v->dgi != g) ||
 		    (v->staging && !take_staging) ||
 		    pthread_rwlock_trywrlock(&v->lock)) {
 			prev = it;
 			continue;
 		}
-		uint64_t before = s->use[t].used;
+		uint64_t before = *used;
 
 		pthread_mutex_unlock(&s->lock);
 		int rc = evict_copy(v, t);
@@ -218,7 +243,7 @@ int st_shrink(struct tier_store *s, int t, uint64_t goal,
 		if (rc < 0) {
 			s->evict_move_errors++;
 			move_failed = true;
-		} else if (s->use[t].used >= before) {
+		} else if (*used >= before) {
 			rc = -EAGAIN; /* moved, but another took the room */
 		}
 		/* Unlocking under s->lock keeps @v alive: destroy marks it
@@ -258,23 +283,24 @@ int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	limit = st_room(s, t);
+	limit = st_room(s, t, b->dgi);
+	uint64_t *used = used_of(s, t, b->dgi);
 
 	if (bytes > limit) {
 		rc = -ENOSPC;
 	} else if (t == TFS_TIER_DISK && !disk_has_room(s, bytes)) {
 		rc = -ENOSPC;
-	} else if (s->use[t].used + bytes > limit) {
+	} else if (*used + bytes > limit) {
 		if (t == TFS_TIER_DISK)
 			rc = -ENOSPC;
 		else
-			rc = st_shrink(s, t, limit - bytes, b, true);
+			rc = st_shrink(s, t, b->dgi, limit - bytes, b, true);
 	}
 	if (!rc) {
 		st_charge(s, b, t, (int64_t)bytes);
-		if (over_high(s, t))
+		if (over_high(s, t, b->dgi))
 			pthread_cond_signal(&s->spill_wake);
-		room = s->use[t].used < limit ? limit - s->use[t].used : 0;
+		room = *used < limit ? limit - *used : 0;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
@@ -311,7 +337,8 @@ void st_unreserve(struct tier_buf *b, int t, uint64_t bytes)
 uint64_t st_tier_limit(struct tier_store *s, int t)
 {
 	pthread_mutex_lock(&s->lock);
-	uint64_t l = s->use[t].limit;
+	uint64_t l = t == TFS_TIER_DEVICE && !s->ngpus ? 0 :
+						       limit_of(s, t, s->defg);
 	pthread_mutex_unlock(&s->lock);
 	return l;
 }
@@ -354,7 +381,8 @@ static int evict_copy(struct tier_buf *v, int t)
 
 	/* A copy on a failed device is no copy: let it go wherever there is
 	 * another, so that nothing below is dropped in its favour. */
-	if (v->dmem && tier_dev_failed(s->dev) && (v->has_host || v->dobj))
+	if (v->dmem && tier_dev_failed(st_bdev(v)) &&
+	    (v->has_host || v->dobj))
 		st_dev_drop(v);
 	if (t == TFS_TIER_DEVICE && v->dmem) {
 		if (!v->has_host && !v->dobj) {
@@ -389,7 +417,7 @@ int st_unspill_target(struct tier_buf *b)
 
 	pthread_mutex_lock(&s->lock);
 	enum cfg_unspill u = s->unspill;
-	uint64_t dlim = s->use[TFS_TIER_DEVICE].limit;
+	uint64_t dlim = s->ngpus ? s->gpus[s->defg].limit : 0;
 	uint64_t hlim = s->use[TFS_TIER_HOST].limit;
 	bool movable_b = movable(b);
 	pthread_mutex_unlock(&s->lock);
@@ -406,7 +434,7 @@ int st_unspill_target(struct tier_buf *b)
 }
 
 /* Bring @b up to tier @t, keeping lower copies as clean copies. */
-int st_promote(struct tier_buf *b, int t)
+int st_promote(struct tier_buf *b, int t, unsigned int g)
 {
 	struct tier_store *s = b->s;
 	int rc = 0;
@@ -421,7 +449,7 @@ int st_promote(struct tier_buf *b, int t)
 			return rc;
 	}
 	if (t == TFS_TIER_DEVICE && !b->dmem) {
-		rc = st_dev_fill(b);
+		rc = st_dev_fill(b, g);
 		if (!rc)
 			st_count_move(s, TFS_TIER_HOST, TFS_TIER_DEVICE,
 				      b->size);
@@ -437,14 +465,17 @@ void *st_spiller_main(void *arg)
 	while (!s->stop) {
 		bool work = false;
 
-		for (int t = TFS_TIER_DEVICE; t < TFS_TIER_DISK; t++) {
+		/* Each GPU's device tier, then the host tier. */
+		for (unsigned int i = 0; i <= s->ngpus; i++) {
+			int t = i < s->ngpus ? TFS_TIER_DEVICE : TFS_TIER_HOST;
+
 			/* A failed device keeps what it holds: nothing more
 			 * can be read off it to move down. */
-			if (!over_high(s, t) ||
-			    (t == TFS_TIER_DEVICE && !st_dev_usable(s)))
+			if (!over_high(s, t, i) ||
+			    (t == TFS_TIER_DEVICE && !st_gpu_usable(s, i)))
 				continue;
 			uint64_t goal = (uint64_t)(s->target *
-						   (double)s->use[t].limit);
+						   (double)limit_of(s, t, i));
 
 			/*
 			 * Background spilling only makes headroom, so it
@@ -455,7 +486,7 @@ void *st_spiller_main(void *arg)
 			 * nothing more can move, wait for a wake-up rather
 			 * than spin on the lock.
 			 */
-			if (!st_shrink(s, t, goal, NULL, false))
+			if (!st_shrink(s, t, i, goal, NULL, false))
 				work = true;
 		}
 		if (work)

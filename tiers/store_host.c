@@ -1101,7 +1101,7 @@ int st_host_fetch(struct tier_buf *b)
 		return rc;
 	b->has_host = true;
 	/* From a device that failed, the lower copy is all there is. */
-	from_dev = b->dmem && !tier_dev_failed(s->dev);
+	from_dev = b->dmem && !tier_dev_failed(st_bdev(b));
 	for (uint32_t i = 0; i < b->nck;) {
 		size_t max = from_dev ? DEV_BATCH : SPILL_BATCH, used = 0;
 		struct tier_dev_seg seg[DEV_BATCH];
@@ -1159,7 +1159,7 @@ int st_host_fetch(struct tier_buf *b)
 					(uint64_t)idxs[j] * s->chunk_size
 				};
 		if (nseg)
-			rc = tier_dev_readv(s->dev, b->dmem, seg,
+			rc = tier_dev_readv(st_bdev(b), b->dmem, seg,
 					    (unsigned int)nseg);
 		else if (!from_dev && b->dobj)
 			rc = tier_dobj_read_chunks(s->disk, b->dobj, idxs[0],

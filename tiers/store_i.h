@@ -68,6 +68,7 @@ struct lease {
 	uint64_t share; /* bytes charged to uid's share */
 	bool writable;
 	bool holds;
+	uint8_t gi; /* the GPU (s->gpus index) it was exported from */
 };
 
 /* Device bytes held on behalf of one user: pins and leases ([device]
@@ -107,6 +108,32 @@ struct tier_chunk {
 	bool unw; /* map holds a bitmap of unwritten pages */
 };
 
+/*
+ * One GPU's device tier: its backend instance, limit, reserve, LRU (the
+ * device list of the policy, filtered by tier_buf.dgi) and counters.
+ */
+struct st_gpu {
+	/* Set at init, read-only after. */
+	struct tier_dev *dev;
+	struct tier_dev_info info;
+	int ordinal; /* the GPU's ordinal on the machine */
+
+	uint64_t used, limit, buffers; /* [S] as in struct tier_usage */
+	/*
+	 * The device's memory as the reserve watcher last saw it
+	 * (store_reclaim.c): what other processes leave the tier,
+	 * total - others - reserve, or UINT64_MAX while nobody else uses
+	 * the device; placements stay under it as under the limit. [S]
+	 */
+	uint64_t room;
+	uint64_t reserve; /* [S] bytes, from [device] reserve */
+	uint64_t free, others; /* [S] last poll */
+	uint64_t reclaims, reclaimed_bytes, yields, yield_bytes; /* [S] */
+	uint64_t moves_in, moves_out; /* [S] buffers moved from GPU to GPU */
+	bool yield_stuck; /* [S] pressure, and nothing could move: said once */
+	bool warned; /* the watcher's own: meminfo failed, said once */
+};
+
 struct tier_store {
 	/* Outermost store lock; see the access rules above. */
 	pthread_mutex_t lock;
@@ -130,25 +157,23 @@ struct tier_store {
 	uint64_t user_share; /* [S] bytes of device a user may hold; 0: any */
 	struct user_use *users; /* [S] users holding any */
 
-	/*
-	 * The device's memory as the reserve watcher last saw it
-	 * (store_reclaim.c): what other processes leave the device tier,
-	 * total - others - reserve, or UINT64_MAX while nobody else uses
-	 * the device; placements stay under it as under the limit. [S]
-	 */
-	uint64_t dev_room;
-	uint64_t dev_reserve; /* [S] bytes, from [device] reserve */
-	uint64_t dev_free, dev_others; /* [S] last poll */
-	unsigned int poll_ms; /* [S] */
 	/* Counters of reclaims asked (TFS_IOC_RECLAIM) and of yields to
-	 * other processes' pressure, with the bytes each gave back. [S] */
+	 * other processes' pressure, with the bytes each gave back, all GPUs
+	 * together. [S] */
 	uint64_t reclaims, reclaimed_bytes, yields, yield_bytes;
-	bool yield_stuck; /* [S] pressure, and nothing could move: said once */
+	unsigned int poll_ms; /* [S] */
+
+	/*
+	 * The device tiers, one per GPU served, in the order [device] gpus
+	 * lists them (set at init, ngpus 0 without a device tier; their [S]
+	 * fields as struct st_gpu says). use[]'s
+	 * device entry is their sum; placements go to gpus[defg] unless a
+	 * caller names another.
+	 */
+	struct st_gpu gpus[CFG_MAX_GPUS];
+	unsigned int ngpus, defg;
 
 	/* Set at init, read-only after. */
-	struct tier_dev *dev;
-	struct tier_dev_info dev_info;
-	int gpu; /* the device's ordinal, [device] gpu */
 	struct tier_disk *disk;
 	struct host_pool *pool;
 	uint32_t chunk_size;
@@ -194,6 +219,16 @@ struct tier_buf {
 	struct tier_chunk *ck;
 	uint32_t nck; /* [B] */
 	struct tier_dmem *dmem; /* [B] */
+	/*
+	 * The GPU (index into s->gpus) dmem is on, and that charged[device]
+	 * is charged to: changed only with b->lock held for writing and
+	 * s->lock held, while @b has no device copy and no device charge,
+	 * so it may be read under either lock.
+	 */
+	uint8_t dgi;
+	/* [S] The GPU whose buffers count @b, while present has the device
+	 * bit (st_publish()). */
+	uint8_t pgi;
 	struct tier_dobj *dobj; /* [B] */
 	/* [B] Persistent mounts: the object holding the committed version,
 	 * the one the journal names. When there is a disk copy it is this
@@ -263,20 +298,23 @@ void st_count_move(struct tier_store *s, int from, int to, uint64_t bytes);
 /* Takes s->lock. Count @bytes copied into tier @t. */
 void st_count_written(struct tier_store *s, int t, uint64_t bytes);
 /* s->lock held; dropped while a victim moves. Evict until tier @t uses at
- * most @goal bytes, never moving @self. Buffers being written move only on
- * @demand (someone needs the room now), after all others. 0, or -ENOSPC
- * when nothing more can move. */
-int st_shrink(struct tier_store *s, int t, uint64_t goal,
+ * most @goal bytes, never moving @self; for the device tier, GPU @g's
+ * (s->gpus index) tier alone. Buffers being written move only on @demand
+ * (someone needs the room now), after all others. 0, or -ENOSPC when
+ * nothing more can move. */
+int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 	      struct tier_buf *self, bool demand);
-/* b->lock held for writing; takes s->lock. Charge @bytes to @b in tier @t,
- * evicting others first if needed. 0 or -ENOSPC. */
+/* b->lock held for writing; takes s->lock. Charge @bytes to @b in tier @t
+ * (the device: on @b's GPU, b->dgi), evicting others first if needed. 0 or
+ * -ENOSPC. */
 int st_reserve(struct tier_buf *b, int t, uint64_t bytes);
 /* b->lock held for writing; takes s->lock. Count a write to @b refused
  * with ENOSPC against the tier that had no room. */
 void st_count_enospc(struct tier_buf *b);
 /* Takes s->lock. Give back @bytes that st_reserve() charged. */
 void st_unreserve(struct tier_buf *b, int t, uint64_t bytes);
-/* Takes s->lock. Tier @t's limit in bytes. */
+/* Takes s->lock. Tier @t's limit in bytes; for the device, the default
+ * GPU's, where placements go. */
 uint64_t st_tier_limit(struct tier_store *s, int t);
 /* Takes s->lock. Record an access to @b for the eviction policy. */
 void st_touch(struct tier_buf *b);
@@ -285,17 +323,19 @@ int st_top_tier(struct tier_buf *b);
 /* b->lock held; takes s->lock. The tier a read should bring @b up to, or
  * -1 to leave it where it is. */
 int st_unspill_target(struct tier_buf *b);
-/* b->lock held for writing. Bring @b up to tier @t, keeping lower copies as
- * clean copies. */
-int st_promote(struct tier_buf *b, int t);
+/* b->lock held for writing. Bring @b up to tier @t (the device: GPU @g, an
+ * s->gpus index, unless it has a device copy already), keeping lower
+ * copies as clean copies. */
+int st_promote(struct tier_buf *b, int t, unsigned int g);
 /* The spiller thread; @arg is the store. Runs until s->stop. */
 void *st_spiller_main(void *arg);
 
 /* store_reclaim.c: reclaim on request, yielding to other processes. */
 
 /* s->lock held. What tier @t may hold now: its limit, and for the device
- * no more than other processes leave it (the reserve). */
-uint64_t st_room(struct tier_store *s, int t);
+ * (GPU @g, an s->gpus index) no more than other processes leave it (the
+ * reserve). */
+uint64_t st_room(struct tier_store *s, int t, unsigned int g);
 /* s->lock held. Resolve [device] reserve and poll_ms of @cfg. */
 void st_watch_config(struct tier_store *s, const struct tfs_config *cfg);
 /* Start the reserve watcher when the device can say how much of its
@@ -431,9 +471,20 @@ void st_pobj_release(struct tier_buf *b);
  * device.h). A failed device keeps what it holds, but nothing new goes
  * there and reads are served from lower copies where there are any.
  */
+static inline bool st_gpu_usable(const struct tier_store *s, unsigned int g)
+{
+	return g < s->ngpus && !tier_dev_failed(s->gpus[g].dev);
+}
+/* The same for the default GPU, where placements go. */
 static inline bool st_dev_usable(const struct tier_store *s)
 {
-	return s->dev && !tier_dev_failed(s->dev);
+	return st_gpu_usable(s, s->defg);
+}
+/* b->lock held. The backend of @b's GPU (b->dgi); NULL without a device
+ * tier. */
+static inline struct tier_dev *st_bdev(const struct tier_buf *b)
+{
+	return b->s->ngpus ? b->s->gpus[b->dgi].dev : NULL;
 }
 /* Any lock or none. What a device copy of @len bytes takes, charged to
  * the device tier: the backend rounds allocations up to its granule. */
@@ -444,23 +495,41 @@ bool st_dev_lost(struct tier_buf *b);
 /* Free the device copy and give back its charge; waits for I/O
  * references. */
 void st_dev_drop(struct tier_buf *b);
-/* Charge and allocate @len bytes of device memory, charged at what the
- * device takes, evicting further when the device is fuller than the
- * accounting says. 0, -ENOSPC, or -ENODEV when the device failed. */
-int st_dev_alloc(struct tier_buf *b, size_t len);
-/* Build a device copy from the host or disk copy; 0 when there is one
- * already, -ENODEV without a usable device. */
-int st_dev_fill(struct tier_buf *b);
+/* Charge and allocate @len bytes of device memory on GPU @g (an s->gpus
+ * index; @b has no device copy), charged at what the device takes,
+ * evicting further when the device is fuller than the accounting says.
+ * 0, -ENOSPC, or -ENODEV when the device failed. */
+int st_dev_alloc(struct tier_buf *b, unsigned int g, size_t len);
+/* Build a device copy on GPU @g from the host or disk copy; 0 when there
+ * is one already (on whichever GPU), -ENODEV without a usable device. */
+int st_dev_fill(struct tier_buf *b, unsigned int g);
+
+/* store_gpus.c: the device tiers, one per GPU. */
+
+/* Open the device backend for each GPU @cfg asks for (s->gpus, ngpus,
+ * defg, backend); 0 without a device tier where auto allows it, or -errno
+ * with the reason in @err. */
+int st_gpus_open(struct tier_store *s, const struct tfs_config *cfg,
+		 char *err, size_t errlen);
+/* Close them. */
+void st_gpus_close(struct tier_store *s);
+/* The s->gpus index of the GPU of ordinal @ordinal, -ENXIO when the store
+ * does not serve it, -ENODEV without a device tier. */
+int st_gpu_index(struct tier_store *s, int ordinal);
+/* b->lock held for writing. Move @b's device copy to GPU @g (an s->gpus
+ * index), byte for byte; 0 when it is there already or has none. */
+int st_dev_migrate(struct tier_buf *b, unsigned int g);
 
 /* store_limits.c */
 
 /* At init: what the machine has (RAM, the memory cgroup). */
 void st_limits_probe(struct tier_store *s);
-/* Takes s->lock. The limits @cfg asks for on this machine, each logged
- * with where it came from; -EINVAL with the reason in @err for one above
+/* Takes s->lock. The limits @cfg asks for on this machine (each GPU's in
+ * @glim, their sum as the device's), each logged with where it came from; -EINVAL with the reason in @err for one above
  * what the machine has (unless policy.overcommit). Changes nothing else. */
 int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
-		      uint64_t lim[TFS_TIER_COUNT], char *err, size_t errlen);
+		      uint64_t lim[TFS_TIER_COUNT], uint64_t glim[CFG_MAX_GPUS],
+		      char *err, size_t errlen);
 /* @v bytes as "512 B" or "1.5 MiB", into @buf. */
 void st_fmt_size(char *buf, size_t len, uint64_t v);
 

@@ -84,7 +84,7 @@ static bool read_host(struct tier_buf *b)
 {
 	if (!b->has_host)
 		return false;
-	if (!b->dmem || tier_dev_failed(b->s->dev))
+	if (!b->dmem || tier_dev_failed(st_bdev(b)))
 		return true;
 	return !write_leased(b);
 }
@@ -92,14 +92,13 @@ static bool read_host(struct tier_buf *b)
 /* Serve a read from the fastest clean copy; b->lock held. */
 static int serve_read(struct tier_buf *b, void *dst, size_t len, uint64_t off)
 {
-	struct tier_store *s = b->s;
-
 	if (read_host(b)) {
 		st_host_read(b, dst, len, off);
 		return 0;
 	}
-	if (b->dmem && !tier_dev_failed(s->dev))
-		return s->dev->ops->read(s->dev, b->dmem, dst, len, off);
+	if (b->dmem && !tier_dev_failed(st_bdev(b)))
+		return st_bdev(b)->ops->read(st_bdev(b), b->dmem, dst, len,
+					     off);
 	if (b->dobj)
 		return st_disk_read(b, dst, len, off);
 	if (b->dmem)
@@ -122,7 +121,7 @@ static void read_lock_unspilled(struct tier_buf *b)
 
 		/* A failed unspill is not an error: the read is served from
 		 * where the buffer is. */
-		if (t >= 0 && st_promote(b, t) == -EIO)
+		if (t >= 0 && st_promote(b, t, b->s->defg) == -EIO)
 			tfs_warn("buffer %" PRIu64 ": unspill failed",
 				 b->id);
 		st_publish(b);
@@ -170,9 +169,10 @@ ssize_t tier_buf_read_iov(struct tier_buf *b, size_t len, off_t off,
 		n = st_host_iov(b, len, (uint64_t)off, iov, max);
 		if (n < 0)
 			n = -EAGAIN;
-	} else if (b->dmem && !tier_dev_failed(s->dev)) {
-		char *p = s->dev->ops->host_ptr ?
-				  s->dev->ops->host_ptr(s->dev, b->dmem) :
+	} else if (b->dmem && !tier_dev_failed(st_bdev(b))) {
+		struct tier_dev *dev = st_bdev(b);
+		char *p = dev->ops->host_ptr ?
+				  dev->ops->host_ptr(dev, b->dmem) :
 				  NULL;
 
 		if (p && max >= 1) {
@@ -240,7 +240,7 @@ ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
 		return -EFBIG;
 	pthread_rwlock_wrlock(&b->lock);
 	b->refused = TFS_TIER_COUNT;
-	if (b->dmem && tier_dev_failed(s->dev)) {
+	if (b->dmem && tier_dev_failed(st_bdev(b))) {
 		/* Writes go where the lower copies are; a buffer whose only
 		 * copy was on the device is lost, bar a truncate to 0. */
 		if (st_dev_lost(b)) {
@@ -258,8 +258,8 @@ ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
 		}
 		rc = st_pages_written(b, (uint64_t)off, len);
 		if (!rc)
-			rc = s->dev->ops->write(s->dev, b->dmem, src, len,
-						(uint64_t)off);
+			rc = st_bdev(b)->ops->write(st_bdev(b), b->dmem, src,
+						    len, (uint64_t)off);
 		if (!rc) {
 			rc = (ssize_t)len;
 			if (b->has_host)
@@ -615,7 +615,7 @@ int tier_buf_register(struct tier_buf *b)
 		    st_tier_limit(s, TFS_TIER_DEVICE)) {
 		/* Not fitting on the device is fine: the buffer stays on
 		 * host, and a later read or prefetch may bring it up. */
-		int e = st_dev_fill(b);
+		int e = st_dev_fill(b, s->defg);
 
 		if (e && e != -ENOSPC)
 			tfs_warn("buffer %" PRIu64 ": cannot place on "
@@ -633,15 +633,21 @@ int tier_buf_move(struct tier_buf *b, enum tfs_tier tier, uint64_t owner)
 	return tier_buf_move_as(b, tier, owner, 0);
 }
 
-int tier_buf_move_as(struct tier_buf *b, enum tfs_tier tier, uint64_t owner,
-		     uid_t uid)
+/*
+ * The move of tier_buf_move_as(); for the device, to GPU @g (an s->gpus
+ * index), or with @g < 0 to wherever the device copy is, else the default
+ * GPU.
+ */
+static int move(struct tier_buf *b, enum tfs_tier tier, int g, uint64_t owner,
+		uid_t uid)
 {
 	struct tier_store *s = b->s;
 	int rc = 0;
 
 	if (tier >= TFS_TIER_COUNT)
 		return -EINVAL;
-	if (tier == TFS_TIER_DEVICE && !st_dev_usable(s))
+	if (tier == TFS_TIER_DEVICE &&
+	    !st_gpu_usable(s, g < 0 ? s->defg : (unsigned int)g))
 		return -ENODEV;
 	pthread_rwlock_wrlock(&b->lock);
 	pthread_mutex_lock(&s->lock);
@@ -653,15 +659,22 @@ int tier_buf_move_as(struct tier_buf *b, enum tfs_tier tier, uint64_t owner,
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
 		goto out;
+	/* A lease that holds the device copy keeps it on its GPU too. */
+	bool other_gpu = g >= 0 && b->dmem && b->dgi != (unsigned int)g;
+
 	if (pinned || st_held_by_other(b, owner) ||
-	    (tier != TFS_TIER_DEVICE && st_hold_count(b))) {
+	    ((tier != TFS_TIER_DEVICE || other_gpu) && st_hold_count(b))) {
 		rc = -EBUSY;
 		goto out;
 	}
 	int from = st_top_tier(b);
 
 	if (tier == TFS_TIER_DEVICE) {
-		rc = st_promote(b, TFS_TIER_DEVICE);
+		if (other_gpu)
+			rc = st_dev_migrate(b, (unsigned int)g);
+		if (!rc)
+			rc = st_promote(b, TFS_TIER_DEVICE,
+					g < 0 ? s->defg : (unsigned int)g);
 	} else if (tier == TFS_TIER_HOST) {
 		if (!b->has_host) {
 			if ((rc = st_wc_flush(b)))
@@ -688,4 +701,17 @@ out:
 	if (!rc)
 		st_touch(b);
 	return rc;
+}
+
+int tier_buf_move_as(struct tier_buf *b, enum tfs_tier tier, uint64_t owner,
+		     uid_t uid)
+{
+	return move(b, tier, -1, owner, uid);
+}
+
+int tier_buf_move_gpu(struct tier_buf *b, int gpu, uint64_t owner, uid_t uid)
+{
+	int g = st_gpu_index(b->s, gpu);
+
+	return g < 0 ? g : move(b, TFS_TIER_DEVICE, g, owner, uid);
 }

@@ -84,23 +84,32 @@ static void share_uncharge(struct tier_store *s, uid_t uid, uint64_t bytes)
 	}
 }
 
-/*
- * Room in the device tier for @bytes no buffer owns (a snapshot), evicting
- * others (never @self) as an allocation would. 0 or -ENOSPC.
- */
-static int snap_reserve(struct tier_store *s, struct tier_buf *self,
-			uint64_t bytes)
+/* s->lock held. Charge (or give back) a snapshot's @delta bytes on GPU @g
+ * and in the device tier. */
+static void snap_charge(struct tier_store *s, unsigned int g, int64_t delta)
 {
-	struct tier_usage *u = &s->use[TFS_TIER_DEVICE];
+	s->gpus[g].used += (uint64_t)delta;
+	s->use[TFS_TIER_DEVICE].used += (uint64_t)delta;
+}
+
+/*
+ * Room on GPU @g (an s->gpus index) for @bytes no buffer owns (a
+ * snapshot), evicting others (never @self) as an allocation would. 0 or
+ * -ENOSPC.
+ */
+static int snap_reserve(struct tier_store *s, unsigned int g,
+			struct tier_buf *self, uint64_t bytes)
+{
+	struct st_gpu *gp = &s->gpus[g];
 	int rc = 0;
 
-	if (bytes > u->limit)
+	if (bytes > gp->limit)
 		return -ENOSPC;
-	if (u->used + bytes > u->limit)
-		rc = st_shrink(s, TFS_TIER_DEVICE, u->limit - bytes, self,
+	if (gp->used + bytes > gp->limit)
+		rc = st_shrink(s, TFS_TIER_DEVICE, g, gp->limit - bytes, self,
 			       true);
 	if (!rc)
-		u->used += bytes;
+		snap_charge(s, g, (int64_t)bytes);
 	return rc;
 }
 
@@ -217,9 +226,9 @@ static void lease_end(struct tier_buf *b, const struct lease *l,
 	if (l->holds)
 		st_io_quiesce(b);
 	l->exp->unmapped = unmapped;
-	s->dev->ops->unexport(s->dev, l->exp);
+	s->gpus[l->gi].dev->ops->unexport(s->gpus[l->gi].dev, l->exp);
 	pthread_mutex_lock(&s->lock);
-	s->use[TFS_TIER_DEVICE].used -= l->snap;
+	snap_charge(s, l->gi, -(int64_t)l->snap);
 	share_uncharge(s, l->uid, l->share);
 	if (l->holds)
 		b->nholds--;
@@ -253,14 +262,23 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		    pid_t pid, int gpu, bool writable,
 		    struct tfs_ioc_export *out)
 {
+	return tier_buf_export_on(b, -1, owner, uid, gid, pid, writable, out);
+}
+
+int tier_buf_export_on(struct tier_buf *b, int gpu, uint64_t owner, uid_t uid,
+		       gid_t gid, pid_t pid, bool writable,
+		       struct tfs_ioc_export *out)
+{
 	struct tier_store *s = b->s;
 	struct lease l = { .owner = owner, .uid = uid, .writable = writable };
+	struct tier_dev *dev;
 	struct lease old;
 	bool had;
-	int rc;
+	int rc, g;
 
-	if (!s->dev)
-		return -ENODEV;
+	g = gpu < 0 ? (s->ngpus ? -1 : -ENODEV) : st_gpu_index(s, gpu);
+	if (g < -1)
+		return g;
 	pthread_rwlock_wrlock(&b->lock);
 	/* Exporting again replaces this file's lease: a fresh snapshot, or
 	 * the other kind. */
@@ -280,19 +298,29 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
 		goto out;
-	if (!b->dmem) {
-		rc = st_wc_flush(b);
-		if (!rc)
-			rc = st_promote(b, TFS_TIER_DEVICE);
+	/* On another GPU than the one asked for: moved there first, unless
+	 * a lease holds it where it is. */
+	if (b->dmem && g >= 0 && b->dgi != g) {
+		rc = st_hold_count(b) ? -EBUSY : st_dev_migrate(b, g);
 		if (rc)
 			goto out;
 	}
-	l.holds = writable || !s->dev->ops->read_snapshots;
+	if (!b->dmem) {
+		rc = st_wc_flush(b);
+		if (!rc)
+			rc = st_promote(b, TFS_TIER_DEVICE,
+					g < 0 ? s->defg : (unsigned int)g);
+		if (rc)
+			goto out;
+	}
+	l.gi = b->dgi;
+	dev = s->gpus[l.gi].dev;
+	l.holds = writable || !dev->ops->read_snapshots;
 	l.share = uid ? b->dmem->granted : 0;
 	pthread_mutex_lock(&s->lock);
 	rc = share_charge(s, uid, l.share);
 	if (!rc && !l.holds) {
-		rc = snap_reserve(s, b, b->dmem->granted);
+		rc = snap_reserve(s, l.gi, b, b->dmem->granted);
 		if (rc)
 			share_uncharge(s, uid, l.share);
 		else
@@ -303,8 +331,7 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		goto out;
 	if (l.holds)
 		st_io_quiesce(b); /* the sim backend moves the bytes */
-	rc = s->dev->ops->export(s->dev, b->dmem, writable, uid, gid, out,
-				 &l.exp);
+	rc = dev->ops->export(dev, b->dmem, writable, uid, gid, out, &l.exp);
 	if (!rc)
 		l.exp->pid = pid;
 	if (!rc && writable) {
@@ -330,7 +357,7 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		}
 	}
 	if (rc) {
-		s->use[TFS_TIER_DEVICE].used -= l.snap;
+		snap_charge(s, l.gi, -(int64_t)l.snap);
 		share_uncharge(s, uid, l.share);
 	}
 	out->length = b->size;
@@ -340,7 +367,7 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 	if (rc && l.exp) {
 		/* The handle never reached the caller. */
 		l.exp->unmapped = true;
-		s->dev->ops->unexport(s->dev, l.exp);
+		dev->ops->unexport(dev, l.exp);
 	}
 out:
 	st_publish(b);
@@ -404,7 +431,7 @@ int tier_buf_alloc_device(struct tier_buf *b, uint64_t size)
 	struct tier_store *s = b->s;
 	int rc;
 
-	if (!s->dev)
+	if (!s->ngpus)
 		return -ENODEV;
 	pthread_rwlock_wrlock(&b->lock);
 	/* An empty file's committed (empty) version is no content. */
@@ -414,10 +441,10 @@ int tier_buf_alloc_device(struct tier_buf *b, uint64_t size)
 		goto out;
 	}
 	st_disk_drop(b);
-	rc = st_dev_alloc(b, size);
+	rc = st_dev_alloc(b, s->defg, size);
 	if (rc)
 		goto out;
-	rc = s->dev->ops->zero(s->dev, b->dmem, size, 0);
+	rc = st_bdev(b)->ops->zero(st_bdev(b), b->dmem, size, 0);
 	if (rc) {
 		st_dev_drop(b);
 		goto out;

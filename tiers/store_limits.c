@@ -194,7 +194,8 @@ static int refuse(const struct tfs_config *cfg, const char *section,
 }
 
 int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
-		      uint64_t lim[TFS_TIER_COUNT], char *err, size_t errlen)
+		      uint64_t lim[TFS_TIER_COUNT], uint64_t glim[CFG_MAX_GPUS],
+		      char *err, size_t errlen)
 {
 	const bool oc = cfg->policy.overcommit;
 	uint64_t ram = s->host_capacity, cg = s->cgroup_mem;
@@ -241,51 +242,50 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 		}
 	}
 
-	/* Device. */
+	/* Device: each GPU's tier, from its own size. */
 	lim[TFS_TIER_DEVICE] = 0;
 	src = srcs[TFS_TIER_DEVICE];
-	if (s->dev) {
+	for (unsigned int g = 0; g < s->ngpus; g++) {
+		const struct tier_dev_info *di = &s->gpus[g].info;
 		bool sim = !strcmp(s->backend, "sim");
 
 		if (set(&cfg->device.limit)) {
-			lim[TFS_TIER_DEVICE] = cfg_size_resolve(
-				&cfg->device.limit, s->dev_info.capacity);
-			/* The sim device is host memory. */
-			if (!oc && sim && lim[TFS_TIER_DEVICE] > mem) {
+			glim[g] = cfg_size_resolve(&cfg->device.limit,
+						   di->capacity);
+			/* The sim devices are host memory, all of them. */
+			if (!oc && sim &&
+			    lim[TFS_TIER_DEVICE] + glim[g] > mem) {
 				st_fmt_size(b, sizeof(b), mem);
 				snprintf(what, sizeof(what),
 					 "the %s of host memory the sim "
-					 "device can have%s",
-					 b, mem < ram ? " in its memory cgroup" :
-							"");
+					 "device%s can have%s",
+					 b, s->ngpus > 1 ? "s" : "",
+					 mem < ram ? " in its memory cgroup" :
+						     "");
 				return refuse(cfg, "device",
-					      lim[TFS_TIER_DEVICE], what, err,
-					      errlen);
+					      lim[TFS_TIER_DEVICE] + glim[g],
+					      what, err, errlen);
 			}
-			if (!oc && !sim &&
-			    lim[TFS_TIER_DEVICE] > s->dev_info.capacity) {
-				st_fmt_size(b, sizeof(b), s->dev_info.capacity);
+			if (!oc && !sim && glim[g] > di->capacity) {
+				st_fmt_size(b, sizeof(b), di->capacity);
 				snprintf(what, sizeof(what),
 					 "the %s of memory device '%s' has", b,
-					 s->dev_info.model);
-				return refuse(cfg, "device",
-					      lim[TFS_TIER_DEVICE], what, err,
-					      errlen);
+					 di->model);
+				return refuse(cfg, "device", glim[g], what,
+					      err, errlen);
 			}
 			cfg_key_where(cfg, "device", "limit", what,
 				      sizeof(what));
 			snprintf(src, sizeof(srcs[0]), "from %s", what);
 		} else if (!strcmp(s->backend, "cuda")) {
-			lim[TFS_TIER_DEVICE] = s->dev_info.free / 10 * 8;
-			st_fmt_size(b, sizeof(b), s->dev_info.free);
-			snprintf(src, sizeof(srcs[0]),
-				 "80%% of the %s free on device '%s'", b,
-				 s->dev_info.model);
+			glim[g] = di->free / 10 * 8;
+			snprintf(src, sizeof(srcs[0]), "80%% of what is free");
 		} else {
-			lim[TFS_TIER_DEVICE] = s->dev_info.capacity;
+			glim[g] = di->capacity;
 			snprintf(src, sizeof(srcs[0]), "the %s device's size",
 				 s->backend);
 		}
+		lim[TFS_TIER_DEVICE] += glim[g];
 	}
 
 	/* Disk: its free space counts what our spill files take. */
@@ -333,9 +333,28 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 		}
 	}
 
-	for (int t = 0; t < TFS_TIER_COUNT; t++) {
-		if (t == TFS_TIER_DEVICE && !s->dev)
-			continue;
+	for (unsigned int g = 0; g < s->ngpus; g++) {
+		const struct tier_dev_info *di = &s->gpus[g].info;
+		char gpu[32] = "";
+
+		if (s->ngpus > 1)
+			snprintf(gpu, sizeof(gpu), " of gpu %d",
+				 s->gpus[g].ordinal);
+		st_fmt_size(c, sizeof(c), glim[g]);
+		src = srcs[TFS_TIER_DEVICE];
+		if (!set(&cfg->device.limit) && !strcmp(s->backend, "cuda")) {
+			st_fmt_size(b, sizeof(b), di->free);
+			snprintf(what, sizeof(what),
+				 "80%% of the %s free on device '%s'", b,
+				 di->model);
+			src = what;
+		}
+		if (glim[g])
+			tfs_notice("device%s: limit %s: %s", gpu, c, src);
+		else
+			tfs_warn("device%s: no room at all: %s", gpu, src);
+	}
+	for (int t = TFS_TIER_HOST; t < TFS_TIER_COUNT; t++) {
 		st_fmt_size(c, sizeof(c), lim[t]);
 		if (lim[t])
 			tfs_notice("%s: limit %s: %s",

@@ -24,20 +24,21 @@
 #include "config/log.h"
 #include "tiers/store_i.h"
 
-uint64_t st_room(struct tier_store *s, int t)
+uint64_t st_room(struct tier_store *s, int t, unsigned int g)
 {
-	uint64_t limit = s->use[t].limit;
-
-	if (t == TFS_TIER_DEVICE && s->dev_room < limit)
-		return s->dev_room;
-	return limit;
+	if (t != TFS_TIER_DEVICE)
+		return s->use[t].limit;
+	if (g >= s->ngpus)
+		return 0;
+	return s->gpus[g].room < s->gpus[g].limit ? s->gpus[g].room :
+						    s->gpus[g].limit;
 }
 
 void st_watch_config(struct tier_store *s, const struct tfs_config *cfg)
 {
-	s->dev_reserve = s->dev ? cfg_size_resolve(&cfg->device.reserve,
-						   s->dev_info.capacity) :
-				  0;
+	for (unsigned int g = 0; g < s->ngpus; g++)
+		s->gpus[g].reserve = cfg_size_resolve(&cfg->device.reserve,
+						      s->gpus[g].info.capacity);
 	s->poll_ms = cfg->device.poll_ms ? cfg->device.poll_ms : 100;
 	if (s->watcher_started)
 		pthread_cond_signal(&s->watch_wake);
@@ -50,64 +51,116 @@ struct yield_note {
 };
 
 /*
- * s->lock held. Take in what the device said and spill down to the room
- * other processes leave, if the tier holds more.
+ * s->lock held. Take in what GPU @g's device said and spill down to the
+ * room other processes leave, if its tier holds more.
  */
-static void yield_to_others(struct tier_store *s, uint64_t free_b,
-			    uint64_t total, uint64_t held,
+static void yield_to_others(struct tier_store *s, unsigned int g,
+			    uint64_t free_b, uint64_t total, uint64_t held,
 			    struct yield_note *note)
 {
-	struct tier_usage *u = &s->use[TFS_TIER_DEVICE];
+	struct st_gpu *gp = &s->gpus[g];
 	uint64_t others, cap, before;
 
 	memset(note, 0, sizeof(*note));
 	others = total > free_b + held ? total - free_b - held : 0;
-	s->dev_free = free_b;
-	s->dev_others = others;
+	gp->free = free_b;
+	gp->others = others;
 	if (!others)
-		s->dev_room = UINT64_MAX;
-	else if (total > others + s->dev_reserve)
-		s->dev_room = total - others - s->dev_reserve;
+		gp->room = UINT64_MAX;
+	else if (total > others + gp->reserve)
+		gp->room = total - others - gp->reserve;
 	else
-		s->dev_room = 0;
+		gp->room = 0;
 	/* Over the limit alone is the spiller's business, not a yield. */
-	if (u->used <= s->dev_room) {
-		s->yield_stuck = false;
+	if (gp->used <= gp->room) {
+		gp->yield_stuck = false;
 		return;
 	}
-	cap = st_room(s, TFS_TIER_DEVICE);
-	before = u->used;
-	st_shrink(s, TFS_TIER_DEVICE, cap, NULL, true);
-	note->moved = before > u->used ? before - u->used : 0;
-	note->used = u->used;
-	note->room = s->dev_room;
+	cap = st_room(s, TFS_TIER_DEVICE, g);
+	before = gp->used;
+	st_shrink(s, TFS_TIER_DEVICE, g, cap, NULL, true);
+	note->moved = before > gp->used ? before - gp->used : 0;
+	note->used = gp->used;
+	note->room = gp->room;
 	note->free = free_b;
 	note->others = others;
-	note->reserve = s->dev_reserve;
+	note->reserve = gp->reserve;
 	if (note->moved) {
 		s->yields++;
 		s->yield_bytes += note->moved;
-		s->yield_stuck = false;
+		gp->yields++;
+		gp->yield_bytes += note->moved;
+		gp->yield_stuck = false;
 		note->yielded = true;
-	} else if (!s->yield_stuck) {
+	} else if (!gp->yield_stuck) {
 		/* Everything left is leased, pinned or in use: say so once,
 		 * not at every poll while it lasts. */
-		s->yield_stuck = true;
+		gp->yield_stuck = true;
 		note->stuck = true;
 	}
+}
+
+/* "" with one GPU, " on gpu N" with several: what the log lines say. */
+static const char *on_gpu(struct tier_store *s, unsigned int g, char *buf,
+			  size_t len)
+{
+	buf[0] = '\0';
+	if (s->ngpus > 1)
+		snprintf(buf, len, " on gpu %d", s->gpus[g].ordinal);
+	return buf;
+}
+
+/* s->lock held, dropped around the device's answer and the log lines.
+ * One poll of GPU @g. */
+static void watch_one(struct tier_store *s, unsigned int g)
+{
+	struct st_gpu *gp = &s->gpus[g];
+	uint64_t free_b, total, held;
+	struct yield_note note;
+	char where[32];
+	int rc;
+
+	/* A CUDA call: never under the store lock. */
+	pthread_mutex_unlock(&s->lock);
+	rc = gp->dev->ops->meminfo(gp->dev, &free_b, &total, &held);
+	if (rc && !gp->warned && !tier_dev_failed(gp->dev))
+		tfs_warn("device: cannot read free device memory%s: %s; "
+			 "not yielding to other processes until it can",
+			 on_gpu(s, g, where, sizeof(where)), strerror(-rc));
+	gp->warned = rc != 0;
+	pthread_mutex_lock(&s->lock);
+	if (rc) {
+		/* Unknown pressure: keep to the limit alone. */
+		gp->room = UINT64_MAX;
+		return;
+	}
+	yield_to_others(s, g, free_b, total, held, &note);
+	if (!note.yielded && !note.stuck)
+		return;
+	pthread_mutex_unlock(&s->lock);
+	on_gpu(s, g, where, sizeof(where));
+	if (note.yielded)
+		tfs_notice("device: yielded %" PRIu64 " bytes%s to other "
+			   "processes: they use %" PRIu64 ", %" PRIu64
+			   " were free, reserve %" PRIu64 "; the device "
+			   "tier now holds %" PRIu64 " of %" PRIu64,
+			   note.moved, where, note.others, note.free,
+			   note.reserve, note.used, note.room);
+	else
+		tfs_warn("device: cannot yield to other processes%s: "
+			 "every buffer left on the device is leased, "
+			 "pinned or in use (%" PRIu64 " bytes, room "
+			 "%" PRIu64 ")", where, note.used, note.room);
+	pthread_mutex_lock(&s->lock);
 }
 
 static void *watch_main(void *arg)
 {
 	struct tier_store *s = arg;
-	bool warned = false;
 
 	pthread_mutex_lock(&s->lock);
 	while (!s->stop) {
-		uint64_t free_b, total, held;
-		struct yield_note note;
 		struct timespec ts;
-		int rc;
 
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_sec += s->poll_ms / 1000;
@@ -117,39 +170,10 @@ static void *watch_main(void *arg)
 			ts.tv_nsec -= 1000000000L;
 		}
 		pthread_cond_timedwait(&s->watch_wake, &s->lock, &ts);
-		if (s->stop)
-			break;
-		/* A CUDA call: never under the store lock. */
-		pthread_mutex_unlock(&s->lock);
-		rc = s->dev->ops->meminfo(s->dev, &free_b, &total, &held);
-		if (rc && !warned && !tier_dev_failed(s->dev))
-			tfs_warn("device: cannot read free device memory: %s; "
-				 "not yielding to other processes until it "
-				 "can", strerror(-rc));
-		warned = rc != 0;
-		pthread_mutex_lock(&s->lock);
-		if (rc) {
-			/* Unknown pressure: keep to the limit alone. */
-			s->dev_room = UINT64_MAX;
-			continue;
-		}
-		yield_to_others(s, free_b, total, held, &note);
-		if (!note.yielded && !note.stuck)
-			continue;
-		pthread_mutex_unlock(&s->lock);
-		if (note.yielded)
-			tfs_notice("device: yielded %" PRIu64 " bytes to other "
-				   "processes: they use %" PRIu64 ", %" PRIu64
-				   " were free, reserve %" PRIu64 "; the device "
-				   "tier now holds %" PRIu64 " of %" PRIu64,
-				   note.moved, note.others, note.free,
-				   note.reserve, note.used, note.room);
-		else
-			tfs_warn("device: cannot yield to other processes: "
-				 "every buffer left on the device is leased, "
-				 "pinned or in use (%" PRIu64 " bytes, room "
-				 "%" PRIu64 ")", note.used, note.room);
-		pthread_mutex_lock(&s->lock);
+		/* One thread polls every GPU in turn: a poll is a quick
+		 * question to the driver, and the GPUs' tiers are apart. */
+		for (unsigned int g = 0; g < s->ngpus && !s->stop; g++)
+			watch_one(s, g);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return NULL;
@@ -159,7 +183,7 @@ int st_watch_start(struct tier_store *s)
 {
 	int rc;
 
-	if (!s->dev || !s->dev->ops->meminfo)
+	if (!s->ngpus || !s->gpus[0].dev->ops->meminfo)
 		return 0;
 	rc = -pthread_create(&s->watcher, NULL, watch_main, s);
 	if (!rc)
@@ -178,53 +202,35 @@ void st_watch_stop(struct tier_store *s)
 	s->watcher_started = false;
 }
 
-int tier_store_default_gpu(struct tier_store *s)
-{
-	return s->dev ? s->gpu : -ENODEV;
-}
-
-int tier_store_check_gpu(struct tier_store *s, int gpu)
-{
-	if (!s->dev)
-		return -ENODEV;
-	return gpu == s->gpu ? 0 : -ENXIO;
-}
-
-int tier_store_gpu_by_uuid(struct tier_store *s, const uint8_t uuid[16])
-{
-	if (!s->dev)
-		return -ENODEV;
-	if (memcmp(s->dev_info.uuid, uuid, sizeof(s->dev_info.uuid)))
-		return -ENXIO;
-	return s->gpu;
-}
-
 int tier_store_reclaim(struct tier_store *s, int gpu, uint64_t bytes,
 		       uint64_t *freed)
 {
-	struct tier_usage *u = &s->use[TFS_TIER_DEVICE];
+	int g = gpu < 0 ? (s->ngpus ? (int)s->defg : -ENODEV) :
+			  st_gpu_index(s, gpu);
+	struct st_gpu *gp;
 	uint64_t before, got;
 
 	*freed = 0;
-	if (!s->dev)
-		return -ENODEV;
-	if (gpu >= 0 && gpu != s->gpu)
-		return -ENXIO;
+	if (g < 0)
+		return g;
+	gp = &s->gpus[g];
 	pthread_mutex_lock(&s->lock);
-	before = u->used;
+	before = gp->used;
 	/* Nothing more can move: the caller gets what was freed. */
-	st_shrink(s, TFS_TIER_DEVICE, before > bytes ? before - bytes : 0,
-		  NULL, true);
-	got = before > u->used ? before - u->used : 0;
+	st_shrink(s, TFS_TIER_DEVICE, (unsigned int)g,
+		  before > bytes ? before - bytes : 0, NULL, true);
+	got = before > gp->used ? before - gp->used : 0;
 	s->reclaims++;
 	s->reclaimed_bytes += got;
+	gp->reclaims++;
+	gp->reclaimed_bytes += got;
 	pthread_mutex_unlock(&s->lock);
 	/* The caller allocates next: the memory must be the driver's by
 	 * then, not queued for a free. */
-	if (got && s->dev->ops->drain)
-		s->dev->ops->drain(s->dev);
+	if (got && gp->dev->ops->drain)
+		gp->dev->ops->drain(gp->dev);
 	tfs_info("device: reclaim of %" PRIu64 " bytes on gpu %d gave back "
-		 "%" PRIu64, bytes, s->gpu, got);
+		 "%" PRIu64, bytes, gp->ordinal, got);
 	*freed = got;
 	return 0;
 }

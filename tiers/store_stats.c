@@ -50,24 +50,55 @@ size_t tier_appendf(char *buf, size_t len, size_t n, const char *fmt, ...)
 
 void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 {
+	uint64_t room = 0;
+	bool all_free = true;
+
 	memset(out, 0, sizeof(*out));
 	snprintf(out->backend, sizeof(out->backend), "%s", s->backend);
 	snprintf(out->device_model, sizeof(out->device_model), "%s",
-		 s->dev ? s->dev_info.model : "");
-	out->has_device = s->dev != NULL;
+		 s->ngpus ? s->gpus[s->defg].info.model : "");
+	out->has_device = s->ngpus != 0;
 	snprintf(out->device_state, sizeof(out->device_state), "%s",
-		 !s->dev ? "none" : tier_dev_failed(s->dev) ? "failed" : "ok");
-	out->gpu = s->dev ? s->gpu : -1;
+		 !s->ngpus			    ? "none" :
+		 tier_dev_failed(s->gpus[s->defg].dev) ? "failed" :
+							 "ok");
+	out->gpu = s->ngpus ? s->gpus[s->defg].ordinal : -1;
+	out->ngpus = s->ngpus;
 	pthread_mutex_lock(&s->lock);
 	memcpy(out->tier, s->use, sizeof(out->tier));
 	out->files = s->files;
 	out->logical_bytes = s->logical;
 	out->evict_nothing_movable = s->evict_nothing_movable;
 	out->evict_move_errors = s->evict_move_errors;
-	out->device_free = s->dev_free;
-	out->device_others = s->dev_others;
-	out->device_reserve = s->dev_reserve;
-	out->device_room = s->dev_room;
+	for (unsigned int g = 0; g < s->ngpus; g++) {
+		const struct st_gpu *gp = &s->gpus[g];
+		struct tier_gpu_stats *o = &out->gpus[g];
+
+		o->gpu = gp->ordinal;
+		snprintf(o->model, sizeof(o->model), "%s", gp->info.model);
+		o->used = gp->used;
+		o->limit = gp->limit;
+		o->buffers = gp->buffers;
+		o->reserve = gp->reserve;
+		o->free = gp->free;
+		o->others = gp->others;
+		o->room = gp->room;
+		o->reclaims = gp->reclaims;
+		o->reclaimed_bytes = gp->reclaimed_bytes;
+		o->yields = gp->yields;
+		o->yield_bytes = gp->yield_bytes;
+		o->moves_in = gp->moves_in;
+		o->moves_out = gp->moves_out;
+		out->device_free += o->free;
+		out->device_others += o->others;
+		out->device_reserve += o->reserve;
+		all_free = all_free && gp->room == UINT64_MAX;
+		room += gp->room < gp->limit ? gp->room : gp->limit;
+	}
+	/* UINT64_MAX while nobody else uses any of the GPUs. */
+	out->device_room = all_free ? UINT64_MAX :
+			   s->ngpus == 1 ? s->gpus[0].room :
+					   room;
 	out->reclaims = s->reclaims;
 	out->reclaimed_bytes = s->reclaimed_bytes;
 	out->yields = s->yields;
@@ -133,28 +164,34 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 	EMIT("device.reclaims=%" PRIu64 "\n", st.reclaims);
 	EMIT("device.reclaimed_bytes=%" PRIu64 "\n", st.reclaimed_bytes);
 	EMIT("device.state=%s\n", st.device_state);
-	/*
-	 * Each GPU's device tier under its ordinal, "gpus" listing them
-	 * (empty without a device tier). One GPU per mount so far: its keys
-	 * repeat the device tier's.
-	 */
+	/* Each GPU's device tier under its ordinal, "gpus" listing them
+	 * (empty without a device tier); the device.* keys are their sum. */
 	EMIT("gpus=");
-	if (st.gpu >= 0) {
-		const struct tier_usage *u = &st.tier[TFS_TIER_DEVICE];
-		int g = st.gpu;
+	for (unsigned int i = 0; i < st.ngpus; i++)
+		EMIT("%s%d", i ? "," : "", st.gpus[i].gpu);
+	EMIT("\n");
+	if (st.ngpus)
+		EMIT("default_gpu=%d\n", st.gpu);
+	for (unsigned int i = 0; i < st.ngpus; i++) {
+		const struct tier_gpu_stats *u = &st.gpus[i];
+		int g = u->gpu;
 
-		EMIT("%d\n", g);
-		EMIT("device%d.model=%s\n", g, st.device_model);
+		EMIT("device%d.model=%s\n", g, u->model);
 		EMIT("device%d.used=%" PRIu64 "\n", g, u->used);
 		EMIT("device%d.limit=%" PRIu64 "\n", g, u->limit);
 		EMIT("device%d.buffers=%" PRIu64 "\n", g, u->buffers);
-		EMIT("device%d.reserve=%" PRIu64 "\n", g, st.device_reserve);
-		EMIT("device%d.free=%" PRIu64 "\n", g, st.device_free);
-		EMIT("device%d.others=%" PRIu64 "\n", g, st.device_others);
+		EMIT("device%d.reserve=%" PRIu64 "\n", g, u->reserve);
+		EMIT("device%d.free=%" PRIu64 "\n", g, u->free);
+		EMIT("device%d.others=%" PRIu64 "\n", g, u->others);
 		EMIT("device%d.room=%" PRIu64 "\n", g,
-		     st.device_room < u->limit ? st.device_room : u->limit);
-	} else {
-		EMIT("\n");
+		     u->room < u->limit ? u->room : u->limit);
+		EMIT("device%d.yields=%" PRIu64 "\n", g, u->yields);
+		EMIT("device%d.yield_bytes=%" PRIu64 "\n", g, u->yield_bytes);
+		EMIT("device%d.reclaims=%" PRIu64 "\n", g, u->reclaims);
+		EMIT("device%d.reclaimed_bytes=%" PRIu64 "\n", g,
+		     u->reclaimed_bytes);
+		EMIT("device%d.moves_in=%" PRIu64 "\n", g, u->moves_in);
+		EMIT("device%d.moves_out=%" PRIu64 "\n", g, u->moves_out);
 	}
 #undef EMIT
 	return n;
@@ -194,7 +231,9 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st)
 	st->pins = b->pins;
 	st->leases = b->nleases;
 	st->generation = b->generation;
-	st->gpu = b->present & (1u << TFS_TIER_DEVICE) ? s->gpu : -1;
+	st->gpu = b->present & (1u << TFS_TIER_DEVICE) ?
+			  s->gpus[b->pgi].ordinal :
+			  -1;
 	pthread_mutex_unlock(&s->lock);
 	st->blocks = (st->stored_size + 511) / 512;
 }
