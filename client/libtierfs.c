@@ -543,34 +543,6 @@ int tfs_cuda_malloc(void **ptr, size_t size, const char *mount)
 		       "without CUDA");
 }
 
-/*
- * The UUID of the GPU of the calling thread's current context, for an
- * export to land on the caller's GPU; zeros (the daemon's default GPU)
- * when the thread has no current context. Only the driver can tell that
- * without making one: the runtime's current device is 0 for a thread that
- * never chose one, and calls that need a context create it there. Without
- * the driver call, zeros too.
- */
-static void caller_uuid(uint8_t uuid[16])
-{
-	struct cudaDeviceProp prop;
-	void *ctx = NULL;
-	int dev;
-
-	memset(uuid, 0, 16);
-	pthread_once(&drv_once, drv_load);
-	if (!drv.get_current || drv.get_current(&ctx) || !ctx)
-		return;
-	/* With a context current, this is its device; neither call makes
-	 * a context. */
-	if (cudaGetDevice(&dev) != cudaSuccess ||
-	    cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
-		(void)cudaGetLastError();
-		return;
-	}
-	memcpy(uuid, prop.uuid.bytes, 16);
-}
-
 static int map_cuda(struct tfs_map *m, const struct tfs_ioc_export *ex)
 {
 	return set_err(-ENOTSUP, "the file is on a CUDA device and this "
