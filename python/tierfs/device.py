@@ -8,7 +8,8 @@
         buf.commit()                   # readers of the file see the 7s
 
 ``open()`` exports the file (TFS_IOC_EXPORT: the daemon moves its buffer to
-the device tier and gives this process a lease: for writing, on the live
+the device tier, on the GPU of this thread's current CUDA context when it
+has one, and gives this process a lease: for writing, on the live
 copy, held there; for reading, on the sim backend, a private snapshot) and
 maps it into this process: on the cuda backend the CUDA IPC handle is opened here, with the
 CUDA runtime through ctypes, so the object has ``__cuda_array_interface__``

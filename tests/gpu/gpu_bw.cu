@@ -11,22 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
-#define CK(x)                                                            \
-	do {                                                             \
-		cudaError_t e_ = (x);                                    \
-		if (e_ != cudaSuccess) {                                 \
-			fprintf(stderr, "gpu_bw: %s: %s (%s)\n", #x,     \
-				cudaGetErrorString(e_), cudaGetErrorName(e_)); \
-			exit(1);                                         \
-		}                                                        \
-	} while (0)
-
-static int cmp_float(const void *a, const void *b)
-{
-	float x = *(const float *)a, y = *(const float *)b;
-
-	return x < y ? -1 : x > y;
-}
+#include "cuda_ck.h"
 
 static float median_gbps(void *dst, const void *src, size_t len,
 			 cudaMemcpyKind kind, int reps)

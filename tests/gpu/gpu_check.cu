@@ -10,6 +10,12 @@
  * With TFS_GPU_CHECK_SHM=1 in the environment, a sim (shared-memory)
  * export is checked on the CPU instead: the dry run of tests/gpu/run.sh.
  *
+ * With TFS_GPU_CHECK_ON=N, GPU N is made current before the map (so the
+ * export asks for GPU N) and the kernel runs there, reading the buffer
+ * across GPUs through the IPC mapping's peer access when it is on another
+ * GPU (where cudaDeviceCanAccessPeer allows; else on the buffer's GPU).
+ * It prints "... on GPU K, buffer on GPU M".
+ *
  * Exit: 0 all bytes match, 1 a mismatch or an error (message on stderr).
  */
 #include <stdint.h>
@@ -51,13 +57,17 @@ int main(int argc, char **argv)
 	unsigned long long *d_res, res[2] = { 0, ~0ull };
 	struct tfs_map m;
 	unsigned int seed;
-	int rc, ok;
+	int rc, ok, run_on;
 
 	if (argc < 3 || argc > 4) {
 		fprintf(stderr, "usage: gpu_check FILE SEED [HOLD]\n");
 		return 2;
 	}
 	seed = (unsigned int)strtoul(argv[2], NULL, 0);
+	if (getenv("TFS_GPU_CHECK_ON") &&
+	    !cuda_ok(cudaSetDevice(atoi(getenv("TFS_GPU_CHECK_ON"))),
+		     "cudaSetDevice"))
+		return 1;
 	rc = tfs_map_open(argv[1], TFS_MAP_READ, &m);
 	if (rc) {
 		fprintf(stderr, "gpu_check: tfs_map_open \"%s\": %s\n",
@@ -96,7 +106,19 @@ int main(int argc, char **argv)
 		tfs_map_close(&m);
 		return 1;
 	}
-	ok = cuda_ok(cudaSetDevice(m.device), "cudaSetDevice") &&
+	run_on = m.device;
+	if (getenv("TFS_GPU_CHECK_ON")) {
+		int want = atoi(getenv("TFS_GPU_CHECK_ON")), can = 0;
+
+		if (want == m.device ||
+		    (cudaDeviceCanAccessPeer(&can, want, m.device) ==
+			     cudaSuccess && can))
+			run_on = want;
+		else
+			printf("gpu_check: GPU %d cannot reach GPU %d\n", want,
+			       m.device);
+	}
+	ok = cuda_ok(cudaSetDevice(run_on), "cudaSetDevice") &&
 	     cuda_ok(cudaMalloc(&d_res, sizeof(res)), "cudaMalloc") &&
 	     cuda_ok(cudaMemcpy(d_res, res, sizeof(res),
 				cudaMemcpyHostToDevice), "cudaMemcpy h2d");
@@ -114,8 +136,8 @@ int main(int argc, char **argv)
 		ok = 0;
 	}
 	if (ok) {
-		printf("gpu_check: %zu bytes match on GPU %d\n", m.length,
-		       m.device);
+		printf("gpu_check: %zu bytes match on GPU %d, buffer on GPU %d\n",
+		       m.length, run_on, m.device);
 		if (argc == 4) {
 			printf("holding\n");
 			fflush(stdout);

@@ -39,6 +39,13 @@
 #  throughput spill and prefetch of 1 GiB against raw pinned cudaMemcpy:
 #             FAIL below 0.5x, WARN below 0.8x; the latency of a 1 GiB
 #             tfs_reclaim() next to a raw D2H copy
+#  ipc2       with two GPUs or more: the daemon on GPU 1, clients on GPU 0
+#             and 1 (a kernel on GPU 0 reads the map on GPU 1 through peer
+#             access); with a mount serving GPUs 0 and 1, each client's
+#             export lands on its own GPU, and moves between them
+#  peer       with two GPUs or more: a 1 GiB move between GPUs
+#             (user.tierfs.tier = device:N) next to cudaMemcpyPeer
+#             (bench/gpu_peer.cu), ratio printed, not asserted
 #
 # Exit: 0 all passed, 1 something failed, 77 skipped (no usable GPU, no
 # FUSE, or the build cannot be made here), with "SKIP: <reason>".
@@ -83,6 +90,7 @@ if [ ! -x "$CUDA/bin/nvcc" ] || [ ! -f "$CUDA/lib64/libcudart_static.a" ]; then
 fi
 "$CUDA/bin/nvcc" --version | tail -2 >"$LOGS/preflight.txt"
 GPU=${TFS_GPU:-0}
+NGPUS=0
 if [ -n "$DRYRUN" ]; then
 	BACKEND=sim
 	export TFS_GPU_CHECK_SHM=1
@@ -101,6 +109,7 @@ else
 	g_mode=${g_mode# }
 	g_mig=${g_mig# }
 	echo "driver ${g_driver# }, compute mode $g_mode, MIG $g_mig"
+	NGPUS=$(grep -c '^GPU [0-9]' <<<"$smi")
 	case $g_mode in
 	Exclusive_Process)
 		skip "GPU $GPU is in exclusive-process compute mode, which tierfs refuses: no client could map (nvidia-smi -i $GPU -c DEFAULT)" ;;
@@ -113,6 +122,7 @@ else
 		[ -n "$mig" ] || skip "GPU $GPU has MIG enabled but no MIG instance"
 		export CUDA_VISIBLE_DEVICES=$mig
 		GPU=0
+		NGPUS=1
 		echo "MIG: daemon and clients run on $mig"
 	fi
 	nvidia-smi -q -i "$GPU" >"$LOGS/nvidia-smi-q.txt" 2>&1
@@ -165,17 +175,19 @@ export TIERFS_BIN TIERFSCTL_BIN
 # -arch=native compiles for the GPU at hand (no JIT at the first launch);
 # without a GPU, or with an older nvcc, the default architectures do.
 nvcc_helper() {
-	local h=$1 arch
+	local src=$1 h arch
+	h=$(basename "$src" .cu)
 	for arch in -arch=native ""; do
 		nvcc -O2 -std=c++17 $arch -cudart shared -I include -I client \
-			-I examples "tests/gpu/$h.cu" -L "$BUILD/client/lib" \
+			-I examples -I tests/gpu "$src" -L "$BUILD/client/lib" \
 			-ltierfs -Xlinker -rpath="$BUILD/client/lib" \
 			-o "$HELP_DIR/$h" >"$LOGS/nvcc-$h.log" 2>&1 && return 0
 	done
 	return 1
 }
 nvcc_pids=()
-for h in gpu_check gpu_bw gpu_probe gpu_hog; do
+for h in tests/gpu/gpu_check.cu tests/gpu/gpu_bw.cu tests/gpu/gpu_probe.cu \
+	tests/gpu/gpu_hog.cu bench/gpu_peer.cu; do
 	nvcc_helper "$h" &
 	nvcc_pids+=($!)
 done
@@ -191,7 +203,8 @@ CHECK=$HELP_DIR/gpu_check
 BW=$HELP_DIR/gpu_bw
 PROBE=$HELP_DIR/gpu_probe
 HOG=$HELP_DIR/gpu_hog
-for h in "$CHECK" "$BW" "$PROBE" "$HOG"; do
+PEER=$HELP_DIR/gpu_peer
+for h in "$CHECK" "$BW" "$PROBE" "$HOG" "$PEER"; do
 	[ -x "$h" ] || fatal "nvcc could not build $(basename "$h"): see $LOGS/nvcc-$(basename "$h").log"
 done
 
@@ -673,6 +686,101 @@ t_throughput() {
 	return $rc
 }
 
+two_gpus() {
+	gpu_only
+	[ "$NGPUS" -ge 2 ] || { echo "$NGPUS GPU(s): needs two"; exit 77; }
+}
+# mount_two OPTS: a mount serving GPUs 0 and 1, or exit 77 while the store
+# serves one GPU per mount.
+mount_two() {
+	tfs_setup
+	trap 'cp "$LOG" "$LOGS/$CUR.daemon.log" 2>/dev/null; tfs_teardown' EXIT
+	if ! tfs_mount -o "device_backend=$BACKEND,device_gpus=0:1,$1"; then
+		grep -q 'one mount serves one GPU so far' "$LOG" && {
+			echo "the store serves one GPU per mount so far"
+			exit 77
+		}
+		die "mount with device_gpus=0:1,$1 failed"
+	fi
+}
+gpu_of() { getfattr --only-values -n user.tierfs.device "$1" 2>/dev/null; }
+
+# CUDA IPC across two GPUs.
+t_ipc2() {
+	two_gpus
+	local rc=0
+	(
+		GPU=1
+		mount_cuda device_limit=1G,host_limit=1G
+		"$EC" pattern $((64 << 20)) 61 >"$MNT/a"
+		for on in 1 0; do
+			out=$(TFS_GPU_CHECK_ON=$on "$CHECK" "$MNT/a" 61)
+			echo "client on GPU $on: $out"
+			grep -q "buffer on GPU 1$" <<<"$out" ||
+				die "a client on GPU $on: not GPU 1's buffer"
+		done
+		grep -q "match on GPU 0, buffer on GPU 1$" <<<"$out" ||
+			echo "GPU 0 cannot reach GPU 1: its kernel ran on GPU 1"
+		alive
+	)
+	(
+		mount_two device_limit=1G,host_limit=1G
+		"$EC" pattern $((64 << 20)) 62 >"$MNT/b"
+		for on in 1 0 1; do
+			out=$(TFS_GPU_CHECK_ON=$on "$CHECK" "$MNT/b" 62)
+			echo "two GPUs served, client on GPU $on: $out"
+			grep -q "buffer on GPU $on$" <<<"$out" ||
+				die "an export from GPU $on landed elsewhere"
+			[ "$(gpu_of "$MNT/b")" = $on ] ||
+				die "user.tierfs.device $(gpu_of "$MNT/b"), want $on"
+		done
+		"$EC" pattern $((64 << 20)) 62 | cmp - "$MNT/b"
+		# A client with no context gets the default GPU, 0.
+		out=$("$CHECK" "$MNT/b" 62)
+		grep -q "buffer on GPU 0$" <<<"$out" || die "no context: $out"
+		alive
+		state_ok
+	) || rc=$?
+	# 77: the store serves one GPU per mount so far; the rest passed.
+	[ $rc -eq 0 ] || [ $rc -eq 77 ]
+}
+
+# A move between GPUs next to cudaMemcpyPeer, 1 GiB, medians of 3.
+t_peer() {
+	two_gpus
+	local size=$((1 << 30)) raw r t0 t1 there=() back=()
+	raw=$("$PEER" 1024 3 0 1) || die "gpu_peer failed: $raw"
+	echo "cudaMemcpyPeer: $raw"
+	mount_two device_limit=3G,host_limit=3G
+	"$FILL" "$MNT/big" 71 $size >/dev/null
+	setfattr -n user.tierfs.tier -v device:0 "$MNT/big"
+	for r in 1 2 3; do
+		t0=$(now_ns)
+		setfattr -n user.tierfs.tier -v device:1 "$MNT/big"
+		t1=$(now_ns)
+		there+=($((t1 - t0)))
+		[ "$(gpu_of "$MNT/big")" = 1 ] || die "big is not on GPU 1"
+		t0=$(now_ns)
+		setfattr -n user.tierfs.tier -v device:0 "$MNT/big"
+		t1=$(now_ns)
+		back+=($((t1 - t0)))
+		[ "$(gpu_of "$MNT/big")" = 0 ] || die "big is not on GPU 0"
+	done
+	"$CHECK" "$MNT/big" 71 >/dev/null
+	med() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
+	get() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+	printf '%-28s %10s %15s %7s\n' case tierfs cudaMemcpyPeer ratio
+	awk -v s=$size -v a="$(med "${there[@]}")" -v b="$(med "${back[@]}")" \
+		-v pa="$(get peer_ab_gbps "$raw")" -v pb="$(get peer_ba_gbps "$raw")" \
+		-v ca="$(get can_ab "$raw")" -v cb="$(get can_ba "$raw")" 'BEGIN {
+		x = s / a; y = s / b
+		printf "%-28s %7.2f GB/s %10.2f GB/s %6.2fx%s\n", \
+			"move GPU 0 -> GPU 1", x, pa, x / pa, ca ? "" : " (no peer access)"
+		printf "%-28s %7.2f GB/s %10.2f GB/s %6.2fx%s\n", \
+			"move GPU 1 -> GPU 0", y, pb, y / pb, cb ? "" : " (no peer access)"
+	}'
+}
+
 failed=()
 passed=()
 skipped=()
@@ -682,7 +790,7 @@ skipped=()
 # shellcheck disable=SC2046 # one word per function name
 export -f $(compgen -A function)
 export top CUDA BUILD LOGS BUDGET DRYRUN BACKEND HELP_DIR GPU START EC FILL \
-	CHECK BW PROBE HOG
+	CHECK BW PROBE HOG PEER NGPUS
 run_test() {
 	local name=$1 rc left=$((START + BUDGET + 20 - SECONDS))
 	if [ $left -lt 30 ]; then
@@ -721,7 +829,7 @@ if [ -z "$DRYRUN" ]; then
 	if [ $rc -eq 0 ]; then passed+=(backend); else failed+=(backend); fi
 fi
 for t in ipc isolation forkclose sigkill oob accounting spill stress \
-	throughput reclaim reserve python; do
+	throughput reclaim reserve python ipc2 peer; do
 	run_test $t
 done
 
