@@ -348,8 +348,11 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st);
  * one write lease at a time (-EBUSY).
  *
  * @gpu is the GPU to export on, an ordinal the store serves (the caller's,
- * from tier_store_gpu_by_uuid(), else tier_store_default_gpu()) or -1 for
- * the default one; a store with one device tier has only its own GPU.
+ * from tier_store_gpu_by_uuid()): a device copy on another GPU of the store
+ * is moved there first (-EBUSY while a lease holds it where it is), and a
+ * buffer without one is placed there. -1: the device copy stays on
+ * whichever GPU holds it, and a buffer without one goes to the default
+ * GPU. -ENXIO for a GPU the store does not serve.
  *
  * Errors: -ENODEV without a device tier, -ENOSPC when the buffer (or its
  * snapshot) cannot fit there, -EDQUOT past @uid's [device] user_share.
@@ -357,16 +360,6 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st);
 int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		    pid_t pid, int gpu, bool writable,
 		    struct tfs_ioc_export *out);
-
-/*
- * The same on GPU @gpu (its ordinal; -1: wherever the device copy is, else
- * the default GPU): a device copy on another GPU of the store is moved to
- * @gpu first (-EBUSY when a lease holds it where it is); -ENXIO for a GPU
- * the store does not serve.
- */
-int tier_buf_export_on(struct tier_buf *b, int gpu, uint64_t owner, uid_t uid,
-		       gid_t gid, pid_t pid, bool writable,
-		       struct tfs_ioc_export *out);
 
 /*
  * Drop @owner's lease; -ENOENT when it holds none. From then on its holder

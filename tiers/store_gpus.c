@@ -102,12 +102,6 @@ int st_gpus_open(struct tier_store *s, const struct tfs_config *cfg,
 	n = pick_gpus(ops, cfg, ord, &def, why, sizeof(why));
 	if (n < 0)
 		rc = n;
-	if (n > 1) {
-		snprintf(err, errlen,
-			 "device_gpus: %d GPUs: one mount serves one GPU so "
-			 "far; list one, or mount once per GPU", n);
-		return -EINVAL;
-	}
 	for (int i = 0; !rc && i < n; i++)
 		rc = open_one(s, ops, cfg, ord[i], why, sizeof(why));
 	if (rc) {
@@ -177,8 +171,8 @@ int tier_store_gpu_by_uuid(struct tier_store *s, const uint8_t uuid[16])
 /*
  * Copy the first @len bytes of @from (on @src) into @to (on @dst) through
  * host memory, SPILL_BATCH chunks a round, each side's copies batched to
- * wait once. Where the backends can copy between their devices directly
- * (cudaMemcpyPeer) this is the slower way, but correct for any two.
+ * wait once: for two devices that cannot reach each other (no peer
+ * access), correct for any two.
  */
 static int bounce(struct tier_store *s, struct tier_dev *src,
 		  struct tier_dmem *from, struct tier_dev *dst,
@@ -242,9 +236,19 @@ int st_dev_migrate(struct tier_buf *b, unsigned int g)
 	b->dgi = (uint8_t)g;
 	pthread_mutex_unlock(&s->lock);
 	rc = st_dev_alloc(b, g, b->size);
-	if (!rc)
-		rc = bounce(s, odev, old, s->gpus[g].dev, b->dmem,
-			    b->size < old->len ? b->size : old->len);
+	if (!rc) {
+		uint64_t len = b->size < old->len ? b->size : old->len;
+		struct tier_dev *ndev = s->gpus[g].dev;
+
+		/* Device to device where the backend can (cudaMemcpyPeer,
+		 * over NVLink or PCIe), else through host memory. */
+		if (tier_dev_can_peer(odev, ndev))
+			rc = len ? odev->ops->copy_peer(odev, old, ndev,
+							b->dmem, len, 0) :
+				   0;
+		else
+			rc = bounce(s, odev, old, ndev, b->dmem, len);
+	}
 	if (rc) {
 		st_dev_drop(b);
 		pthread_mutex_lock(&s->lock);
@@ -262,7 +266,9 @@ int st_dev_migrate(struct tier_buf *b, unsigned int g)
 	s->gpus[g].moves_in++;
 	pthread_mutex_unlock(&s->lock);
 	st_count_written(s, TFS_TIER_DEVICE, b->size);
-	tfs_debug("buffer %" PRIu64 ": moved from gpu %d to gpu %d", b->id,
-		  s->gpus[og].ordinal, s->gpus[g].ordinal);
+	tfs_debug("buffer %" PRIu64 ": moved from gpu %d to gpu %d%s", b->id,
+		  s->gpus[og].ordinal, s->gpus[g].ordinal,
+		  tier_dev_can_peer(odev, s->gpus[g].dev) ? ", peer to peer" :
+							    ", through host");
 	return 0;
 }

@@ -262,13 +262,6 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		    pid_t pid, int gpu, bool writable,
 		    struct tfs_ioc_export *out)
 {
-	return tier_buf_export_on(b, -1, owner, uid, gid, pid, writable, out);
-}
-
-int tier_buf_export_on(struct tier_buf *b, int gpu, uint64_t owner, uid_t uid,
-		       gid_t gid, pid_t pid, bool writable,
-		       struct tfs_ioc_export *out)
-{
 	struct tier_store *s = b->s;
 	struct lease l = { .owner = owner, .uid = uid, .writable = writable };
 	struct tier_dev *dev;

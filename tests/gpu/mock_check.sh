@@ -125,6 +125,7 @@ for f in tests/integration/export.bats tests/gpu/mock_export.bats \
 	shared=
 	case $f in *mock_reclaim.bats) shared=$out/shared ;; esac
 	if TIERFS_BIN=$out/tierfs EXPORT_CLIENT=$out/export_client \
+		TIERFSCTL_BIN=$build/client/tierfsctl \
 		MOCK_CLIENT=$out/mock_client MOCK_CUDART=$out/libcudamock.so \
 		TFS_MOCK_SHARED=$shared \
 		TFS_EXPORT_BACKEND=cuda TFS_MOCK_CAPACITY=$((256 << 20)) \

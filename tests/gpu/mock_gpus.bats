@@ -1,8 +1,9 @@
 #!/usr/bin/env bats
 # [device] gpus on the cuda backend against tests/gpu/cuda_mock.c with two
-# devices (TFS_MOCK_DEVICES=2): the backend's count (cudaGetDeviceCount)
-# decides what 'all' is and which ordinals exist, and the GPU picked is the
-# one the files and the stats are on.
+# devices (TFS_MOCK_DEVICES=2), each with memory of its own: the backend's
+# count (cudaGetDeviceCount) decides what 'all' is and which ordinals
+# exist, the GPU picked is the one the files and the stats are on, and a
+# mount of both has a backend instance and a device tier on each.
 # Run by tests/gpu/mock_check.sh, which sets TIERFS_BIN (the daemon relinked
 # with the mock) and TFS_MOCK_CAPACITY (each device's memory).
 
@@ -47,8 +48,6 @@ mount_fails() {
 @test "cuda: the machine's count bounds the list and 'all'" {
 	mount_fails "-o device_gpus: no GPU 2, the machine has 2" \
 		device_backend=cuda,device_gpus=2
-	mount_fails "device_gpus: 2 GPUs: one mount serves one GPU so far" \
-		device_backend=cuda,device_gpus=all
 	TFS_MOCK_DEVICES=1 tfs_mount -o device_backend=cuda,device_gpus=all,device_limit=64M
 	[ "$(stat_of gpus)" = 0 ]
 }
@@ -144,11 +143,7 @@ print("ok")'
 }
 
 @test "cuda: with both GPUs served, each export lands on its caller's GPU" {
-	if ! tfs_mount -o device_backend=cuda,device_gpus=0:1,device_limit=64M; then
-		grep -q 'one mount serves one GPU so far' "$LOG" &&
-			skip "the store serves one GPU per mount so far"
-		false
-	fi
+	tfs_mount -o device_backend=cuda,device_gpus=0:1,device_limit=64M
 	head -c 3M /dev/urandom >"$MNT/f"
 	run "$MOCK_CLIENT" mapon "$MNT/f" 1
 	echo "$output"
@@ -167,4 +162,67 @@ print("ok")'
 	py_mapon "$MNT/f" 1
 	[ "$output" = "device 1" ]
 	[ "$(getfattr --absolute-names --only-values -n user.tierfs.device "$MNT/f")" = 1 ]
+}
+
+gpu_of() {
+	getfattr --absolute-names --only-values -n user.tierfs.device "$1"
+}
+
+@test "cuda: both GPUs in one mount, files moved between them" {
+	tfs_mount -o device_backend=cuda,device_gpus=all,device_limit=64M
+	[ "$(stat_of gpus)" = 0,1 ]
+	head -c 5M /dev/urandom >"$TFS_TMP/a"
+	head -c 3M /dev/urandom >"$TFS_TMP/b"
+	cp "$TFS_TMP/a" "$MNT/a"
+	cp "$TFS_TMP/b" "$MNT/b"
+	[ "$(gpu_of "$MNT/a")" = 0 ]
+	setfattr -n user.tierfs.tier -v device:1 "$MNT/b"
+	[ "$(gpu_of "$MNT/b")" = 1 ]
+	# the cuda backend rounds each allocation to 2 MiB
+	[ "$(stat_of device0.used)" -eq $((6 << 20)) ]
+	[ "$(stat_of device1.used)" -eq $((4 << 20)) ]
+	cmp "$TFS_TMP/b" "$MNT/b"
+	setfattr -n user.tierfs.tier -v device:1 "$MNT/a"
+	setfattr -n user.tierfs.tier -v device:0 "$MNT/b"
+	[ "$(gpu_of "$MNT/a")" = 1 ]
+	[ "$(gpu_of "$MNT/b")" = 0 ]
+	cmp "$TFS_TMP/a" "$MNT/a"
+	cmp "$TFS_TMP/b" "$MNT/b"
+	run "$TIERFSCTL_BIN" reclaim "$MNT" 1M --gpu 1
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "$output" == "gpu 1: gave back 6.0 MiB"* ]]
+	[ "$(tfs_tier "$MNT/a")" = host ]
+	[ "$(gpu_of "$MNT/b")" = 0 ]
+	cmp "$TFS_TMP/a" "$MNT/a"
+}
+
+@test "cuda: GPUs that cannot reach each other move files through host" {
+	TFS_MOCK_PEER=0 tfs_mount -o device_backend=cuda,device_gpus=0:1,device_limit=64M
+	head -c 5M /dev/urandom >"$TFS_TMP/a"
+	cp "$TFS_TMP/a" "$MNT/a"
+	setfattr -n user.tierfs.tier -v device:1 "$MNT/a"
+	[ "$(gpu_of "$MNT/a")" = 1 ]
+	[ "$(stat_of device0.used)" -eq 0 ]
+	cmp "$TFS_TMP/a" "$MNT/a"
+	setfattr -n user.tierfs.tier -v device:0 "$MNT/a"
+	[ "$(gpu_of "$MNT/a")" = 0 ]
+	cmp "$TFS_TMP/a" "$MNT/a"
+}
+
+@test "cuda: each GPU's limit spills only its own files" {
+	tfs_mount -o device_backend=cuda,device_gpus=0:1,device_limit=8M
+	head -c 3M /dev/urandom >"$TFS_TMP/p"
+	cp "$TFS_TMP/p" "$MNT/p"
+	setfattr -n user.tierfs.tier -v device:1 "$MNT/p"
+	for f in a b c; do
+		head -c 3M /dev/urandom >"$TFS_TMP/$f"
+		cp "$TFS_TMP/$f" "$MNT/$f"
+	done
+	[ "$(stat_of device0.used)" -le $((8 << 20)) ]
+	[ "$(gpu_of "$MNT/p")" = 1 ]
+	[ "$(tfs_tier "$MNT/a")" = host ]
+	for f in p a b c; do
+		cmp "$TFS_TMP/$f" "$MNT/$f"
+	done
 }

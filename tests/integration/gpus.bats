@@ -1,7 +1,9 @@
 #!/usr/bin/env bats
 # [device] gpus on the sim backend, which pretends as many GPUs as
-# TFS_SIM_GPUS says (without it, as many as the ordinals named): which GPU
-# a mount serves, and the lists it refuses before mounting.
+# TFS_SIM_GPUS says (without it, as many as the ordinals named), each with
+# memory of its own: which GPUs a mount serves, the lists it refuses before
+# mounting, and a device tier per GPU (files on each, moves between them,
+# limits, reclaim and stats per GPU).
 
 load helpers
 
@@ -69,13 +71,6 @@ reclaim_on() {
 		-f -o "disk_path=$SPILL,device_backend=sim,device_gpus=1:2,device_gpu=0"
 	mount_fails "-o device_gpus: '1:1': GPU 1 is listed twice" \
 		-f -o "disk_path=$SPILL,device_backend=sim,device_gpus=1:1"
-}
-
-@test "several GPUs in one mount are refused with what to do instead" {
-	mount_fails "device_gpus: 2 GPUs: one mount serves one GPU so far" \
-		-f -o "disk_path=$SPILL,device_backend=sim,device_gpus=0:1"
-	TFS_SIM_GPUS=3 mount_fails "device_gpus: 3 GPUs" \
-		-f -o "disk_path=$SPILL,device_backend=sim,device_gpus=all"
 }
 
 stat_of() {
@@ -225,11 +220,7 @@ PY
 }
 
 @test "with two GPUs served, an export lands on the caller's GPU" {
-	if ! TFS_SIM_GPUS=2 tfs_mount -o device_backend=sim,device_gpus=0:1,device_limit=16M; then
-		grep -q 'one mount serves one GPU so far' "$LOG" &&
-			skip "the store serves one GPU per mount so far"
-		false
-	fi
+	TFS_SIM_GPUS=2 tfs_mount -o device_backend=sim,device_gpus=0:1,device_limit=16M
 	head -c 1M /dev/urandom >"$MNT/a"
 	export_on "$MNT/a" 1
 	[ "$status" -eq 0 ]
@@ -238,4 +229,156 @@ PY
 	export_on "$MNT/a" 0 garbage zero 1
 	[ "$status" -eq 0 ]
 	[ "$output" = "$(printf '0\n0\n0\n1')" ]
+}
+
+# gpu_of FILE: the ordinal user.tierfs.device reads.
+gpu_of() {
+	getfattr --absolute-names --only-values -n user.tierfs.device "$1"
+}
+
+@test "two GPUs: files on each, moved between them byte for byte" {
+	tfs_mount -o device_backend=sim,device_gpus=0:1,device_limit=16M
+	head -c 3M /dev/urandom >"$TFS_TMP/a"
+	head -c 2M /dev/urandom >"$TFS_TMP/b"
+	cp "$TFS_TMP/a" "$MNT/a"
+	cp "$TFS_TMP/b" "$MNT/b"
+	[ "$(gpu_of "$MNT/a")" = 0 ]
+	[ "$(gpu_of "$MNT/b")" = 0 ]
+	setfattr -n user.tierfs.tier -v device:1 "$MNT/b"
+	[ "$(tfs_tier "$MNT/b")" = device ]
+	[ "$(gpu_of "$MNT/b")" = 1 ]
+	cmp "$TFS_TMP/b" "$MNT/b"
+	# there and back, and device without a GPU leaves it where it is
+	setfattr -n user.tierfs.tier -v device:1 "$MNT/a"
+	setfattr -n user.tierfs.tier -v device:0 "$MNT/a"
+	setfattr -n user.tierfs.tier -v device "$MNT/b"
+	[ "$(gpu_of "$MNT/a")" = 0 ]
+	[ "$(gpu_of "$MNT/b")" = 1 ]
+	cmp "$TFS_TMP/a" "$MNT/a"
+	cmp "$TFS_TMP/b" "$MNT/b"
+	[ "$(stat_of gpus)" = 0,1 ]
+	[ "$(stat_of default_gpu)" = 0 ]
+	[ "$(stat_of device0.used)" -eq $((3 << 20)) ]
+	[ "$(stat_of device1.used)" -eq $((2 << 20)) ]
+	[ "$(stat_of device.used)" -eq $((5 << 20)) ]
+	[ "$(stat_of device.limit)" -eq $((32 << 20)) ]
+	[ "$(stat_of device0.limit)" -eq $((16 << 20)) ]
+	[ "$(stat_of device0.buffers)" -eq 1 ]
+	[ "$(stat_of device1.buffers)" -eq 1 ]
+	[ "$(stat_of device1.moves_in)" -eq 2 ]
+	[ "$(stat_of device0.moves_out)" -eq 2 ]
+	# a file written afresh goes to the default GPU
+	cp "$TFS_TMP/b" "$MNT/c"
+	[ "$(gpu_of "$MNT/c")" = 0 ]
+	run "$TIERFSCTL_BIN" status "$MNT"
+	echo "$output"
+	echo "$output" | grep -Eq '^gpu 0 +5\.0 MiB +16\.0 MiB +room 16\.0 MiB, simulated device$'
+	echo "$output" | grep -Eq '^gpu 1 +2\.0 MiB +16\.0 MiB +room 16\.0 MiB, simulated device$'
+	run "$TIERFSCTL_BIN" metrics "$MNT"
+	echo "$output" | grep -q "^tierfs_gpu_used_bytes{gpu=\"0\",mount=\"$MNT\"} $((5 << 20))\$"
+	echo "$output" | grep -q "^tierfs_gpu_used_bytes{gpu=\"1\",mount=\"$MNT\"} $((2 << 20))\$"
+}
+
+@test "each GPU has its own limit: filling GPU 0 spills only GPU 0's files" {
+	tfs_mount -o device_backend=sim,device_gpus=0:1,device_limit=8M
+	for f in p q; do
+		head -c 3M /dev/urandom >"$TFS_TMP/$f"
+		cp "$TFS_TMP/$f" "$MNT/$f"
+		setfattr -n user.tierfs.tier -v device:1 "$MNT/$f"
+	done
+	# GPU 1's files are the coldest of all: a single LRU would spill them
+	for f in a b c d e; do
+		head -c 3M /dev/urandom >"$TFS_TMP/$f"
+		cp "$TFS_TMP/$f" "$MNT/$f"
+	done
+	[ "$(stat_of device0.used)" -le $((8 << 20)) ]
+	[ "$(stat_of device1.used)" -eq $((6 << 20)) ]
+	[ "$(gpu_of "$MNT/p")" = 1 ]
+	[ "$(gpu_of "$MNT/q")" = 1 ]
+	[ "$(tfs_tier "$MNT/a")" = host ]
+	[ "$(tfs_tier "$MNT/e")" = device ]
+	[ "$(stat_of device.spills)" -ge 3 ]
+	# a move to a full GPU spills that GPU's coldest to make room
+	setfattr -n user.tierfs.tier -v device:1 "$MNT/e"
+	[ "$(gpu_of "$MNT/e")" = 1 ]
+	[ "$(stat_of device1.used)" -le $((8 << 20)) ]
+	[ "$(tfs_tier "$MNT/p")" = host ]
+	for f in p q a b c d e; do
+		cmp "$TFS_TMP/$f" "$MNT/$f"
+	done
+}
+
+@test "reclaim --gpu 1 gives back GPU 1's memory and leaves GPU 0's" {
+	tfs_mount -o device_backend=sim,device_gpus=0:1,device_limit=16M
+	head -c 4M /dev/urandom >"$TFS_TMP/a"
+	head -c 4M /dev/urandom >"$TFS_TMP/b"
+	cp "$TFS_TMP/a" "$MNT/a"
+	cp "$TFS_TMP/b" "$MNT/b"
+	setfattr -n user.tierfs.tier -v device:1 "$MNT/b"
+	reclaim_on 1
+	[ "$status" -eq 0 ]
+	[[ "$output" == "gpu 1: gave back 4.0 MiB"* ]]
+	[ "$(tfs_tier "$MNT/b")" = host ]
+	[ "$(gpu_of "$MNT/a")" = 0 ]
+	[ "$(stat_of device1.used)" -eq 0 ]
+	[ "$(stat_of device1.reclaims)" -eq 1 ]
+	[ "$(stat_of device0.reclaims)" -eq 0 ]
+	[ "$(stat_of device0.used)" -eq $((4 << 20)) ]
+	reclaim_on 2
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"does not use gpu 2"* ]]
+	cmp "$TFS_TMP/a" "$MNT/a"
+	cmp "$TFS_TMP/b" "$MNT/b"
+}
+
+@test "three GPUs, the default one named: placements there, one too full" {
+	TFS_SIM_GPUS=3 tfs_mount -o device_backend=sim,device_gpus=all,device_gpu=2,device_limit=8M
+	[ "$(stat_of gpus)" = 0,1,2 ]
+	[ "$(stat_of default_gpu)" = 2 ]
+	head -c 6M /dev/urandom >"$TFS_TMP/a"
+	head -c 6M /dev/urandom >"$TFS_TMP/b"
+	cp "$TFS_TMP/a" "$MNT/a"
+	[ "$(gpu_of "$MNT/a")" = 2 ]
+	setfattr -n user.tierfs.tier -v device:0 "$MNT/a"
+	cp "$TFS_TMP/b" "$MNT/b"
+	[ "$(gpu_of "$MNT/b")" = 2 ]
+	# 10M fits no GPU of 8M: refused, and the file stays where it was
+	head -c 10M /dev/urandom >"$TFS_TMP/c"
+	cp "$TFS_TMP/c" "$MNT/c"
+	[ "$(tfs_tier "$MNT/c")" = host ]
+	run setfattr -n user.tierfs.tier -v device:1 "$MNT/c"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"No space left on device"* ]]
+	[ "$(tfs_tier "$MNT/c")" = host ]
+	# GPU 0 is full with a: b moved there spills a, not b's own GPU
+	setfattr -n user.tierfs.tier -v device:0 "$MNT/b"
+	[ "$(gpu_of "$MNT/b")" = 0 ]
+	[ "$(tfs_tier "$MNT/a")" = host ]
+	[ "$(stat_of device2.used)" -eq 0 ]
+	[ "$(stat_of device1.used)" -eq 0 ]
+	for f in a b c; do
+		cmp "$TFS_TMP/$f" "$MNT/$f"
+	done
+}
+
+@test "python: a move between GPUs with set_tier, the gpus list read" {
+	tfs_mount -o device_backend=sim,device_gpus=0:1,device_limit=16M
+	head -c 1M /dev/urandom >"$TFS_TMP/a"
+	cp "$TFS_TMP/a" "$MNT/a"
+	run env PYTHONPATH="$BATS_TEST_DIRNAME/../../python" python3 - "$MNT/a" <<'PY'
+import sys
+from tierfs import xattr
+p = sys.argv[1]
+assert xattr.gpu(p) == 0, xattr.gpu(p)
+xattr.set_tier(p, "device", gpu=1)
+assert (xattr.tier(p), xattr.gpu(p)) == ("device", 1)
+st = xattr.mount_stats(p.rsplit("/", 1)[0])
+assert st["gpus"] == "0,1", st["gpus"]
+assert st["device1.used"] == 1 << 20, st["device1.used"]
+print("ok")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = ok ]
+	cmp "$TFS_TMP/a" "$MNT/a"
 }

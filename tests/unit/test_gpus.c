@@ -27,6 +27,9 @@ struct opts {
 	uint64_t dev, host, reserve;
 	unsigned int poll_ms;
 	bool reserve_set;
+	/* [device] gpus (ngpus of them, none: the default) and gpu */
+	int gpus[4], gpu;
+	unsigned int ngpus;
 };
 
 static struct tier_store *mk_store(const struct opts *o)
@@ -43,6 +46,16 @@ static struct tier_store *mk_store(const struct opts *o)
 		cfg.device.reserve = (struct cfg_size){ .bytes = o->reserve };
 	if (o->poll_ms)
 		cfg.device.poll_ms = o->poll_ms;
+	cfg.device.gpus.n = o->ngpus;
+	for (unsigned int i = 0; i < o->ngpus; i++)
+		cfg.device.gpus.ord[i] = o->gpus[i];
+	if (o->gpu) {
+		char v[16];
+
+		snprintf(v, sizeof(v), "%d", o->gpu);
+		if (cfg_set(&cfg, "device", "gpu", v, err, sizeof(err)))
+			printf("# device.gpu: %s\n", err);
+	}
 	free(cfg.disk.path);
 	cfg.disk.path = strdup(spill_dir);
 	if (tier_store_init(&s, &cfg, "unit", err, sizeof(err)))
@@ -325,6 +338,154 @@ static void test_no_yield_without_others(void)
 	tier_store_destroy(s);
 }
 
+static int gpu_of(struct tier_buf *b)
+{
+	struct tier_buf_stat st;
+
+	tier_buf_stat(b, &st);
+	return st.gpu;
+}
+
+/* The stats of GPU @gpu, by ordinal. */
+static struct tier_gpu_stats gpu_stats(struct tier_store *s, int gpu)
+{
+	struct tier_store_stats st;
+	struct tier_gpu_stats none = { .gpu = -1 };
+
+	tier_store_stats(s, &st);
+	for (unsigned int i = 0; i < st.ngpus; i++)
+		if (st.gpus[i].gpu == gpu)
+			return st.gpus[i];
+	return none;
+}
+
+/*
+ * Two sim GPUs in one store: placements on the default one, moves between
+ * them byte for byte, each GPU's limit spilling only its own buffers, and
+ * a reclaim of one GPU leaving the other alone.
+ */
+static void test_two_gpus(void)
+{
+	struct opts o = { .dev = 32 * MiB, .host = 256 * MiB,
+			  .gpus = { 0, 1 }, .ngpus = 2 };
+	struct tier_store *s = mk_store(&o);
+	struct tier_store_stats st;
+	struct tier_gpu_stats g0, g1;
+	struct tier_buf *b[8];
+	uint8_t u0[16], u1[16];
+	uint64_t freed = 0;
+
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.ngpus, 2);
+	CHECK_EQ(st.tier[TFS_TIER_DEVICE].limit, 64 * MiB);
+	CHECK_EQ(tier_store_default_gpu(s), 0);
+	CHECK_EQ(tier_store_check_gpu(s, 1), 0);
+	CHECK_EQ(tier_store_check_gpu(s, 2), -ENXIO);
+	for (int i = 0; i < 4; i++) {
+		b[i] = mk_file(s, i, 6 * MiB);
+		CHECK_EQ(gpu_of(b[i]), 0);
+	}
+	/* Two of them to GPU 1, one back and forth. */
+	CHECK_EQ(tier_buf_move_gpu(b[2], 1, 0, 0), 0);
+	CHECK_EQ(tier_buf_move_gpu(b[3], 1, 0, 0), 0);
+	CHECK_EQ(tier_buf_move_gpu(b[1], 1, 0, 0), 0);
+	CHECK_EQ(tier_buf_move_gpu(b[1], 0, 0, 0), 0);
+	CHECK_EQ(tier_buf_move_gpu(b[1], 5, 0, 0), -ENXIO);
+	CHECK_EQ(gpu_of(b[1]), 0);
+	CHECK_EQ(gpu_of(b[2]), 1);
+	CHECK_EQ(tier_of(b[3]), TFS_TIER_DEVICE);
+	g0 = gpu_stats(s, 0);
+	g1 = gpu_stats(s, 1);
+	CHECK_EQ(g0.used, 12 * MiB);
+	CHECK_EQ(g1.used, 12 * MiB);
+	CHECK_EQ(g0.buffers, 2);
+	CHECK_EQ(g1.buffers, 2);
+	CHECK_EQ(g1.moves_in, 3);
+	CHECK_EQ(g0.moves_out, 3);
+	CHECK_EQ(dev_used(s), 24 * MiB);
+	for (int i = 0; i < 4; i++)
+		CHECK(verify(b[i], i, 6 * MiB));
+	CHECK(verify(b[0], 0, 6 * MiB));
+	CHECK(verify(b[1], 1, 6 * MiB));
+
+	/* Filling GPU 0 past its 32 MiB spills GPU 0's coldest, not GPU 1's
+	 * buffers, which are colder still (read before b[0] and b[1]). */
+	for (int i = 4; i < 8; i++)
+		b[i] = mk_file(s, i, 6 * MiB);
+	CHECK_EQ(gpu_of(b[2]), 1);
+	CHECK_EQ(gpu_of(b[3]), 1);
+	CHECK_EQ(tier_of(b[0]), TFS_TIER_HOST);
+	CHECK(gpu_stats(s, 0).used <= 32 * MiB);
+	CHECK_EQ(gpu_stats(s, 1).used, 12 * MiB);
+
+	/* A reclaim of GPU 1 takes only GPU 1's. */
+	g0 = gpu_stats(s, 0);
+	CHECK_EQ(tier_store_reclaim(s, 1, 6 * MiB, &freed), 0);
+	CHECK_EQ(freed, 6 * MiB);
+	CHECK_EQ(gpu_stats(s, 0).used, g0.used);
+	CHECK_EQ(gpu_stats(s, 1).used, 6 * MiB);
+	CHECK_EQ(gpu_stats(s, 1).reclaims, 1);
+	CHECK_EQ(tier_of(b[2]), TFS_TIER_HOST);
+
+	/* Each GPU by its UUID. */
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.gpus[1].gpu, 1);
+	memcpy(u0, "tierfs-sim-gpu\0\0", 16);
+	memcpy(u1, "tierfs-sim-gpu\0\1", 16);
+	CHECK_EQ(tier_store_gpu_by_uuid(s, u0), 0);
+	CHECK_EQ(tier_store_gpu_by_uuid(s, u1), 1);
+	for (int i = 0; i < 8; i++) {
+		CHECK(verify(b[i], i, 6 * MiB));
+		tier_buf_destroy(b[i]);
+	}
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_DEVICE].used, 0);
+	CHECK_EQ(gpu_stats(s, 0).buffers + gpu_stats(s, 1).buffers, 0);
+	tier_store_destroy(s);
+}
+
+/*
+ * Exports land on the GPU asked for: a copy on another GPU moves there
+ * first, and a write lease keeps it where it is. A snapshot's room is
+ * charged to the GPU it is on, and given back there.
+ */
+static void test_export_on_a_gpu(void)
+{
+	struct opts o = { .dev = 32 * MiB, .host = 256 * MiB,
+			  .gpus = { 0, 1, 2 }, .ngpus = 3, .gpu = 2 };
+	struct tier_store *s = mk_store(&o);
+	struct tfs_ioc_export out;
+	struct tier_buf *b;
+
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	CHECK_EQ(tier_store_default_gpu(s), 2);
+	b = mk_file(s, 1, 3 * MiB);
+	CHECK_EQ(gpu_of(b), 2);
+	CHECK_EQ(tier_buf_export(b, 7, 0, 0, 0, 1, false, &out), 0);
+	CHECK_EQ(gpu_of(b), 1);
+	/* the buffer and its snapshot */
+	CHECK_EQ(gpu_stats(s, 1).used, 6 * MiB);
+	CHECK_EQ(gpu_stats(s, 2).used, 0);
+	CHECK_EQ(tier_buf_export(b, 8, 0, 0, 0, 0, true, &out), 0);
+	CHECK_EQ(gpu_of(b), 0);
+	CHECK_EQ(gpu_stats(s, 1).used, 3 * MiB);
+	CHECK_EQ(tier_buf_export(b, 9, 0, 0, 0, 2, false, &out), -EBUSY);
+	CHECK_EQ(tier_buf_move_gpu(b, 2, 0, 0), -EBUSY);
+	CHECK_EQ(gpu_of(b), 0);
+	CHECK_EQ(tier_buf_unexport(b, 7, true), 0);
+	CHECK_EQ(gpu_stats(s, 1).used, 0);
+	CHECK_EQ(tier_buf_unexport(b, 8, true), 0);
+	CHECK_EQ(tier_buf_move_gpu(b, 2, 0, 0), 0);
+	CHECK(verify(b, 1, 3 * MiB));
+	tier_buf_destroy(b);
+	tier_store_destroy(s);
+}
+
 int main(void)
 {
 	if (!mkdtemp(spill_dir)) {
@@ -338,6 +499,8 @@ int main(void)
 	TAP_RUN(test_sim_peer_ops);
 	TAP_RUN(test_yield_to_a_claim);
 	TAP_RUN(test_no_yield_without_others);
+	TAP_RUN(test_two_gpus);
+	TAP_RUN(test_export_on_a_gpu);
 	unlink(claim_path);
 	rmdir(spill_dir);
 	return tap_done();
