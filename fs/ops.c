@@ -902,6 +902,13 @@ static struct tfs_file *file_new(struct tfs_inode *i, int flags)
  * The open also counts as an access for the eviction policy, since reads
  * the page cache answers never reach the store. direct_io would break
  * shared writable mmap on this libfuse.
+ *
+ * A descriptor that cannot write closes without a FLUSH round trip
+ * (noflush): its flush would only place a buffer that a mapping dirtied,
+ * which the release does as well, and close(2) of a reader is no place to
+ * report a full disk. persist=close keeps the flush, since there close(2)
+ * returns once the file is durable. The kernel ignores noflush under the
+ * writeback cache, where the flush writes dirty pages back.
  */
 static void set_open_flags(struct fuse_file_info *fi, struct tfs_file *f,
 			   bool keep)
@@ -909,6 +916,7 @@ static void set_open_flags(struct fuse_file_info *fi, struct tfs_file *f,
 	fi->fh = (uintptr_t)f;
 	fi->keep_cache = keep;
 	fi->direct_io = 0;
+	fi->noflush = !f->writable && !tfs_persist_close();
 }
 
 static void tfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,

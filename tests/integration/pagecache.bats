@@ -59,6 +59,31 @@ blocks_below() {
 	[ "$(resident "$MNT/f")" -eq 4194304 ]
 }
 
+# FLUSH requests the daemon has received so far (libfuse's -d log).
+flushes() {
+	grep -c "opcode: FLUSH" "$LOG" || true
+}
+
+@test "a reader's close costs no FLUSH round trip; a writer's does, and so does a reader's under persist=close" {
+	tfs_mount -d -o device_backend=none,host_limit=64M
+	printf 'abc' >"$MNT/f"
+	local n
+	n=$(flushes)
+	[ "$n" -ge 1 ]
+	cat "$MNT/f" >/dev/null
+	cat "$MNT/f" >/dev/null
+	[ "$(flushes)" -eq "$n" ]
+	[ "$(cat "$MNT/f")" = abc ]
+	printf 'd' >>"$MNT/f"
+	[ "$(flushes)" -gt "$n" ]
+	tfs_unmount
+	tfs_mount -d -o device_backend=none,host_limit=64M,disk_persist=close
+	printf 'abc' >"$MNT/g"
+	n=$(flushes)
+	cat "$MNT/g" >/dev/null
+	[ "$(flushes)" -gt "$n" ]
+}
+
 @test "the open after a change, or each under strictatime, reaches the store for the atime" {
 	tfs_mount -o device_backend=none,host_limit=64M,strictatime
 	head -c 1M /dev/urandom >"$MNT/f"
