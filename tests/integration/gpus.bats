@@ -236,12 +236,18 @@ gpu_of() {
 	getfattr --absolute-names --only-values -n user.tierfs.device "$1"
 }
 
+# put NAME SIZE [GPU]: SIZE random bytes in $TFS_TMP/NAME, copied to
+# $MNT/NAME, and moved to GPU when one is given.
+put() {
+	head -c "$2" /dev/urandom >"$TFS_TMP/$1"
+	cp "$TFS_TMP/$1" "$MNT/$1"
+	[ -z "${3:-}" ] || setfattr -n user.tierfs.tier -v "device:$3" "$MNT/$1"
+}
+
 @test "two GPUs: files on each, moved between them byte for byte" {
 	tfs_mount -o device_backend=sim,device_gpus=0:1,device_limit=16M
-	head -c 3M /dev/urandom >"$TFS_TMP/a"
-	head -c 2M /dev/urandom >"$TFS_TMP/b"
-	cp "$TFS_TMP/a" "$MNT/a"
-	cp "$TFS_TMP/b" "$MNT/b"
+	put a 3M
+	put b 2M
 	[ "$(gpu_of "$MNT/a")" = 0 ]
 	[ "$(gpu_of "$MNT/b")" = 0 ]
 	setfattr -n user.tierfs.tier -v device:1 "$MNT/b"
@@ -281,15 +287,11 @@ gpu_of() {
 
 @test "each GPU has its own limit: filling GPU 0 spills only GPU 0's files" {
 	tfs_mount -o device_backend=sim,device_gpus=0:1,device_limit=8M
-	for f in p q; do
-		head -c 3M /dev/urandom >"$TFS_TMP/$f"
-		cp "$TFS_TMP/$f" "$MNT/$f"
-		setfattr -n user.tierfs.tier -v device:1 "$MNT/$f"
-	done
+	put p 3M 1
+	put q 3M 1
 	# GPU 1's files are the coldest of all: a single LRU would spill them
 	for f in a b c d e; do
-		head -c 3M /dev/urandom >"$TFS_TMP/$f"
-		cp "$TFS_TMP/$f" "$MNT/$f"
+		put $f 3M
 	done
 	[ "$(stat_of device0.used)" -le $((8 << 20)) ]
 	[ "$(stat_of device1.used)" -eq $((6 << 20)) ]
@@ -310,11 +312,8 @@ gpu_of() {
 
 @test "reclaim --gpu 1 gives back GPU 1's memory and leaves GPU 0's" {
 	tfs_mount -o device_backend=sim,device_gpus=0:1,device_limit=16M
-	head -c 4M /dev/urandom >"$TFS_TMP/a"
-	head -c 4M /dev/urandom >"$TFS_TMP/b"
-	cp "$TFS_TMP/a" "$MNT/a"
-	cp "$TFS_TMP/b" "$MNT/b"
-	setfattr -n user.tierfs.tier -v device:1 "$MNT/b"
+	put a 4M
+	put b 4M 1
 	reclaim_on 1
 	[ "$status" -eq 0 ]
 	[[ "$output" == "gpu 1: gave back 4.0 MiB"* ]]
@@ -335,16 +334,13 @@ gpu_of() {
 	TFS_SIM_GPUS=3 tfs_mount -o device_backend=sim,device_gpus=all,device_gpu=2,device_limit=8M
 	[ "$(stat_of gpus)" = 0,1,2 ]
 	[ "$(stat_of default_gpu)" = 2 ]
-	head -c 6M /dev/urandom >"$TFS_TMP/a"
-	head -c 6M /dev/urandom >"$TFS_TMP/b"
-	cp "$TFS_TMP/a" "$MNT/a"
+	put a 6M
 	[ "$(gpu_of "$MNT/a")" = 2 ]
 	setfattr -n user.tierfs.tier -v device:0 "$MNT/a"
-	cp "$TFS_TMP/b" "$MNT/b"
+	put b 6M
 	[ "$(gpu_of "$MNT/b")" = 2 ]
 	# 10M fits no GPU of 8M: refused, and the file stays where it was
-	head -c 10M /dev/urandom >"$TFS_TMP/c"
-	cp "$TFS_TMP/c" "$MNT/c"
+	put c 10M
 	[ "$(tfs_tier "$MNT/c")" = host ]
 	run setfattr -n user.tierfs.tier -v device:1 "$MNT/c"
 	[ "$status" -ne 0 ]
