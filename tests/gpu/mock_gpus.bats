@@ -169,7 +169,8 @@ gpu_of() {
 }
 
 @test "cuda: both GPUs in one mount, files moved between them" {
-	tfs_mount -o device_backend=cuda,device_gpus=all,device_limit=64M
+	TFS_MOCK_STATS=$TFS_TMP/daemon.stats \
+		tfs_mount -o device_backend=cuda,device_gpus=all,device_limit=64M
 	[ "$(stat_of gpus)" = 0,1 ]
 	head -c 5M /dev/urandom >"$TFS_TMP/a"
 	head -c 3M /dev/urandom >"$TFS_TMP/b"
@@ -195,10 +196,15 @@ gpu_of() {
 	[ "$(tfs_tier "$MNT/a")" = host ]
 	[ "$(gpu_of "$MNT/b")" = 0 ]
 	cmp "$TFS_TMP/a" "$MNT/a"
+	# The three moves went device to device (cudaMemcpyPeerAsync).
+	tfs_unmount
+	cat "$TFS_TMP/daemon.stats"
+	grep -q 'peer-direct 3 peer-staged 0 ' "$TFS_TMP/daemon.stats"
 }
 
 @test "cuda: GPUs that cannot reach each other move files through host" {
-	TFS_MOCK_PEER=0 tfs_mount -o device_backend=cuda,device_gpus=0:1,device_limit=64M
+	TFS_MOCK_PEER=0 TFS_MOCK_STATS=$TFS_TMP/daemon.stats \
+		tfs_mount -o device_backend=cuda,device_gpus=0:1,device_limit=64M
 	head -c 5M /dev/urandom >"$TFS_TMP/a"
 	cp "$TFS_TMP/a" "$MNT/a"
 	setfattr -n user.tierfs.tier -v device:1 "$MNT/a"
@@ -208,6 +214,10 @@ gpu_of() {
 	setfattr -n user.tierfs.tier -v device:0 "$MNT/a"
 	[ "$(gpu_of "$MNT/a")" = 0 ]
 	cmp "$TFS_TMP/a" "$MNT/a"
+	# No peer copy was even tried: readv from one, writev to the other.
+	tfs_unmount
+	cat "$TFS_TMP/daemon.stats"
+	grep -q 'peer-direct 0 peer-staged 0 ' "$TFS_TMP/daemon.stats"
 }
 
 @test "cuda: each GPU's limit spills only its own files" {
