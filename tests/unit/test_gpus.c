@@ -486,6 +486,57 @@ static void test_export_on_a_gpu(void)
 	tier_store_destroy(s);
 }
 
+/*
+ * Each GPU yields on its own: with 40M of each sim GPU claimed by "others"
+ * (TFS_SIM_CLAIM applies to every sim device), GPU 0's and GPU 1's tiers
+ * each go down to 64M - 40M - 8M, counted per GPU and in the sum.
+ */
+static void test_yield_per_gpu(void)
+{
+	struct opts o = { .dev = 64 * MiB, .host = 256 * MiB,
+			  .reserve = 8 * MiB, .reserve_set = true,
+			  .poll_ms = 10, .gpus = { 0, 1 }, .ngpus = 2 };
+	struct tier_store_stats st;
+	struct tier_store *s;
+	struct tier_buf *b[6];
+	bool ok = false;
+
+	set_claim("");
+	s = mk_store(&o);
+	for (int i = 0; i < 6; i++) {
+		b[i] = mk_file(s, i, 8 * MiB);
+		if (i % 2)
+			CHECK_EQ(tier_buf_move_gpu(b[i], 1, 0, 0), 0);
+	}
+	CHECK_EQ(gpu_stats(s, 0).used, 24 * MiB);
+	CHECK_EQ(gpu_stats(s, 1).used, 24 * MiB);
+	set_claim("40M\n");
+	for (int i = 0; i < 1000 && !ok; i++) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		ok = gpu_stats(s, 0).used <= 16 * MiB &&
+		     gpu_stats(s, 1).used <= 16 * MiB;
+		if (!ok)
+			nanosleep(&ts, NULL);
+	}
+	/* 16M of room each: each gives one of its three 8M files back. */
+	CHECK(ok);
+	CHECK_EQ(gpu_stats(s, 0).yields, 1);
+	CHECK_EQ(gpu_stats(s, 1).yields, 1);
+	CHECK_EQ(gpu_stats(s, 1).yield_bytes, 8 * MiB);
+	CHECK_EQ(gpu_stats(s, 1).others, 40 * MiB);
+	CHECK_EQ(gpu_stats(s, 1).room, 16 * MiB);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.yields, 2);
+	CHECK_EQ(st.device_room, 32 * MiB);
+	set_claim("");
+	for (int i = 0; i < 6; i++) {
+		CHECK(verify(b[i], i, 8 * MiB));
+		tier_buf_destroy(b[i]);
+	}
+	tier_store_destroy(s);
+}
+
 int main(void)
 {
 	if (!mkdtemp(spill_dir)) {
@@ -501,6 +552,7 @@ int main(void)
 	TAP_RUN(test_no_yield_without_others);
 	TAP_RUN(test_two_gpus);
 	TAP_RUN(test_export_on_a_gpu);
+	TAP_RUN(test_yield_per_gpu);
 	unlink(claim_path);
 	rmdir(spill_dir);
 	return tap_done();
