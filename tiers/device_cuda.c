@@ -520,7 +520,6 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 	d->gpu = cfg->device.gpu;
 	pthread_mutex_init(&d->pool_lock, NULL);
 	pthread_cond_init(&d->pool_cond, NULL);
-	pthread_rwlock_init(&d->reg_lock, NULL);
 	pthread_mutex_init(&d->free_lock, NULL);
 	pthread_cond_init(&d->free_wake, NULL);
 	pthread_cond_init(&d->free_idle, NULL);
@@ -579,7 +578,6 @@ out_free:
 	pthread_cond_destroy(&d->free_idle);
 	pthread_cond_destroy(&d->free_wake);
 	pthread_mutex_destroy(&d->free_lock);
-	pthread_rwlock_destroy(&d->reg_lock);
 	pthread_cond_destroy(&d->pool_cond);
 	pthread_mutex_destroy(&d->pool_lock);
 	free(d);
@@ -609,21 +607,16 @@ static void cuda_destroy(struct tier_dev *dev)
 	 * device; anything left is its leak, but the page locks are ours to
 	 * drop.
 	 */
-	if (d->nreg)
-		tfs_warn("cuda: %zu host ranges still registered at exit",
-			 d->nreg);
-	for (i = 0; i < d->nreg; i++)
-		cudaHostUnregister((void *)d->reg[i].base);
-	(void)cudaGetLastError();
+	i = cuda_regs_drop(d);
+	if (i)
+		tfs_warn("cuda: %zu host ranges still registered at exit", i);
 	failed = __atomic_load_n(&d->reg_failed, __ATOMIC_RELAXED);
 	if (failed > 1)
 		tfs_info("cuda: %lu host ranges could not be page-locked and were staged",
 			 failed);
-	free(d->reg);
 	pthread_cond_destroy(&d->free_idle);
 	pthread_cond_destroy(&d->free_wake);
 	pthread_mutex_destroy(&d->free_lock);
-	pthread_rwlock_destroy(&d->reg_lock);
 	pthread_cond_destroy(&d->pool_cond);
 	pthread_mutex_destroy(&d->pool_lock);
 	free(d);

@@ -8,7 +8,7 @@
  *
  * Concurrency: a batch holds its slot for its whole duration, so no two
  * calls share a stream or a staging buffer; pool_lock is held only to take
- * or return a slot, reg_lock only to look up or change the table.
+ * or return a slot, the range table's lock only to look up or change it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -109,15 +109,30 @@ cudaError_t cuda_event_wait(cudaEvent_t ev)
 
 /* --- page-locked host ranges ---------------------------------------------- */
 
-/* Index of the first entry whose base is above @p. reg_lock. */
-static size_t reg_upper(const struct cuda_dev *d, uintptr_t p)
+/*
+ * Host ranges page-locked by host_register, sorted by base and never
+ * overlapping (cudaHostRegister refuses overlaps), one table for every
+ * instance in the process: ranges are registered portable, so a copy by
+ * any GPU's instance goes direct, whichever instance registered them (the
+ * store registers its pool with its default GPU's). Entries are added
+ * after cudaHostRegister succeeds and removed before cudaHostUnregister,
+ * so a range in the table is always page-locked.
+ */
+static struct {
+	pthread_rwlock_t lock;
+	struct cuda_reg *reg; /* lock */
+	size_t n, cap; /* lock */
+} regs = { .lock = PTHREAD_RWLOCK_INITIALIZER };
+
+/* Index of the first entry whose base is above @p. regs.lock. */
+static size_t reg_upper(uintptr_t p)
 {
-	size_t lo = 0, hi = d->nreg;
+	size_t lo = 0, hi = regs.n;
 
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
-		if (d->reg[mid].base <= p)
+		if (regs.reg[mid].base <= p)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -128,58 +143,87 @@ static size_t reg_upper(const struct cuda_dev *d, uintptr_t p)
 /* Is all of [p, p + len) inside one range page-locked by host_register?
  * Anything else (a FUSE buffer, a small file's malloc'd chunk) is staged,
  * which is always correct. */
-static bool host_registered(struct cuda_dev *d, const void *p, size_t len)
+static bool host_registered(const void *p, size_t len)
 {
 	uintptr_t a = (uintptr_t)p;
 	bool ok = false;
 
-	pthread_rwlock_rdlock(&d->reg_lock);
-	if (d->nreg && a) {
-		size_t i = reg_upper(d, a);
+	pthread_rwlock_rdlock(&regs.lock);
+	if (regs.n && a) {
+		size_t i = reg_upper(a);
 
 		if (i) {
-			const struct cuda_reg *r = &d->reg[i - 1];
+			const struct cuda_reg *r = &regs.reg[i - 1];
 
 			ok = a - r->base <= r->len && len <= r->len - (a - r->base);
 		}
 	}
-	pthread_rwlock_unlock(&d->reg_lock);
+	pthread_rwlock_unlock(&regs.lock);
 	return ok;
 }
 
-/* Add [base, base + len). Write side of reg_lock. */
-static int reg_insert(struct cuda_dev *d, uintptr_t base, size_t len)
+/* Add [base, base + len) for @d. Write side of regs.lock. */
+static int reg_insert(const struct cuda_dev *d, uintptr_t base, size_t len)
 {
 	size_t i;
 
-	if (d->nreg == d->reg_cap) {
-		size_t cap = d->reg_cap ? d->reg_cap * 2 : 64;
-		struct cuda_reg *r = realloc(d->reg, cap * sizeof(*r));
+	if (regs.n == regs.cap) {
+		size_t cap = regs.cap ? regs.cap * 2 : 64;
+		struct cuda_reg *r = realloc(regs.reg, cap * sizeof(*r));
 
 		if (!r)
 			return -ENOMEM;
-		d->reg = r;
-		d->reg_cap = cap;
+		regs.reg = r;
+		regs.cap = cap;
 	}
-	i = reg_upper(d, base);
-	memmove(&d->reg[i + 1], &d->reg[i], (d->nreg - i) * sizeof(*d->reg));
-	d->reg[i] = (struct cuda_reg){ base, len };
-	d->nreg++;
+	i = reg_upper(base);
+	memmove(&regs.reg[i + 1], &regs.reg[i], (regs.n - i) * sizeof(*regs.reg));
+	regs.reg[i] = (struct cuda_reg){ base, len, d };
+	regs.n++;
 	return 0;
 }
 
-/* Forget the range starting at @base; its length, or 0 if there was none.
- * Write side of reg_lock. */
-static size_t reg_remove(struct cuda_dev *d, uintptr_t base)
+/* Forget @d's range starting at @base; its length, or 0 if there was none.
+ * Write side of regs.lock. */
+static size_t reg_remove(const struct cuda_dev *d, uintptr_t base)
 {
-	size_t i = reg_upper(d, base), len;
+	size_t i = reg_upper(base), len;
 
-	if (!i || d->reg[i - 1].base != base)
+	if (!i || regs.reg[i - 1].base != base || regs.reg[i - 1].owner != d)
 		return 0;
-	len = d->reg[i - 1].len;
-	memmove(&d->reg[i - 1], &d->reg[i], (d->nreg - i) * sizeof(*d->reg));
-	d->nreg--;
+	len = regs.reg[i - 1].len;
+	memmove(&regs.reg[i - 1], &regs.reg[i], (regs.n - i) * sizeof(*regs.reg));
+	regs.n--;
+	if (!regs.n) {
+		free(regs.reg);
+		regs.reg = NULL;
+		regs.cap = 0;
+	}
 	return len;
+}
+
+/* One at a time: no CUDA call under the table's lock. */
+size_t cuda_regs_drop(struct cuda_dev *d)
+{
+	size_t n = 0;
+
+	for (;;) {
+		uintptr_t base = 0;
+
+		pthread_rwlock_wrlock(&regs.lock);
+		for (size_t i = 0; !base && i < regs.n; i++)
+			if (regs.reg[i].owner == d)
+				base = regs.reg[i].base;
+		if (base)
+			reg_remove(d, base);
+		pthread_rwlock_unlock(&regs.lock);
+		if (!base)
+			break;
+		cudaHostUnregister((void *)base);
+		n++;
+	}
+	(void)cudaGetLastError();
+	return n;
 }
 
 /* --- the slots' streams, events and staging ------------------------------- */
@@ -261,9 +305,10 @@ int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
 		return -EINVAL;
 	if (dev_failed(d))
 		return -ENODEV;
+	/* Portable: page-locked for every GPU's context, not only d's. */
 	e = cuda_enter(d);
 	if (e == cudaSuccess)
-		e = cudaHostRegister(ptr, len, cudaHostRegisterDefault);
+		e = cudaHostRegister(ptr, len, cudaHostRegisterPortable);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
 		if (cuda_sticky(d, e))
@@ -274,9 +319,9 @@ int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
 				 len, cuda_describe(e, why, sizeof(why)));
 		return rc ? rc : -EIO;
 	}
-	pthread_rwlock_wrlock(&d->reg_lock);
+	pthread_rwlock_wrlock(&regs.lock);
 	rc = reg_insert(d, (uintptr_t)ptr, len);
-	pthread_rwlock_unlock(&d->reg_lock);
+	pthread_rwlock_unlock(&regs.lock);
 	if (rc) {
 		cudaHostUnregister(ptr);
 		(void)cudaGetLastError();
@@ -297,9 +342,9 @@ void cuda_host_unregister(struct tier_dev *dev, void *ptr, size_t len)
 	char why[256];
 	size_t had;
 
-	pthread_rwlock_wrlock(&d->reg_lock);
+	pthread_rwlock_wrlock(&regs.lock);
 	had = reg_remove(d, (uintptr_t)ptr);
-	pthread_rwlock_unlock(&d->reg_lock);
+	pthread_rwlock_unlock(&regs.lock);
 	if (!had || dev_failed(d))
 		return;
 	e = cuda_enter(d);
@@ -406,7 +451,7 @@ static int xfer_seg(struct xfer *x, const struct tier_dev_seg *g, bool d2h)
 					  cuda_copy_fail(x->d, e, "cudaMemsetAsync",
 							 g->len, g->off);
 	}
-	if (host_registered(x->d, g->host, g->len)) {
+	if (host_registered(g->host, g->len)) {
 		/* One DMA of the whole range, as raw cudaMemcpy does. */
 		e = d2h ? cudaMemcpyAsync(g->host, x->dev + g->off, g->len,
 					  cudaMemcpyDeviceToHost, s->stream) :

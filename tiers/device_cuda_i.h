@@ -38,9 +38,12 @@ struct cuda_slot {
 	cudaStream_t stream; /* non-blocking: never syncs with stream 0 */
 };
 
+/* A host range page-locked by host_register, for every GPU of the
+ * process (cudaHostRegisterPortable); @owner registered it. */
 struct cuda_reg {
 	uintptr_t base;
 	size_t len;
+	const struct cuda_dev *owner;
 };
 
 /* An allocation waiting for the freer thread. */
@@ -62,24 +65,17 @@ struct cuda_dev {
 	bool failed;
 
 	/*
-	 * Lock order: pool_lock, reg_lock and free_lock are leaves; none is
-	 * held with another or across a CUDA call (the freer drops free_lock
-	 * around cudaFree).
+	 * Lock order: pool_lock, the range table's lock and free_lock are
+	 * leaves; none is held with another or across a CUDA call (the freer
+	 * drops free_lock around cudaFree).
 	 */
 	pthread_mutex_t pool_lock;
 	pthread_cond_t pool_cond;
 	unsigned int pool_free; /* bit i: slots[i] is free; pool_lock */
 	struct cuda_slot slots[CUDA_SLOTS]; /* set up at init, then fixed */
 
-	/*
-	 * Host ranges page-locked by host_register, sorted by base and never
-	 * overlapping (cudaHostRegister refuses overlaps). Entries are added
-	 * after cudaHostRegister succeeds and removed before
-	 * cudaHostUnregister, so a range in the table is always page-locked.
-	 */
-	pthread_rwlock_t reg_lock;
-	struct cuda_reg *reg; /* reg_lock */
-	size_t nreg, reg_cap; /* reg_lock */
+	/* Host ranges page-locked by host_register are in one table for the
+	 * process (device_cuda_copy.c), since any GPU's copies may use them. */
 	unsigned long reg_failed; /* registers refused; atomic */
 	bool unreg_warned; /* atomic */
 
@@ -183,6 +179,9 @@ struct cuda_slot *cuda_slot_get(struct cuda_dev *d);
 void cuda_slot_put(struct cuda_dev *d, struct cuda_slot *s);
 /* Wait for @ev: poll briefly, then sleep. */
 cudaError_t cuda_event_wait(cudaEvent_t ev);
+/* Unregister the ranges @d registered and never unregistered (destroy);
+ * how many there were. */
+size_t cuda_regs_drop(struct cuda_dev *d);
 /* Create the slots at init (0, or -errno with @err filled), destroy them
  * (what was created; safe on a failed device). */
 int cuda_slots_create(struct cuda_dev *d, char *err, size_t errlen);

@@ -149,8 +149,9 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	struct tier_dev *pdev = s->ngpus ? s->gpus[s->defg].dev : NULL;
 	struct host_pool_hooks hooks = { .ctx = pdev };
 
-	/* The default GPU's instance registers the pool; copies by the
-	 * other GPUs' instances do not know the ranges and are staged. */
+	/* The default GPU's instance registers the pool, for every GPU:
+	 * the cuda backend page-locks it portable, and its range table is
+	 * one for all its instances, so each GPU's copies go direct. */
 	if (cfg->host.pinned && pdev && pdev->ops->host_register) {
 		hooks.pin = pool_pin;
 		hooks.unpin = pool_unpin;

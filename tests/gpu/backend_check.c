@@ -826,6 +826,36 @@ static void check_peer(const struct tfs_config *cfg0)
 	      "bytes differ after a peer copy back: %d", rc);
 	rc = dev->ops->copy_peer(dev, a, other, b, 2, len + off - 1);
 	CHECK(rc == -EINVAL, "copy_peer past the end: %d", rc);
+	/*
+	 * Host memory one instance page-locked is page-locked for the
+	 * other's copies too (portable): the store registers its pool with
+	 * its default GPU only, and every GPU copies from it.
+	 */
+	{
+		unsigned char *h = chunk_map(4 * MiB);
+		unsigned long direct;
+
+		if (h && !chunk_register(h, 4 * MiB)) {
+			fill(h, 4 * MiB, 79);
+			direct = direct_copies();
+			rc = other->ops->write(other, b, h, 4 * MiB, 0);
+			CHECK(rc == 0, "write from another GPU's range: %d",
+			      rc);
+			memset(h, 0, 4 * MiB);
+			rc = other->ops->read(other, b, h, 4 * MiB, 0);
+			CHECK(rc == 0, "read into another GPU's range: %d", rc);
+			memcpy(y, h, 4 * MiB);
+			fill(h, 4 * MiB, 79);
+			CHECK(!memcmp(y, h, 4 * MiB),
+			      "bytes differ through another GPU's range");
+			CHECK(!tfs_mock_registered_copies ||
+				      direct_copies() >= direct + 2,
+			      "another GPU's copies of a registered range were staged");
+			dev->ops->host_unregister(dev, h, 4 * MiB);
+		}
+		if (h)
+			munmap(h, 4 * MiB);
+	}
 	CHECK(!tier_dev_failed(dev) && !tier_dev_failed(other),
 	      "a device failed");
 out:

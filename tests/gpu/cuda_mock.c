@@ -41,8 +41,9 @@
  *     finished gives wrong bytes;
  *   - device ranges of a copy must lie inside one allocation, and the host
  *     side inside one cudaHostAlloc buffer or one range page-locked by
- *     cudaHostRegister; a copy whose host side is no longer page-locked
- *     when it runs aborts the process;
+ *     cudaHostRegister, for the copy's context: registered by it, or
+ *     portable (cudaHostRegisterPortable); a copy whose host side is no
+ *     longer page-locked when it runs aborts the process;
  *   - cudaHostRegister refuses a range overlapping one already page-locked,
  *     cudaHostUnregister anything but a registered start.
  *
@@ -134,6 +135,10 @@ struct range {
 	size_t n;
 	enum kind kind;
 	struct block *blk; /* DEV */
+	/* REGISTERED: the device whose context registered it, and whether
+	 * for every context (cudaHostRegisterPortable) */
+	int dev;
+	bool portable;
 };
 
 /* An IPC handle: which block, and where in it the allocation starts. */
@@ -434,10 +439,24 @@ static bool inside_dev(const void *p, size_t n)
 	return ok;
 }
 
-/* Page-locked host memory: a cudaHostAlloc buffer or a registered range. */
-static bool inside_locked_host(const void *p, size_t n)
+/*
+ * Page-locked host memory for device @dev's context: a cudaHostAlloc
+ * buffer, or a range registered portable or by that context. To any other
+ * context a registered range is pageable, which a copy meant to go direct
+ * must not be given.
+ */
+static bool inside_locked_host(const void *p, size_t n, int dev)
 {
-	return inside(p, n, PINNED) || inside(p, n, REGISTERED);
+	struct range *r;
+	bool ok;
+
+	if (inside(p, n, PINNED))
+		return true;
+	pthread_mutex_lock(&mock_lock);
+	r = find_locked(p, n, REGISTERED);
+	ok = r && (r->portable || r->dev == dev);
+	pthread_mutex_unlock(&mock_lock);
+	return ok;
 }
 
 static struct range *track_locked(void *p, size_t n, enum kind kind,
@@ -626,7 +645,7 @@ static void *stream_worker(void *arg)
 		 * longer than the host's memcpy of a chunk. */
 		if (o->dst)
 			usleep(500 + (useconds_t)(rand_r(&s->seed) % 1000));
-		if (o->host && !inside_locked_host(o->host, o->n)) {
+		if (o->host && !inside_locked_host(o->host, o->n, s->ctx->dev)) {
 			fprintf(stderr,
 				"mock: copy of %zu bytes at %p ran after its host memory was unregistered or freed\n",
 				o->n, o->host);
@@ -1110,7 +1129,7 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags)
 	bool inject, taken;
 
 	ENTER(c);
-	if (!p || !n || flags != cudaHostRegisterDefault)
+	if (!p || !n || (flags & ~cudaHostRegisterPortable))
 		return fail(cudaErrorInvalidValue);
 	/* The runtime faults every page in to lock it: memory that is not
 	 * mapped shows here, under ASan too. */
@@ -1122,8 +1141,11 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags)
 	taken = overlaps_locked_host(p, n);
 	if (!inject && !taken) {
 		r = track_locked(p, n, REGISTERED, NULL);
-		if (r)
+		if (r) {
+			r->dev = c->dev;
+			r->portable = flags & cudaHostRegisterPortable;
 			registers++;
+		}
 	}
 	pthread_mutex_unlock(&mock_lock);
 	if (taken)
@@ -1164,10 +1186,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 		return fail(cudaErrorInvalidValue);
 	if (kind == cudaMemcpyDeviceToHost) {
 		host = dst;
-		ok = inside_dev(src, n) && inside_locked_host(dst, n);
+		ok = s && inside_dev(src, n) &&
+		     inside_locked_host(dst, n, s->ctx->dev);
 	} else if (kind == cudaMemcpyHostToDevice) {
 		host = src;
-		ok = inside_dev(dst, n) && inside_locked_host(src, n);
+		ok = s && inside_dev(dst, n) &&
+		     inside_locked_host(src, n, s->ctx->dev);
 	} else if (kind == cudaMemcpyDeviceToDevice) {
 		ok = inside_dev(dst, n) && inside_dev(src, n);
 	} else {
