@@ -245,16 +245,22 @@ def _runtime() -> _Cudart:
         return _cudart
 
 
+_cuda_seen = False
+
+
 def _cuda_in_process() -> bool:
     """Has this process loaded CUDA (a runtime or the driver)? Without it
-    no thread can have a context, and nothing is loaded to ask."""
-    if os.environ.get("TIERFS_CUDART"):
+    no thread can have a context, and nothing is loaded to ask. Once seen,
+    remembered: CUDA is not unloaded."""
+    global _cuda_seen
+    if _cuda_seen or os.environ.get("TIERFS_CUDART"):
         return True
     try:
         with io.open("/proc/self/maps") as maps:
-            return any("/libcuda" in line for line in maps)
+            _cuda_seen = any("/libcuda" in line for line in maps)
     except OSError:
-        return False
+        pass
+    return _cuda_seen
 
 
 def _caller_uuid() -> bytes:
