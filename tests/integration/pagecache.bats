@@ -225,6 +225,18 @@ random_io() {
 	random_io
 }
 
+# race_rw.py: readers against growing writers, rewriters and tier moves,
+# each read's length checked against the kernel's size (a short READ
+# reply would shrink it) and each byte against the source.
+@test "reads racing growing writes, spills and moves are never short or stale" {
+	tfs_mount -o device_backend=sim,device_limit=2M,host_limit=4M,disk_chunk_size=64K
+	run python3 "$BATS_TEST_DIRNAME/race_rw.py" "$MNT" 3 --max-mb 8
+	echo "$output"
+	[ "$status" -eq 0 ]
+	# the files outgrew host: the disk tier took part
+	[ "$(tfs_stat disk.written_bytes)" -gt 0 ]
+}
+
 @test "ENOSPC reaches the writer, from write(2) or, with the writeback cache, close(2)" {
 	local small=$TFS_TMP/small wb
 	mkdir "$small"

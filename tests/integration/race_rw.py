@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0-or-later
+"""Readers racing growing writers, rewriters and tier movers.
+
+race_rw.py DIR SECONDS [--files N] [--max-mb M] [--readers R] [--movers M]
+           [--rewriters W] [--seed S] [--stat]
+
+Each file in DIR only grows while it lives, and every byte it holds is
+src[offset] of one shared random source, whoever wrote it. So a reader
+that takes the size the kernel holds (lseek SEEK_END) may read everything
+below it, and must get every byte, right: a read(2) that returns fewer
+bytes than asked before that size is the kernel taking a short FUSE reply
+as the end of the file (it then shrinks the inode's size), and a wrong
+byte is a torn or stale copy. --stat takes fstat()'s size instead, which
+FUSE fills from the daemon's answer even while an extending write is in
+flight, ahead of what reads see (doc/design.md, "The kernel's caches"):
+that mode fails, by design of FUSE, not of tierfs. Writers grow the files in unaligned blocks, each through a fresh
+open (the flush at close places the buffer), rewriters write ranges
+already there again (same bytes), movers flip user.tierfs.tier between
+the tiers, and when a file reaches --max-mb it is removed and starts
+again. Runs SECONDS, longer until every kind of process has done
+something (ten times SECONDS at most). Prints one line of counts; exits 1
+at the first wrong read.
+"""
+import errno
+import multiprocessing as mp
+import os
+import random
+import sys
+import time
+
+TIERS = (b"host", b"disk", b"device", b"disk", b"host")
+
+
+def fail(stop, msg):
+    sys.stderr.write("race_rw: " + msg + "\n")
+    sys.stderr.flush()
+    stop.value = 2
+
+
+def path_of(d, k):
+    return os.path.join(d, "f%d" % k)
+
+
+def grower(d, k, src, max_bytes, stop, seed, count):
+    rnd = random.Random(seed)
+    p = path_of(d, k)
+    while not stop.value:
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+        size = os.fstat(fd).st_size
+        if size >= max_bytes:
+            os.close(fd)
+            os.unlink(p)
+            continue
+        n = min(rnd.randint(1, 3 << 19), max_bytes - size)
+        done = 0
+        while done < n:
+            w = os.pwrite(fd, src[size + done:size + n], size + done)
+            done += w
+        os.close(fd)
+        with count.get_lock():
+            count.value += 1
+
+
+def rewriter(d, nfiles, src, stop, seed, count):
+    rnd = random.Random(seed)
+    while not stop.value:
+        p = path_of(d, rnd.randrange(nfiles))
+        try:
+            fd = os.open(p, os.O_WRONLY)
+        except FileNotFoundError:
+            continue
+        size = os.fstat(fd).st_size
+        if size:
+            off = rnd.randrange(size)
+            n = min(rnd.randint(1, 1 << 20), size - off)
+            os.pwrite(fd, src[off:off + n], off)
+            with count.get_lock():
+                count.value += 1
+        os.close(fd)
+
+
+def mover(d, nfiles, stop, seed, count):
+    rnd = random.Random(seed)
+    while not stop.value:
+        p = path_of(d, rnd.randrange(nfiles))
+        try:
+            os.setxattr(p, "user.tierfs.tier", rnd.choice(TIERS))
+            with count.get_lock():
+                count.value += 1
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.EBUSY, errno.ENOSPC,
+                               errno.ENODEV, errno.ENOMEM):
+                fail(stop, "move of %s: %s" % (p, e))
+                return
+
+
+def check(stop, p, fd, off, want, got, src, n):
+    if len(got) != want:
+        after = os.lseek(fd, 0, os.SEEK_END)
+        again = len(os.pread(fd, want, off))
+        fail(stop, "%s: read of %d at %d gave %d (size %d before the "
+             "read, %d after; read again: %d)" %
+             (p, want, off, len(got), n, after, again))
+        return False
+    if got != src[off:off + want]:
+        bad = next(i for i in range(want) if got[i] != src[off + i])
+        fail(stop, "%s: wrong byte at %d (read of %d at %d, size %d)" %
+             (p, off + bad, want, off, n))
+        return False
+    return True
+
+
+def size_of(fd, use_stat):
+    if use_stat:
+        return os.fstat(fd).st_size
+    return os.lseek(fd, 0, os.SEEK_END)
+
+
+def reader(d, nfiles, src, stop, seed, count, use_stat):
+    rnd = random.Random(seed)
+    while not stop.value:
+        p = path_of(d, rnd.randrange(nfiles))
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            n = size_of(fd, use_stat)
+            if rnd.random() < 0.5:
+                # the whole visible prefix, as cmp -n does
+                off = 0
+                while off < n and not stop.value:
+                    want = min(rnd.choice((4096, 32768, 131072, 1 << 20,
+                                           rnd.randint(1, 1 << 20))),
+                               n - off)
+                    got = os.pread(fd, want, off)
+                    if not check(stop, p, fd, off, want, got, src, n):
+                        return
+                    off += want
+            else:
+                for _ in range(8):
+                    if not n:
+                        break
+                    off = rnd.randrange(n)
+                    want = min(rnd.randint(1, 3 << 19), n - off)
+                    got = os.pread(fd, want, off)
+                    if not check(stop, p, fd, off, want, got, src, n):
+                        return
+                    n = size_of(fd, use_stat)
+            with count.get_lock():
+                count.value += 1
+        finally:
+            os.close(fd)
+
+
+def main():
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("seconds", type=float)
+    ap.add_argument("--files", type=int, default=3)
+    ap.add_argument("--max-mb", type=int, default=24)
+    ap.add_argument("--readers", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--movers", type=int, default=2)
+    ap.add_argument("--rewriters", type=int, default=1)
+    ap.add_argument("--stat", action="store_true",
+                    help="take the size with fstat(), not SEEK_END")
+    a = ap.parse_args()
+    max_bytes = a.max_mb << 20
+    src = random.Random(a.seed).randbytes(max_bytes)
+    stop = mp.Value("i", 0)
+    counts = {k: mp.Value("l", 0) for k in
+              ("writes", "rewrites", "moves", "reads")}
+    procs = []
+    for k in range(a.files):
+        procs.append(mp.Process(target=grower, args=(
+            a.dir, k, src, max_bytes, stop, a.seed * 100 + k,
+            counts["writes"])))
+    for k in range(a.rewriters):
+        procs.append(mp.Process(target=rewriter, args=(
+            a.dir, a.files, src, stop, a.seed * 100 + 50 + k,
+            counts["rewrites"])))
+    for k in range(a.movers):
+        procs.append(mp.Process(target=mover, args=(
+            a.dir, a.files, stop, a.seed * 100 + 60 + k, counts["moves"])))
+    for k in range(a.readers):
+        procs.append(mp.Process(target=reader, args=(
+            a.dir, a.files, src, stop, a.seed * 100 + 70 + k,
+            counts["reads"], a.stat)))
+    for p in procs:
+        p.start()
+    # Past the time, until each kind of process has done something (a
+    # loaded machine is slow, not wrong), for ten times as long at most.
+    start = time.monotonic()
+    while not stop.value:
+        if any(p.exitcode not in (None, 0) for p in procs):
+            stop.value = 2
+            break
+        t = time.monotonic() - start
+        ran = all(v.value for k, v in counts.items()
+                  if k == "writes" or (k == "moves" and a.movers) or
+                  (k == "rewrites" and a.rewriters) or
+                  (k == "reads" and a.readers))
+        if t >= a.seconds and ran:
+            break
+        if t >= 10 * a.seconds:
+            fail(stop, "not every process got to run in %.0f s" % t)
+            break
+        time.sleep(0.1)
+    bad = stop.value == 2
+    stop.value = stop.value or 1
+    for p in procs:
+        p.join()
+        bad = bad or p.exitcode != 0
+    print(" ".join("%s=%d" % (k, v.value) for k, v in counts.items()))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
