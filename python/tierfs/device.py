@@ -221,6 +221,49 @@ class _Cudart:
                       "tierfs's GPU (%s; %d visible): check "
                       "CUDA_VISIBLE_DEVICES" % (_uuid_str(uuid), n.value))
 
+    def retain(self, dev):
+        """dev's primary context, retained, for within(); None when the
+        driver calls cannot be had (within() then falls back to on())."""
+        if not hasattr(self, "_drv"):
+            p, i, vp = ctypes.POINTER, ctypes.c_int, ctypes.c_void_p
+            self._drv = {n: self._driver_fn(n, *a) for n, a in (
+                ("cuDeviceGet", (p(i), i)),
+                ("cuDevicePrimaryCtxRetain", (p(vp), i)),
+                ("cuDevicePrimaryCtxRelease", (i,)),
+                ("cuCtxPushCurrent", (vp,)),
+                ("cuCtxPopCurrent", (p(vp),)))}
+        if not all(self._drv.values()):
+            return None
+        cudev, ctx = ctypes.c_int(0), ctypes.c_void_p()
+        r = self._drv["cuDeviceGet"](ctypes.byref(cudev), dev)
+        if not r:
+            r = self._drv["cuDevicePrimaryCtxRetain"](ctypes.byref(ctx),
+                                                      cudev.value)
+        if r:
+            raise OSError(errno.ENODEV, "cuDevicePrimaryCtxRetain of "
+                          "device %d: CUresult %d" % (dev, r))
+        return (cudev.value, ctx)
+
+    def release(self, held):
+        if held is not None:
+            self._drv["cuDevicePrimaryCtxRelease"](held[0])
+
+    def within(self, dev, held, fn):
+        """fn() in dev's primary context (held, from retain()), pushed on
+        this thread's context stack and popped after: the caller's current
+        context and device stay exactly what they were, none included
+        (cudaSetDevice there and back would create a context on the
+        caller's device when it had none). Without held, on()."""
+        if held is None:
+            return self.on(dev, fn)
+        r = self._drv["cuCtxPushCurrent"](held[1])
+        if r:
+            raise OSError(errno.EIO, "cuCtxPushCurrent: CUresult %d" % r)
+        try:
+            return fn()
+        finally:
+            self._drv["cuCtxPopCurrent"](ctypes.byref(ctypes.c_void_p()))
+
     def on(self, dev, fn, *args):
         """fn(*args) with dev current, and the caller's device put back."""
         prev = self.current()
@@ -296,6 +339,7 @@ class DeviceBuffer:
         self._array = None
         self._ptr = None
         self.device = None
+        self._held = None
         self._fd = os.open(self.path, (os.O_RDWR if write else os.O_RDONLY) |
                            os.O_CLOEXEC)
         try:
@@ -359,10 +403,17 @@ class DeviceBuffer:
         # Not h.reserved = handle: a char array field stops at a NUL.
         h = _IpcHandle.from_buffer_copy(handle)
         p = ctypes.c_void_p()
-        rt.on(dev, lambda: rt.check(
-            "cudaIpcOpenMemHandle",
-            rt.lib.cudaIpcOpenMemHandle(ctypes.byref(p), h,
-                                        _IPC_LAZY_ENABLE_PEER_ACCESS)))
+        # The mapping belongs to dev's primary context: held while mapped.
+        held = rt.retain(dev)
+        try:
+            rt.within(dev, held, lambda: rt.check(
+                "cudaIpcOpenMemHandle",
+                rt.lib.cudaIpcOpenMemHandle(ctypes.byref(p), h,
+                                            _IPC_LAZY_ENABLE_PEER_ACCESS)))
+        except BaseException:
+            rt.release(held)
+            raise
+        self._held = held
         self.device = dev
         self._base = p.value
         self._ptr = (p.value or 0) + offset
@@ -416,7 +467,7 @@ class DeviceBuffer:
                           "process that opened it")
         if self._ptr is not None:
             rt = _runtime()
-            rt.on(self.device, lambda: rt.check(
+            rt.within(self.device, self._held, lambda: rt.check(
                 "cudaDeviceSynchronize", rt.lib.cudaDeviceSynchronize()))
         _ioctl(self._fd, IOC_COMMIT, _COMMIT.pack(ABI_VERSION, 0, 0, 0, 0))
 
@@ -447,9 +498,14 @@ class DeviceBuffer:
                 rt = _runtime()
                 base = self._base
                 self._ptr = None
-                rt.on(self.device, lambda: rt.check(
-                    "cudaIpcCloseMemHandle",
-                    rt.lib.cudaIpcCloseMemHandle(ctypes.c_void_p(base))))
+                held, self._held = self._held, None
+                try:
+                    rt.within(self.device, held, lambda: rt.check(
+                        "cudaIpcCloseMemHandle",
+                        rt.lib.cudaIpcCloseMemHandle(
+                            ctypes.c_void_p(base))))
+                finally:
+                    rt.release(held)
             self._array = None
             if self._mm is not None:
                 try:

@@ -93,9 +93,12 @@ PY
 	[ "$status" -eq 0 ]
 	[ "$output" = "device 1" ]
 	grep -q 'contexts 0:0,1:1$' "$TFS_TMP/client.stats"
-	# The same from Python, with the mock as its CUDA runtime.
-	py_mapon "$MNT/f" none
+	# The same from Python, with the mock as its CUDA runtime: no
+	# context on GPU 0 either, to ask or to map.
+	TFS_MOCK_STATS=$TFS_TMP/py.stats py_mapon "$MNT/f" none
 	[ "$output" = "device 1" ]
+	cat "$TFS_TMP/py.stats"
+	grep -q 'contexts 0:0,1:1$' "$TFS_TMP/py.stats"
 	py_mapon "$MNT/f" 0
 	[ "$output" = "device 1" ]
 }
