@@ -34,6 +34,7 @@ void tfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
 	struct tfs_inode *i = f->inode;
 	struct iovec iov[READ_IOV_MAX];
+	unsigned flags = f->noatime ? TIER_READ_NOACCESS : 0;
 	void *buf;
 	ssize_t n;
 	int niov;
@@ -45,9 +46,11 @@ void tfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	 * fewer per request. The store keeps those bytes in place until
 	 * read_done; no lock is held across the reply.
 	 */
-	n = tier_buf_read_iov(i->buf, size, off, iov, READ_IOV_MAX, &niov);
+	n = tier_buf_read_iov_as(i->buf, size, off, iov, READ_IOV_MAX, &niov,
+				 flags);
 	if (n > 0) {
-		note_read(i);
+		if (!f->noatime)
+			note_read(i);
 		fuse_reply_iov(req, iov, niov);
 		tier_buf_read_done(i->buf);
 		return;
@@ -65,12 +68,13 @@ void tfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = tier_buf_read(i->buf, buf, size, off);
+	n = tier_buf_read_as(i->buf, buf, size, off, flags);
 	if (n < 0) {
 		fuse_reply_err(req, (int)-n);
 		return;
 	}
-	note_read(i);
+	if (!f->noatime)
+		note_read(i);
 	fuse_reply_buf(req, buf, (size_t)n);
 }
 

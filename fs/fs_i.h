@@ -178,6 +178,9 @@ struct tfs_file {
 	bool readable; /* opened for reading: exports need it */
 	bool writable; /* opened for writing: write exports need it too */
 	bool exported; /* may hold an export lease */
+	/* O_NOATIME: its opens and reads are no access (no atime, no
+	 * unspill, no younger in the eviction order: TIER_READ_NOACCESS). */
+	bool noatime;
 };
 
 struct tfs_hash {

@@ -882,6 +882,7 @@ static struct tfs_file *file_new(struct tfs_inode *i, int flags)
 		      (flags & O_ACCMODE) == O_RDWR;
 	f->writable = (flags & O_ACCMODE) == O_WRONLY ||
 		      (flags & O_ACCMODE) == O_RDWR;
+	f->noatime = flags & O_NOATIME;
 	return f;
 }
 
@@ -1018,9 +1019,10 @@ static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		i->flags |= TFS_I_DIRTY;
 		tfs_ns_unlock();
 	}
-	keep = tier_buf_opened(i->buf);
+	keep = tier_buf_opened_as(i->buf,
+				  f->noatime ? TIER_READ_NOACCESS : 0);
 	tfs_ns_lock();
-	if (f->readable && tfs_atime_due_locked(i))
+	if (f->readable && !f->noatime && tfs_atime_due_locked(i))
 		keep = false;
 	i->nopen++;
 	tfs_file_link_locked(f);

@@ -224,6 +224,19 @@ void tier_buf_set_cookie(struct tier_buf *b, uint64_t cookie);
  */
 bool tier_buf_opened(struct tier_buf *b);
 
+/*
+ * Flag of a read or an open that is no access (a descriptor opened with
+ * O_NOATIME): the buffer is not brought up as policy unspill says and
+ * keeps its place in the eviction order. A reader that reads a file once
+ * (a backup, a store that deletes what it has read) then pushes nothing
+ * else out of the faster tiers, and costs no compression of what that
+ * would have spilled.
+ */
+#define TIER_READ_NOACCESS 1u
+
+/* tier_buf_opened() with TIER_READ_* @flags. */
+bool tier_buf_opened_as(struct tier_buf *b, unsigned flags);
+
 /* The false of tier_buf_opened() never reached the kernel (the open was
  * interrupted): the next open must drop the pages again. */
 void tier_buf_cache_stale(struct tier_buf *b);
@@ -240,6 +253,10 @@ size_t tier_buf_footprint(void);
 /* Read up to @len bytes at @off into @dst; short at end of file. */
 ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off);
 
+/* tier_buf_read() with TIER_READ_* @flags. */
+ssize_t tier_buf_read_as(struct tier_buf *b, void *dst, size_t len, off_t off,
+			 unsigned flags);
+
 /*
  * Zero-copy read: point @iov (at most @max entries) at the bytes of
  * [off, off+len) where the daemon can address them, the host copy or a sim
@@ -252,6 +269,11 @@ ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off);
  */
 ssize_t tier_buf_read_iov(struct tier_buf *b, size_t len, off_t off,
 			  struct iovec *iov, int max, int *niov);
+
+/* tier_buf_read_iov() with TIER_READ_* @flags. */
+ssize_t tier_buf_read_iov_as(struct tier_buf *b, size_t len, off_t off,
+			     struct iovec *iov, int max, int *niov,
+			     unsigned flags);
 
 /* Drop the I/O reference of a successful tier_buf_read_iov(). */
 void tier_buf_read_done(struct tier_buf *b);

@@ -109,12 +109,12 @@ static int serve_read(struct tier_buf *b, void *dst, size_t len, uint64_t off)
 
 /*
  * Take b->lock for reading, first bringing the buffer up as the unspill
- * policy says (which needs it for writing).
+ * policy says (which needs it for writing), unless the read is no access.
  */
-static void read_lock_unspilled(struct tier_buf *b)
+static void read_lock_unspilled(struct tier_buf *b, unsigned flags)
 {
 	pthread_rwlock_rdlock(&b->lock);
-	if (st_unspill_target(b) >= 0) {
+	if (!(flags & TIER_READ_NOACCESS) && st_unspill_target(b) >= 0) {
 		pthread_rwlock_unlock(&b->lock);
 		pthread_rwlock_wrlock(&b->lock);
 		int t = st_unspill_target(b);
@@ -132,11 +132,17 @@ static void read_lock_unspilled(struct tier_buf *b)
 
 ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off)
 {
+	return tier_buf_read_as(b, dst, len, off, 0);
+}
+
+ssize_t tier_buf_read_as(struct tier_buf *b, void *dst, size_t len, off_t off,
+			 unsigned flags)
+{
 	int rc;
 
 	if (off < 0)
 		return -EINVAL;
-	read_lock_unspilled(b);
+	read_lock_unspilled(b, flags);
 	if ((uint64_t)off >= b->size) {
 		pthread_rwlock_unlock(&b->lock);
 		return 0;
@@ -145,19 +151,27 @@ ssize_t tier_buf_read(struct tier_buf *b, void *dst, size_t len, off_t off)
 		len = b->size - (uint64_t)off;
 	rc = serve_read(b, dst, len, (uint64_t)off);
 	pthread_rwlock_unlock(&b->lock);
-	st_touch(b);
+	if (!(flags & TIER_READ_NOACCESS))
+		st_touch(b);
 	return rc ? rc : (ssize_t)len;
 }
 
 ssize_t tier_buf_read_iov(struct tier_buf *b, size_t len, off_t off,
 			  struct iovec *iov, int max, int *niov)
 {
+	return tier_buf_read_iov_as(b, len, off, iov, max, niov, 0);
+}
+
+ssize_t tier_buf_read_iov_as(struct tier_buf *b, size_t len, off_t off,
+			     struct iovec *iov, int max, int *niov,
+			     unsigned flags)
+{
 	struct tier_store *s = b->s;
 	int n = -EAGAIN;
 
 	if (off < 0)
 		return -EINVAL;
-	read_lock_unspilled(b);
+	read_lock_unspilled(b, flags);
 	if ((uint64_t)off >= b->size) {
 		pthread_rwlock_unlock(&b->lock);
 		*niov = 0;
@@ -188,12 +202,18 @@ ssize_t tier_buf_read_iov(struct tier_buf *b, size_t len, off_t off,
 	b->io_refs++;
 	pthread_mutex_unlock(&s->lock);
 	pthread_rwlock_unlock(&b->lock);
-	st_touch(b);
+	if (!(flags & TIER_READ_NOACCESS))
+		st_touch(b);
 	*niov = n;
 	return (ssize_t)len;
 }
 
 bool tier_buf_opened(struct tier_buf *b)
+{
+	return tier_buf_opened_as(b, 0);
+}
+
+bool tier_buf_opened_as(struct tier_buf *b, unsigned flags)
 {
 	struct tier_store *s = b->s;
 	bool keep;
@@ -204,7 +224,8 @@ bool tier_buf_opened(struct tier_buf *b)
 		if (b->leases[i].writable)
 			keep = false;
 	b->cache_stale = false;
-	pol_touch(&s->pol, &b->pi, st_now_ns());
+	if (!(flags & TIER_READ_NOACCESS))
+		pol_touch(&s->pol, &b->pi, st_now_ns());
 	pthread_mutex_unlock(&s->lock);
 	return keep;
 }

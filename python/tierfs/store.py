@@ -28,7 +28,10 @@ the buffers then share. Nothing is compressed here: tierfs compresses on its
 disk tier. Where the filesystem takes O_DIRECT at any alignment (tierfs
 does), files are opened with it: the bytes go between the worker and the
 daemon without a copy in the page cache, which would also count against the
-worker's memory.
+worker's memory. Reads open with O_NOATIME, which tierfs takes as no access:
+a value is read about once before Dask frees it, so the read is served
+from the tier the file is in and does not push other values out of the
+daemon's memory (where each would cost an lz4 compression).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ _MAX_IOV = 512
 _MAX_WRITE = 1 << 30
 _PREFIX_MAX = 96
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
+_O_NOATIME = getattr(os, "O_NOATIME", 0)
 _MISSING = object()
 
 
@@ -424,6 +428,12 @@ class TierfsStore(MutableMapping):
             self._finalizer()
             raise
         self._oflags = _O_DIRECT if self.direct_io else 0
+        # Reads open with O_NOATIME, which tierfs takes as "no access": a
+        # value is read about once before Dask frees it, and bringing it
+        # back to host memory (policy unspill) would only push out, and
+        # compress, a value that has not been read yet. EPERM (a file
+        # this process does not own) turns it off.
+        self._rflags = self._oflags | _O_NOATIME
 
         # Lock order: this lock, then the unlinker's. It guards every field
         # below. File writes, reads and unlinks run outside it; a name is
@@ -601,9 +611,14 @@ class TierfsStore(MutableMapping):
             t0 = time.perf_counter()
             try:
                 buf = _read_file(os.path.join(self.path, entry.name), entry.disk,
-                                 self._oflags)
+                                 self._rflags)
             except FileNotFoundError:
                 # Deleted or closed under us; try again if the key is back.
+                continue
+            except PermissionError:
+                if not self._rflags & _O_NOATIME:
+                    raise
+                self._rflags &= ~_O_NOATIME
                 continue
             t1 = time.perf_counter()
             value = _deserialize(buf)

@@ -199,6 +199,28 @@ write_64() {
 	cmp "$TFS_TMP/src/f01" "$MNT/b"
 }
 
+@test "a read through O_NOATIME is no access: no unspill, no younger, no atime" {
+	make_src 1 1M
+	tfs_mount -o "$SIM"
+	cp "$TFS_TMP/src/f00" "$MNT/a"
+	set_tier "$MNT/a" disk
+	local seen atime
+	seen=$(xa last_access "$MNT/a")
+	atime=$(stat -c %X "$MNT/a")
+	sleep 1.1 # so that a touch or an atime update would show
+	dd if="$MNT/a" iflag=noatime bs=64K status=none | cmp "$TFS_TMP/src/f00" -
+	dd if="$MNT/a" iflag=noatime,direct bs=1M status=none |
+		cmp "$TFS_TMP/src/f00" -
+	[ "$(tfs_tier "$MNT/a")" = disk ]
+	[ "$(xa last_access "$MNT/a")" = "$seen" ]
+	[ "$(stat -c %X "$MNT/a")" = "$atime" ]
+	[ "$(tstat checksum_errors)" -eq 0 ]
+	# the same read without the flag brings it up, as policy_unspill says
+	cmp "$TFS_TMP/src/f00" "$MNT/a"
+	[ "$(tfs_tier "$MNT/a")" = device ]
+	[ "$(xa last_access "$MNT/a")" -gt "$seen" ]
+}
+
 @test "compressible data takes fewer bytes on disk than its size; st_blocks follows" {
 	tfs_mount -o "$SIM"
 	yes 'tierfs spills compressible text' | head -c 2M >"$TFS_TMP/text"

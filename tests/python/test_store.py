@@ -651,6 +651,35 @@ def test_one_writev_one_read_no_stat(store, monkeypatch):
     assert calls["readv"] == 2 and calls["stat"] == 0
 
 
+@pytest.mark.skipif(not getattr(os, "O_NOATIME", 0), reason="no O_NOATIME")
+def test_reads_are_no_access(store, monkeypatch):
+    # Reads open with O_NOATIME (tierfs: no unspill, no atime), writes not;
+    # where the flag is refused (EPERM: not the owner) reads go on without.
+    store["a"] = np.arange(1000)
+    seen = []
+    real_open = os.open
+
+    def spy(path, flags, *a, **k):
+        seen.append(flags)
+        return real_open(path, flags, *a, **k)
+
+    monkeypatch.setattr(st.os, "open", spy)
+    assert store["a"].sum() == 499500
+    store["b"] = 1
+    assert seen[0] & os.O_NOATIME and not seen[1] & os.O_NOATIME
+
+    def refuse(path, flags, *a, **k):
+        seen.append(flags)
+        if flags & os.O_NOATIME:
+            raise PermissionError(1, "not the owner", path)
+        return real_open(path, flags, *a, **k)
+
+    seen.clear()
+    monkeypatch.setattr(st.os, "open", refuse)
+    assert store["a"].sum() == 499500 and store["a"].sum() == 499500
+    assert [bool(f & os.O_NOATIME) for f in seen] == [True, False, False]
+
+
 def test_read_shares_one_buffer(store):
     # Out-of-band buffers come back as views at their offsets in the one
     # buffer read, not copies.

@@ -524,6 +524,32 @@ static void test_clean_respill_and_move(void)
 	tier_store_destroy(s);
 }
 
+/* A read that is no access (O_NOATIME) leaves a spilled buffer on disk;
+ * the same read as an access brings it up. */
+static void test_read_noaccess(void)
+{
+	struct tier_store *s = mk_store("sim", 16 * MiB, 16 * MiB, 0);
+	struct tier_buf *b = mk_file(s, 9, 2 * MiB);
+	static uint8_t got[2 * MiB], want[2 * MiB];
+	struct iovec iov[64];
+	int niov;
+
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	tier_buf_opened_as(b, TIER_READ_NOACCESS);
+	CHECK_EQ(tier_buf_read_as(b, got, sizeof(got), 0, TIER_READ_NOACCESS),
+		 (ssize_t)sizeof(got));
+	fill(want, sizeof(want), 9, 0);
+	CHECK(!memcmp(got, want, sizeof(got)));
+	CHECK_EQ(tier_buf_read_iov_as(b, MiB, 0, iov, 64, &niov,
+				      TIER_READ_NOACCESS),
+		 -EAGAIN);
+	CHECK_EQ(tier_of(b), TFS_TIER_DISK);
+	CHECK(verify(b, 9, 2 * MiB)); /* reads as an access */
+	CHECK(tier_of(b) != TFS_TIER_DISK);
+	tier_buf_destroy(b);
+	tier_store_destroy(s);
+}
+
 static void test_pinned_survives_pressure(void)
 {
 	struct tier_store *s = mk_store("none", 0, 4 * MiB, 0);
@@ -1663,6 +1689,7 @@ int main(void)
 	TAP_RUN(test_device_granted);
 	TAP_RUN(test_spill_order);
 	TAP_RUN(test_clean_respill_and_move);
+	TAP_RUN(test_read_noaccess);
 	TAP_RUN(test_pinned_survives_pressure);
 	TAP_RUN(test_enospc_keeps_data);
 	TAP_RUN(test_evict_counters);
