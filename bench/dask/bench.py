@@ -242,6 +242,12 @@ def proc_io(pid: str = "self") -> int:
     return d["write_bytes"] - d["cancelled_write_bytes"]
 
 
+def proc_cpu(pid: int) -> float:
+    """User + system seconds of a live process so far (/proc/PID/stat)."""
+    f = read("/proc/%d/stat" % pid).rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def fs_type(path: str) -> str:
     """The type of the filesystem path is on (/proc/self/mountinfo)."""
     path = os.path.realpath(path)
@@ -335,6 +341,7 @@ def one_run(kind: str, cfg, n: int) -> dict:
             st = xattr.mount_stats(mnt)
             out["disk_tier_input"] = st.get("disk.written_bytes", 0)
             out["host_spill_bytes"] = st.get("host.spill_bytes", 0)
+            out["cpu_daemon"] = proc_cpu(daemon.pid)
             unmount(daemon, mnt)
             daemon = None
     except BaseException:
@@ -455,6 +462,9 @@ def main() -> int:
                         "%s %.1f" % kv for kv in r["phases"].items()), r["cpu"],
                     r["peak"] >> 20, r["written"] >> 20,
                     " oom kills %d" % r["oom_kills"] if r["oom_kills"] else ""))
+                if "cpu_daemon" in r:
+                    log("pair %d tierfs cpu: daemon %.1fs, the rest %.1fs" % (
+                        i + 1, r["cpu_daemon"], r["cpu"] - r["cpu_daemon"]))
                 if kind == "tierfs":
                     log("pair %d tierfs store: %s" % (i + 1, ", ".join(
                         "%s %.1f" % (k[:-len("_time_total")], v)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import collections
 import errno
 import logging
+import mmap
 import os
 import pickle
 import struct
@@ -72,6 +73,8 @@ _MAX_WRITE = 1 << 30
 _PREFIX_MAX = 96
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 _O_NOATIME = getattr(os, "O_NOATIME", 0)
+# Reads of this many bytes or more go into a page-aligned mapping.
+_MMAP_MIN = 1 << 20
 _MISSING = object()
 
 
@@ -137,7 +140,7 @@ def _serialize(value: Any) -> tuple[list[memoryview], int]:
     return views, sum(v.nbytes for v in views)
 
 
-def _deserialize(buf: bytearray) -> Any:
+def _deserialize(buf: bytearray | mmap.mmap) -> Any:
     mv = memoryview(buf)
     if len(buf) < _HEAD.size:
         raise ValueError("tierfs store: file too short for a header")
@@ -181,12 +184,25 @@ def _writev_all(fd: int, views: list[memoryview]) -> None:
                 n = 0
 
 
-def _read_file(path: str, size: int, flags: int) -> bytearray:
+def _new_buffer(size: int) -> bytearray | mmap.mmap:
+    """A zeroed, writable buffer of size bytes to read a file into. From
+    _MMAP_MIN on it is an anonymous mapping: page aligned, so that an
+    O_DIRECT read goes to tierfs in requests of whole pages that start on
+    its chunk boundaries (from a malloc()ed buffer 16 bytes into a page,
+    every 1 MiB request straddled two chunks of a spilled file, and the
+    daemon decompressed each chunk twice); and its pages are fresh zero
+    pages the read fills, with no memset first."""
+    if size >= _MMAP_MIN:
+        return mmap.mmap(-1, size)
+    return bytearray(size)
+
+
+def _read_file(path: str, size: int, flags: int) -> bytearray | mmap.mmap:
     """The size bytes of path in one new buffer; size is known from the
     write, so there is no stat, and the read goes straight into the buffer."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | flags)
     try:
-        buf = bytearray(size)
+        buf = _new_buffer(size)
         mv = memoryview(buf)
         got = 0
         while got < size:
