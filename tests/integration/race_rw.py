@@ -48,6 +48,15 @@ def path_of(d, k):
     return os.path.join(d, "f%d" % k)
 
 
+def open_any(d, nfiles, rnd, flags):
+    """One of the files, opened; (path, None) when it is just gone."""
+    p = path_of(d, rnd.randrange(nfiles))
+    try:
+        return p, os.open(p, flags)
+    except FileNotFoundError:
+        return p, None
+
+
 def grower(d, k, src, max_bytes, max_write, align, stop, seed, count):
     rnd = random.Random(seed)
     p = path_of(d, k)
@@ -75,10 +84,8 @@ def grower(d, k, src, max_bytes, max_write, align, stop, seed, count):
 def rewriter(d, nfiles, src, stop, seed, count):
     rnd = random.Random(seed)
     while not stop.value:
-        p = path_of(d, rnd.randrange(nfiles))
-        try:
-            fd = os.open(p, os.O_WRONLY)
-        except FileNotFoundError:
+        p, fd = open_any(d, nfiles, rnd, os.O_WRONLY)
+        if fd is None:
             continue
         size = os.fstat(fd).st_size
         if size:
@@ -137,10 +144,8 @@ def size_of(fd, use_stat):
 def reader(d, nfiles, src, stop, seed, count, use_stat):
     rnd = random.Random(seed)
     while not stop.value:
-        p = path_of(d, rnd.randrange(nfiles))
-        try:
-            fd = os.open(p, os.O_RDONLY)
-        except FileNotFoundError:
+        p, fd = open_any(d, nfiles, rnd, os.O_RDONLY)
+        if fd is None:
             continue
         try:
             n = size_of(fd, use_stat)
