@@ -925,9 +925,17 @@ static struct block *block_new_locked(int dev, size_t n, bool small)
 			b = &blocks[i];
 	if (!b)
 		return NULL;
-	snprintf(name, sizeof(name), "/tfsmock.%d.%lu", (int)getpid(),
-		 ++shm_seq);
-	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	/*
+	 * A name taken already is a dead process's that had our pid and was
+	 * killed before it unlinked its blocks: on a shared machine pids
+	 * come round again. Failing here would be an out of memory the
+	 * device does not have (a spurious ENOSPC in the daemon); skip it.
+	 */
+	do {
+		snprintf(name, sizeof(name), "/tfsmock.%d.%lu", (int)getpid(),
+			 ++shm_seq);
+		fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	} while (fd < 0 && errno == EEXIST);
 	if (fd < 0)
 		return NULL;
 	if (ftruncate(fd, (off_t)(n + MOCK_META)) ||
