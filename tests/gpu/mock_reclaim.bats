@@ -21,6 +21,15 @@ setup() {
 }
 
 teardown() {
+	# A hog left running (a failed test) ends itself rather than be
+	# killed: see the reserve test.
+	if [ -n "${HOG:-}" ]; then
+		: >"$TFS_TMP/hog.stop"
+		for _ in $(seq 1 200); do
+			kill -0 "$HOG" 2>/dev/null || break
+			sleep 0.05
+		done
+	fi
 	tfs_teardown
 }
 
@@ -94,20 +103,26 @@ wait_for() {
 	# Another process takes 128M in 8M steps, retrying each failed
 	# cudaMalloc until tierfs has made room.
 	"$PY" -c '
-import ctypes, sys, time
+import ctypes, os, sys, time
 cuda = ctypes.CDLL(sys.argv[1])
-held, p = 0, ctypes.c_void_p()
+held, ptrs = 0, []
 deadline = time.monotonic() + 60
 while held < (128 << 20) and time.monotonic() < deadline:
+    p = ctypes.c_void_p()
     if cuda.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(8 << 20)) == 0:
         held += 8 << 20
+        ptrs.append(p)
     else:
         cuda.cudaGetLastError()
         time.sleep(0.01)
 print("held", held, flush=True)
-time.sleep(120)
-' "$MOCK_CUDART" >"$TFS_TMP/hog" &
-	TFS_BG+=($!)
+while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline + 120:
+    time.sleep(0.05)
+for p in ptrs:
+    assert cuda.cudaFree(p) == 0
+' "$MOCK_CUDART" "$TFS_TMP/hog.stop" >"$TFS_TMP/hog" &
+	HOG=$!
+	TFS_BG+=("$HOG")
 	wait_for 'grep -q "^held" "$TFS_TMP/hog"'
 	[ "$(cat "$TFS_TMP/hog")" = "held $((128 << 20))" ]
 	# 256M - 128M - 16M reserve.
@@ -116,6 +131,14 @@ time.sleep(120)
 	[ "$(stat_of device.others)" -eq $((128 << 20)) ]
 	grep -q "device: yielded" "$LOG"
 	same_files 6
+	# Killed, the hog would leave its 128M of blocks in /dev/shm for
+	# good (the fake runtime unlinks them at exit), and a later process
+	# with its pid would find their names taken.
+	: >"$TFS_TMP/hog.stop"
+	wait "$HOG"
+	run compgen -G "/dev/shm/tfsmock.$HOG.*"
+	echo "$output"
+	[ "$status" -ne 0 ]
 }
 
 @test "python: the CUDA IPC handle opened in the caller, zero copy" {
