@@ -219,16 +219,6 @@ struct tier_buf {
 	struct tier_chunk *ck;
 	uint32_t nck; /* [B] */
 	struct tier_dmem *dmem; /* [B] */
-	/*
-	 * The GPU (index into s->gpus) dmem is on, and that charged[device]
-	 * is charged to: changed only with b->lock held for writing and
-	 * s->lock held, while @b has no device copy and no device charge,
-	 * so it may be read under either lock.
-	 */
-	uint8_t dgi;
-	/* [S] The GPU whose buffers count @b, while present has the device
-	 * bit (st_publish()). */
-	uint8_t pgi;
 	struct tier_dobj *dobj; /* [B] */
 	/* [B] Persistent mounts: the object holding the committed version,
 	 * the one the journal names. When there is a disk copy it is this
@@ -266,6 +256,17 @@ struct tier_buf {
 	/* [S] The bytes changed behind the kernel's page cache since an open
 	 * last told it to drop its pages (tier_buf_opened()). */
 	bool cache_stale;
+	/*
+	 * The GPU (index into s->gpus) dmem is on, and that charged[device]
+	 * is charged to: changed only with b->lock held for writing and
+	 * s->lock held, while @b has no device copy and no device charge,
+	 * so it may be read under either lock. With the flags, in what was
+	 * padding: a word between the pointers cost every file 16 bytes.
+	 */
+	uint8_t dgi;
+	/* [S] The GPU whose buffers count @b, while present has the device
+	 * bit (st_publish()). */
+	uint8_t pgi;
 };
 
 /* b->lock held, s->lock not. Tell inval_fn that @what changed in @b, when
