@@ -163,10 +163,6 @@ int tier_store_reclaim(struct tier_store *s, int gpu, uint64_t bytes,
  * tier. */
 int tier_store_default_gpu(struct tier_store *s);
 
-/* 0 when GPU @gpu holds a device tier of the store; -ENXIO when it does
- * not, -ENODEV without a device tier. */
-int tier_store_check_gpu(struct tier_store *s, int gpu);
-
 /* The ordinal of the store's GPU whose UUID is @uuid; -ENXIO when none,
  * -ENODEV without a device tier. */
 int tier_store_gpu_by_uuid(struct tier_store *s, const uint8_t uuid[16]);

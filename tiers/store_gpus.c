@@ -150,13 +150,6 @@ int tier_store_default_gpu(struct tier_store *s)
 	return s->ngpus ? s->gpus[s->defg].ordinal : -ENODEV;
 }
 
-int tier_store_check_gpu(struct tier_store *s, int gpu)
-{
-	int g = st_gpu_index(s, gpu);
-
-	return g < 0 ? g : 0;
-}
-
 int tier_store_gpu_by_uuid(struct tier_store *s, const uint8_t uuid[16])
 {
 	if (!s->ngpus)

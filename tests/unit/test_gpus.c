@@ -382,12 +382,13 @@ static void test_two_gpus(void)
 	CHECK_EQ(st.ngpus, 2);
 	CHECK_EQ(st.tier[TFS_TIER_DEVICE].limit, 64 * MiB);
 	CHECK_EQ(tier_store_default_gpu(s), 0);
-	CHECK_EQ(tier_store_check_gpu(s, 1), 0);
-	CHECK_EQ(tier_store_check_gpu(s, 2), -ENXIO);
 	for (int i = 0; i < 4; i++) {
 		b[i] = mk_file(s, i, 6 * MiB);
 		CHECK_EQ(gpu_of(b[i]), 0);
 	}
+	/* A GPU the store does not serve: ENXIO, and the file stays. */
+	CHECK_EQ(tier_buf_move_gpu(b[0], 2, 0, 0), -ENXIO);
+	CHECK_EQ(gpu_of(b[0]), 0);
 	/* Two of them to GPU 1, one back and forth. */
 	CHECK_EQ(tier_buf_move_gpu(b[2], 1, 0, 0), 0);
 	CHECK_EQ(tier_buf_move_gpu(b[3], 1, 0, 0), 0);
