@@ -252,15 +252,24 @@ void tfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 	fuse_reply_err(req, rc < 0 ? -rc : 0);
 }
 
-/* SEEK_DATA and SEEK_HOLE; the kernel answers the other whences. */
+/*
+ * SEEK_DATA and SEEK_HOLE; the kernel answers the other whences. It passes
+ * a negative offset on as it came, and every Linux filesystem that seeks
+ * data says ENXIO for one (tmpfs, ext4 and xfs through
+ * mapping_seek_hole_data() or iomap), as for an offset at or past the end.
+ */
 void tfs_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 		      struct fuse_file_info *fi)
 {
 	struct tfs_file *f = (struct tfs_file *)(uintptr_t)fi->fh;
 	int64_t r;
 
-	if ((whence != SEEK_DATA && whence != SEEK_HOLE) || off < 0) {
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
 		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	if (off < 0) {
+		fuse_reply_err(req, ENXIO);
 		return;
 	}
 	if (!S_ISREG(f->inode->mode)) {
