@@ -112,6 +112,13 @@ static int set_flags(fuse_ino_t ino, uint32_t want)
 	tfs_touch_locked(i, false);
 out:
 	tfs_ns_unlock();
+	/*
+	 * The new ctime is ours alone: the kernel sends FS_IOC_SETFLAGS as
+	 * an ioctl and keeps the attributes it cached (for a day) across it,
+	 * so without this stat showed the old ctime until a remount.
+	 */
+	if (!rc)
+		tfs_inval_attr(ino);
 	return rc;
 }
 

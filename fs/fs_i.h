@@ -303,6 +303,14 @@ int tfs_inval_start(unsigned int conn);
 /* Stop it after the session loop ended, before the session is destroyed;
  * what is still queued is dropped. */
 void tfs_inval_stop(void);
+/*
+ * Drop the kernel's cached attributes of @ino now, from a request handler,
+ * before it replies: for a change the daemon makes that the kernel cannot
+ * see (a tier move's st_blocks, a commit's mtime, a flag change's ctime),
+ * so that a stat after the reply sees it. Attributes only: that locks no
+ * page, so it cannot wait for a read stuck behind this request.
+ */
+void tfs_inval_attr(fuse_ino_t ino);
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops tfs_ops;

@@ -133,6 +133,16 @@ static void *inval_main(void *arg)
 	return NULL;
 }
 
+void tfs_inval_attr(fuse_ino_t ino)
+{
+	int rc = fuse_lowlevel_notify_inval_inode(tfs.se, ino, -1, 0);
+
+	/* ENOENT: the kernel holds no inode for it, so nothing is cached. */
+	if (rc && rc != -ENOENT)
+		tfs_warn("cannot invalidate the attributes of inode %llu: %s",
+			 (unsigned long long)ino, strerror(-rc));
+}
+
 /* The connection's number in fusectl: the minor of the mount's device. */
 static unsigned int conn_id;
 

@@ -44,23 +44,6 @@ static void mark_changed(struct tfs_inode *i)
 }
 
 /*
- * The daemon changed the file's attributes (mtime, size, st_blocks) behind
- * the kernel's cache: drop them before the reply, so that a stat after the
- * ioctl returns sees the change. Attributes only: that locks no page, so
- * it cannot wait for a read stuck behind this request. The pages, when
- * the bytes changed, go through the store's notification queue
- * (inval.c), and the next open drops them in any case.
- */
-static void invalidate_attr(fuse_ino_t ino)
-{
-	int rc = fuse_lowlevel_notify_inval_inode(tfs.se, ino, -1, 0);
-
-	if (rc && rc != -ENOENT)
-		tfs_warn("cannot invalidate the attributes of inode %llu: %s",
-			 (unsigned long long)ino, strerror(-rc));
-}
-
-/*
  * Under the writeback cache the kernel keeps its own size of a file and
  * takes none from us, not even after an invalidation; a store into its
  * page cache past the end is the one thing that grows it. The allocation
@@ -280,7 +263,7 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		return;
 	}
 	if (inval)
-		invalidate_attr(ino);
+		tfs_inval_attr(ino);
 	if (cmd == TFS_IOC_ALLOC && tfs.writeback)
 		tell_size(ino, tier_buf_size(f->inode->buf));
 	fuse_reply_ioctl(req, 0, out_len ? &out : NULL, out_len);

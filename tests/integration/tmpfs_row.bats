@@ -49,3 +49,23 @@ EOF
 	echo "tierfs: $output"
 	[ "$output" = "ENXIO ENXIO" ]
 }
+
+@test "chattr sets ctime, and stat shows the new one at once, as on tmpfs" {
+	tfs_mount -o device_backend=none,host_limit=16M
+	local d c0 c1 c2
+	for d in "$SHM" "$MNT"; do
+		echo "$d"
+		touch "$d/f"
+		c0=$(stat -c %z "$d/f")
+		sleep 0.05
+		chattr +A "$d/f"
+		c1=$(stat -c %z "$d/f")
+		sleep 0.05
+		chattr -A "$d/f"
+		c2=$(stat -c %z "$d/f")
+		echo "$c0 / $c1 / $c2"
+		[ "$c1" != "$c0" ]
+		[ "$c2" != "$c1" ]
+		[ "$(lsattr -d "$d/f" | cut -c1-20 | tr -d -- '-')" = "" ]
+	done
+}
