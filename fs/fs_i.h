@@ -265,6 +265,13 @@ static inline size_t tfs_xattr_cost(size_t nlen, size_t vlen)
 }
 int tfs_meta_charge(size_t bytes);
 void tfs_meta_uncharge(size_t bytes);
+/*
+ * For df -i: how many more empty regular files, each with one name of up
+ * to TFS_DF_NAME_LEN bytes, the metadata budget still holds. Larger names,
+ * directories, symlinks and xattrs take more.
+ */
+#define TFS_DF_NAME_LEN 15
+uint64_t tfs_meta_files_free(void);
 /* Set the limit from [fs] metadata_limit and the host tier's limit. */
 void tfs_meta_set_limit(const struct cfg_size *limit, uint64_t host_limit);
 /*

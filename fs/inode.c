@@ -100,6 +100,17 @@ static size_t dentry_cost(size_t len)
 	       2 * sizeof(void *) + 2 * sizeof(struct tfs_slot);
 }
 
+uint64_t tfs_meta_files_free(void)
+{
+	uint64_t limit = atomic_load(&tfs.meta_limit);
+	uint64_t used = atomic_load(&tfs.meta_used);
+	size_t one = inode_cost(S_IFREG, NULL) + dentry_cost(TFS_DF_NAME_LEN);
+
+	if (!limit)
+		return UINT64_MAX / 2;
+	return used < limit ? (limit - used) / one : 0;
+}
+
 static uint64_t mix64(uint64_t x)
 {
 	x ^= x >> 33;

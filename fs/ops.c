@@ -1050,33 +1050,41 @@ static void tfs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
 	fuse_reply_err(req, -tfs_pj_flush());
 }
 
+/*
+ * df on a tiered mount (tierfs(8), SPACE). Used (blocks - bfree) is the
+ * tiers' use rounded up to a block, as tierfsctl status adds it up. Free
+ * (bfree) is what every tier's limit leaves, summed: room for the mount as
+ * a whole. Avail (bavail) is the largest file one writer can still make,
+ * which one tier must hold (tier_store_space()): df's free space used to
+ * be the sum, which a single fallocate of it, less 512 KiB, failed to get
+ * when the disk limit bound it.
+ */
 static void tfs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
-	uint64_t total = 0, used = 0, files, ub, fb;
+	struct tier_space sp;
+	uint64_t files, ffree, ub;
 	struct statvfs sv;
 
-	tier_store_capacity(tfs.store, &total, &used);
+	tier_store_space(tfs.store, &sp);
 	tfs_ns_lock();
 	files = tfs.inodes.count;
 	tfs_ns_unlock();
 	memset(&sv, 0, sizeof(sv));
 	sv.f_bsize = 4096;
 	sv.f_frsize = 4096;
+	ub = (sp.used + 4095) / 4096;
+	sv.f_bfree = sp.free / 4096;
+	sv.f_bavail = sp.one_file / 4096;
+	sv.f_blocks = ub + sv.f_bfree;
 	/*
-	 * df's Used (blocks - bfree) is exactly the tiers' use rounded up to
-	 * a block, as tierfsctl status adds it up; free is what the limits
-	 * leave, never negative, though a tier may be over its own limit for
-	 * a moment (a reload that lowered it, a buffer in use).
+	 * Inodes cost RAM, not a table: the free ones are the files the
+	 * metadata budget still holds (tfs_meta_files_free()), so that df -i
+	 * runs out when creates start failing with ENOSPC.
 	 */
-	ub = (used + 4095) / 4096;
-	fb = total > used ? (total - used) / 4096 : 0;
-	sv.f_blocks = ub + fb;
-	sv.f_bfree = fb;
-	sv.f_bavail = fb;
-	/* Inodes cost RAM, not a table: report room for plenty more. */
-	sv.f_files = files + (1ULL << 32);
-	sv.f_ffree = 1ULL << 32;
-	sv.f_favail = sv.f_ffree;
+	ffree = tfs_meta_files_free();
+	sv.f_files = files + ffree;
+	sv.f_ffree = ffree;
+	sv.f_favail = ffree;
 	sv.f_namemax = TFS_NAME_MAX;
 	fuse_reply_statfs(req, &sv);
 }

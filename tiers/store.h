@@ -167,10 +167,27 @@ int tier_store_default_gpu(struct tier_store *s);
  * -ENODEV without a device tier. */
 int tier_store_gpu_by_uuid(struct tier_store *s, const uint8_t uuid[16]);
 
-/* For statfs: the sum of the tiers' limits (the tiers a file can live
- * in), and the sum of what they use, as user.tierfs.stats shows them. */
-void tier_store_capacity(struct tier_store *s, uint64_t *total,
-			 uint64_t *used);
+/* What statfs reports, in bytes. */
+struct tier_space {
+	/* What the tiers use, summed as user.tierfs.stats shows them. */
+	uint64_t used;
+	/*
+	 * What the tiers' limits leave, summed: the room of the whole
+	 * mount, for many files and every tier. The disk tier's part is
+	 * also no more than its filesystem has free.
+	 */
+	uint64_t free;
+	/*
+	 * The largest file one writer can still make: a file lives whole in
+	 * one tier, and a new one grows in host memory, then moves to disk
+	 * if host has no room for it. So the larger of what the host limit
+	 * leaves and what the disk tier leaves, the disk's in whole chunks
+	 * of data with what each slot adds; at most @free.
+	 */
+	uint64_t one_file;
+};
+
+void tier_store_space(struct tier_store *s, struct tier_space *out);
 
 /*
  * What changed behind the back of whoever caches a buffer's bytes and

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/statvfs.h>
 
 #include "tiers/store_i.h"
 
@@ -197,19 +198,49 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 	return n;
 }
 
-void tier_store_capacity(struct tier_store *s, uint64_t *total,
-			 uint64_t *used)
+/* What the disk tier's filesystem still lets it write, for statfs. */
+static uint64_t disk_fs_avail(struct tier_store *s)
 {
-	uint64_t tot = 0, use = 0;
+	struct statvfs sv;
 
+	if (!s->disk || fstatvfs(tier_disk_dirfd(s->disk), &sv))
+		return UINT64_MAX;
+	return (uint64_t)sv.f_bavail * sv.f_frsize;
+}
+
+void tier_store_space(struct tier_store *s, struct tier_space *out)
+{
+	uint64_t left[TFS_TIER_COUNT], fs = disk_fs_avail(s), slot, disk;
+
+	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&s->lock);
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
-		tot += s->use[t].limit;
-		use += s->use[t].used;
+		/* A tier may be over its own limit for a moment (a reload
+		 * that lowered it, a buffer in use): nothing is left then. */
+		left[t] = s->use[t].limit > s->use[t].used ?
+				  s->use[t].limit - s->use[t].used :
+				  0;
+		out->used += s->use[t].used;
 	}
 	pthread_mutex_unlock(&s->lock);
-	*total = tot;
-	*used = use;
+	if (left[TFS_TIER_DISK] > fs)
+		left[TFS_TIER_DISK] = fs;
+	for (int t = 0; t < TFS_TIER_COUNT; t++)
+		out->free += left[t];
+	/*
+	 * On disk a chunk takes its slot: the stored bytes and a header,
+	 * rounded up to whole blocks, and an allocation charges that for
+	 * every chunk it touches, the last one too. So only whole chunks.
+	 */
+	disk = 0;
+	if (s->disk) {
+		slot = tier_disk_chunk_bound(s->disk, s->chunk_size, false);
+		disk = left[TFS_TIER_DISK] / slot * s->chunk_size;
+	}
+	out->one_file = left[TFS_TIER_HOST] > disk ? left[TFS_TIER_HOST] :
+						       disk;
+	if (out->one_file > out->free)
+		out->one_file = out->free;
 }
 
 void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st)

@@ -253,27 +253,30 @@ def status():
     return (sum(t[x]["used"] for x in t), sum(t[x]["limit"] for x in t))
 
 def df():
-    out = subprocess.check_output(["df", "-B1", "--output=size,used,avail",
-                                   mnt]).decode().split("\n")[1].split()
-    return tuple(int(x) for x in out)
+    # size, used, free (f_bfree: what all tiers leave) and avail
+    # (f_bavail: the largest file one writer can make), as df takes them
+    out = subprocess.check_output(["stat", "-f", "-c", "%S %b %f %a",
+                                   mnt]).decode().split()
+    bs, blocks, bfree, bavail = (int(x) for x in out)
+    return (blocks * bs, (blocks - bfree) * bs, bfree * bs, bavail * bs)
 
 def check(step, what):
     # The spiller may move a buffer between two samples: take df between
     # two equal status samples.
     for _ in range(50):
         a = status()
-        size, used, avail = df()
+        size, used, free, avail = df()
         if status() == a:
             break
     else:
         raise SystemExit("step %d: usage never settled" % step)
     u, lim = a
-    ok = (used - 4096 < u <= used and size == used + avail and
-          abs(size - max(lim, u)) < 8192 and avail >= 0)
+    ok = (used - 4096 < u <= used and size == used + free and
+          abs(size - max(lim, u)) < 8192 and 0 <= avail <= free)
     if not ok:
-        raise SystemExit("step %d (%s): df size %d used %d avail %d, "
-                         "tierfsctl used %d limit %d" %
-                         (step, what, size, used, avail, u, lim))
+        raise SystemExit("step %d (%s): df size %d used %d free %d "
+                         "avail %d, tierfsctl used %d limit %d" %
+                         (step, what, size, used, free, avail, u, lim))
 
 def data(n):
     k = rng.random()

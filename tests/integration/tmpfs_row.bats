@@ -69,3 +69,90 @@ EOF
 		[ "$(lsattr -d "$d/f" | cut -c1-20 | tr -d -- '-')" = "" ]
 	done
 }
+
+# fill_files DIR: create empty files f0000000, f0000001... in DIR until
+# one fails; print how many were made and the errno name that stopped it.
+fill_files() {
+	"$PY" - "$1" <<'EOF2'
+import errno, os, sys
+n = 0
+while True:
+    try:
+        os.close(os.open(os.path.join(sys.argv[1], "f%07d" % n),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except OSError as e:
+        print(n, errno.errorcode[e.errno])
+        break
+    n += 1
+EOF2
+}
+
+@test "df -i: the free inodes are the files that can still be made, as on tmpfs" {
+	# tmpfs: IFree is exact
+	mkdir "$TFS_TMP/t"
+	mount -t tmpfs -o nr_inodes=300 tfs-row "$TFS_TMP/t"
+	local ifree
+	ifree=$(df --output=iavail "$TFS_TMP/t" | tail -1 | tr -d " ")
+	run fill_files "$TFS_TMP/t"
+	umount "$TFS_TMP/t"
+	echo "tmpfs: IFree $ifree, made $output"
+	[ "$output" = "$ifree ENOSPC" ]
+	# tierfs: inodes cost metadata memory, 1.6 MB of it under host 16M
+	tfs_mount -o device_backend=none,host_limit=16M
+	local files0 made
+	ifree=$(df --output=iavail "$MNT" | tail -1 | tr -d " ")
+	files0=$(df --output=itotal "$MNT" | tail -1 | tr -d " ")
+	run fill_files "$MNT"
+	echo "tierfs: IFree $ifree of $files0, made $output"
+	[ "${output#* }" = ENOSPC ]
+	made=${output% *}
+	[ "$made" -ge $((ifree * 95 / 100)) ]
+	[ "$made" -le $((ifree * 105 / 100)) ]
+	# and once creates fail, next to nothing is left
+	ifree=$(df --output=iavail "$MNT" | tail -1 | tr -d " ")
+	echo "IFree now $ifree"
+	[ "$ifree" -le $((made / 100 + 1)) ]
+	# the total stays about what it was: used plus free
+	[ "$(df --output=itotal "$MNT" | tail -1 | tr -d " ")" -le $((files0 * 105 / 100)) ]
+}
+
+# avail_fits DIR: df's Avail of DIR, then whether fallocate of it less
+# 512 KiB succeeds for one new file; prints "AVAIL ok" or "AVAIL failed".
+avail_fits() {
+	local avail
+	avail=$(df -B1 --output=avail "$1" | tail -1 | tr -d " ")
+	if fallocate -l $((avail - 524288)) "$1/big"; then
+		echo "$avail ok"
+	else
+		echo "$avail failed"
+	fi
+	rm -f "$1/big"
+}
+
+@test "df's Avail is what one file can take: fallocate of it less 512 KiB succeeds, as on tmpfs" {
+	mkdir "$TFS_TMP/t"
+	mount -t tmpfs -o size=8M tfs-row "$TFS_TMP/t"
+	head -c 1M /dev/urandom >"$TFS_TMP/t/a"
+	run avail_fits "$TFS_TMP/t"
+	umount "$TFS_TMP/t"
+	echo "tmpfs: $output"
+	[ "${output#* }" = ok ]
+	local opts free avail
+	# the disk limit binds; then the host limit does
+	for opts in device_limit=8M,host_limit=16M,disk_limit=64M \
+		device_limit=8M,host_limit=32M,disk_limit=8M; do
+		tfs_mount -o "device_backend=sim,$opts"
+		head -c 3M /dev/urandom >"$MNT/a"
+		head -c 3M /dev/urandom >"$MNT/b"
+		setfattr -n user.tierfs.tier -v disk "$MNT/b"
+		free=$(($(stat -f -c '%f * %S' "$MNT")))
+		run avail_fits "$MNT"
+		echo "$opts: free $free, avail and fallocate: $output"
+		[ "${output#* }" = ok ]
+		avail=${output% *}
+		[ "$avail" -le "$free" ]
+		# and the room all tiers leave is the sum, more than one file's
+		[ "$free" -gt "$avail" ]
+		tfs_unmount
+	done
+}
