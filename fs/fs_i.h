@@ -216,6 +216,10 @@ struct tfs_fs {
 	/* Asked for the kernel's writeback cache; set before the session
 	 * starts, and cleared by init() when the kernel cannot. */
 	bool writeback;
+	/* The kernel takes POSIX ACLs (FUSE_POSIX_ACL) and leaves the umask
+	 * to us (FUSE_DONT_MASK): set by init(), before the first request
+	 * that creates anything. */
+	bool posix_acl;
 };
 
 extern struct tfs_fs tfs;
@@ -297,6 +301,9 @@ void tfs_file_link_locked(struct tfs_file *f);
  */
 int tfs_may_write(fuse_req_t req, struct tfs_inode *i);
 void tfs_file_unlink_locked(struct tfs_file *f);
+/* Whether @gid is the primary or a supplementary group of the caller of
+ * @req (unreadable groups: the primary only). Reads /proc: no ns_lock. */
+bool tfs_req_in_group(fuse_req_t req, gid_t gid);
 
 /*
  * inval.c: passes the store's changes on to the kernel's caches from a
@@ -421,6 +428,22 @@ void tfs_releasedir(fuse_req_t req, fuse_ino_t ino,
 		    struct fuse_file_info *fi);
 
 /* xattr.c */
+/*
+ * A new inode of *@mode in @dir, with POSIX ACLs on: its mode and ACLs as
+ * the kernel's posix_acl_create() gives them. With a default ACL on @dir,
+ * *@mode is cut to it (the umask left out) and *@acls gets the xattrs the
+ * new inode takes (its access ACL when the mode cannot say it all, and a
+ * directory's default ACL), charged to the metadata budget; without one,
+ * *@mode loses the bits of @umask. Then tfs_acl_adopt_locked() hands
+ * *@acls to the inode, or tfs_acl_drop() frees them. ns_lock held.
+ * Returns 0, -ENOSPC past the budget or -ENOMEM.
+ */
+int tfs_acl_inherit_locked(const struct tfs_inode *dir, uint32_t *mode,
+			   mode_t umask, struct tfs_xattr **acls);
+void tfs_acl_adopt_locked(struct tfs_inode *i, struct tfs_xattr *acls);
+void tfs_acl_drop(struct tfs_xattr *acls);
+/* chmod of @i to its new mode: its access ACL follows. ns_lock held. */
+void tfs_acl_chmod_locked(struct tfs_inode *i);
 void tfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		  const char *value, size_t size, int flags);
 void tfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,

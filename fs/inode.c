@@ -264,6 +264,11 @@ static bool in_group(fuse_req_t req, gid_t primary, gid_t gid)
 	return found;
 }
 
+bool tfs_req_in_group(fuse_req_t req, gid_t gid)
+{
+	return in_group(req, fuse_req_ctx(req)->gid, gid);
+}
+
 int tfs_may_write(fuse_req_t req, struct tfs_inode *i)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);

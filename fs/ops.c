@@ -313,8 +313,11 @@ static void tfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	}
 	tfs_now(&now);
 	tfs_ns_lock();
-	if (to_set & FUSE_SET_ATTR_MODE)
+	if (to_set & FUSE_SET_ATTR_MODE) {
 		i->mode = (i->mode & S_IFMT) | (attr->st_mode & 07777);
+		/* posix_acl_chmod(), which the kernel leaves to us. */
+		tfs_acl_chmod_locked(i);
+	}
 	if (to_set & FUSE_SET_ATTR_UID)
 		i->uid = attr->st_uid;
 	if (to_set & FUSE_SET_ATTR_GID)
@@ -354,6 +357,8 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	struct tier_buf *buf = NULL;
 	struct tfs_inode *p, *i, *reap = NULL;
+	struct tfs_xattr *acls = NULL;
+	uint32_t m = mode;
 	char *tcopy = NULL;
 	gid_t gid = ctx->gid;
 	size_t len;
@@ -390,15 +395,20 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		goto out_unlock;
 	if (p->mode & S_ISGID) {
 		gid = p->gid;
-		if (S_ISDIR(mode))
-			mode |= S_ISGID;
+		if (S_ISDIR(m))
+			m |= S_ISGID;
 	}
-	rc = tfs_inode_new_locked(mode, ctx->uid, gid, rdev, buf, tcopy, &i);
+	rc = tfs_acl_inherit_locked(p, &m, ctx->umask, &acls);
+	if (rc)
+		goto out_unlock;
+	rc = tfs_inode_new_locked(m, ctx->uid, gid, rdev, buf, tcopy, &i);
 	if (rc)
 		goto out_unlock;
 	buf = NULL;
 	tcopy = NULL;
 	tfs_inherit_flags_locked(i, p);
+	tfs_acl_adopt_locked(i, acls);
+	acls = NULL;
 	rc = tfs_dentry_add_locked(p, name, len, i);
 	if (rc) {
 		tfs_inode_check_locked(i, &reap);
@@ -417,6 +427,7 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	*out = i;
 out_unlock:
 	tfs_ns_unlock();
+	tfs_acl_drop(acls);
 	tfs_reap(reap);
 	if (buf)
 		tier_buf_destroy(buf);
@@ -433,6 +444,8 @@ static int make_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
 			int flags, struct tfs_inode **out, struct stat *st)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	struct tfs_xattr *acls = NULL;
+	uint32_t m = S_IFREG | (mode & 07777);
 	struct tier_buf *buf;
 	struct tfs_inode *p, *i;
 	gid_t gid = ctx->gid;
@@ -453,12 +466,16 @@ static int make_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
 		goto out_unlock;
 	if (p->mode & S_ISGID)
 		gid = p->gid;
-	rc = tfs_inode_new_locked(S_IFREG | (mode & 07777), ctx->uid, gid, 0,
-				  buf, NULL, &i);
+	rc = tfs_acl_inherit_locked(p, &m, ctx->umask, &acls);
+	if (rc)
+		goto out_unlock;
+	rc = tfs_inode_new_locked(m, ctx->uid, gid, 0, buf, NULL, &i);
 	if (rc)
 		goto out_unlock;
 	buf = NULL;
 	tfs_inherit_flags_locked(i, p);
+	tfs_acl_adopt_locked(i, acls);
+	acls = NULL;
 	if (!(flags & O_EXCL))
 		i->flags |= TFS_I_LINKABLE;
 	i->nlookup++;
@@ -466,6 +483,7 @@ static int make_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
 	*out = i;
 out_unlock:
 	tfs_ns_unlock();
+	tfs_acl_drop(acls);
 	if (buf)
 		tier_buf_destroy(buf);
 	return rc;
@@ -1108,6 +1126,19 @@ static void tfs_init(void *userdata, struct fuse_conn_info *conn)
 				  FUSE_CAP_ATOMIC_O_TRUNC;
 
 	conn->want |= want & conn->capable;
+	/*
+	 * POSIX ACLs, as tmpfs has them. The kernel then checks permissions
+	 * against system.posix_acl_* (asking the daemon for them, and caching
+	 * them), and leaves to the daemon what posix_acl_create(),
+	 * posix_acl_update_mode() and posix_acl_chmod() do for a kernel
+	 * filesystem (xattr.c). The umask too: a default ACL replaces it, and
+	 * without FUSE_DONT_MASK the kernel would have applied it already.
+	 */
+	if ((conn->capable & FUSE_CAP_POSIX_ACL) &&
+	    (conn->capable & FUSE_CAP_DONT_MASK)) {
+		conn->want |= FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK;
+		tfs.posix_acl = true;
+	}
 	/*
 	 * Directories take chattr and lsattr, and no other ioctl (see
 	 * tfs_ioctl); the kernel, not tierfs, clears set-id

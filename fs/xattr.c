@@ -19,10 +19,18 @@
  * itself would see the caller's own credentials, not the mounter's that
  * overlayfs borrows.
  *
- * Other namespaces hold nothing here. A get of security.* or system.*
- * answers ENODATA, as for a file without labels or ACLs (the kernel asks
- * for security.capability on every write); sets fail with EOPNOTSUPP,
- * which cp and tar report once or ignore.
+ * POSIX ACLs (system.posix_acl_access and _default) are stored too, when
+ * the kernel takes them (FUSE_POSIX_ACL): it checks permissions against
+ * them and hands the daemon the rest, which acl.c's rules do here. Setting
+ * an access ACL sets the mode's permission bits from it, and one the mode
+ * says all of is not kept; chmod rewrites the access ACL's classes; a new
+ * inode takes its directory's default ACL (tfs_acl_inherit_locked()).
+ * They count against the metadata budget as any stored name.
+ *
+ * Other namespaces hold nothing here. A get of security.* or another
+ * system.* name answers ENODATA, as for a file without labels (the kernel
+ * asks for security.capability on every write); sets fail with
+ * EOPNOTSUPP, which cp and tar report once or ignore.
  *
  * An immutable or append-only inode keeps its stored names (EPERM, as
  * xattr_permission() says), but its tier and pin may still change: they
@@ -37,6 +45,7 @@
 #include <unistd.h>
 #include <sys/xattr.h>
 
+#include "fs/acl.h"
 #include "fs/args.h"
 #include "fs/fs_i.h"
 
@@ -52,7 +61,8 @@ static bool has_prefix(const char *s, const char *prefix)
 static bool is_stored_ns(const char *name)
 {
 	return has_prefix(name, USER_PREFIX) ||
-	       has_prefix(name, TRUSTED_PREFIX);
+	       has_prefix(name, TRUSTED_PREFIX) ||
+	       (tfs.posix_acl && tfs_acl_name(name));
 }
 
 static bool is_quiet_ns(const char *name)
@@ -229,59 +239,245 @@ static int meta_replace(size_t oldc, size_t newc)
 	return 0;
 }
 
+static struct tfs_xattr *xattr_new(const char *name, size_t nlen,
+				   const void *value, size_t size)
+{
+	struct tfs_xattr *x = malloc(sizeof(*x) + nlen + 1 + size);
+
+	if (!x)
+		return NULL;
+	x->next = NULL;
+	x->nlen = (uint8_t)nlen;
+	x->vlen = (uint32_t)size;
+	memcpy(x->data, name, nlen);
+	x->data[nlen] = '\0';
+	memcpy(x->data + nlen + 1, value, size);
+	return x;
+}
+
+/*
+ * Put @x on @i, in place of the value of that name if there is one, as
+ * @flags (XATTR_CREATE, XATTR_REPLACE) allow, charging what it adds.
+ * ns_lock held. On success @x is @i's and the value it replaced is freed.
+ */
+static int xattr_put_locked(struct tfs_inode *i, struct tfs_xattr *x,
+			    int flags)
+{
+	struct tfs_xattr **pp = xattr_find_locked(i, x->data, x->nlen);
+	int rc;
+
+	if (pp && (flags & XATTR_CREATE))
+		return -EEXIST;
+	if (!pp && (flags & XATTR_REPLACE))
+		return -ENODATA;
+	if (i->xattr_bytes - (pp ? (*pp)->nlen + (*pp)->vlen : 0) + x->nlen +
+		    x->vlen > TFS_XATTR_INODE_MAX)
+		return -ENOSPC;
+	rc = meta_replace(pp ? tfs_xattr_cost((*pp)->nlen, (*pp)->vlen) : 0,
+			  tfs_xattr_cost(x->nlen, x->vlen));
+	if (rc)
+		return rc;
+	i->xattr_bytes += x->nlen + x->vlen;
+	if (pp) {
+		struct tfs_xattr *old = *pp;
+
+		i->xattr_bytes -= old->nlen + old->vlen;
+		x->next = old->next;
+		*pp = x;
+		free(old);
+	} else {
+		x->next = i->xattrs;
+		i->xattrs = x;
+	}
+	return 0;
+}
+
+/* Take @name off @i, uncharged; the caller frees what it returns (NULL:
+ * there was none). ns_lock held. */
+static struct tfs_xattr *xattr_take_locked(struct tfs_inode *i,
+					   const char *name)
+{
+	struct tfs_xattr **pp = xattr_find_locked(i, name, strlen(name)), *x;
+
+	if (!pp)
+		return NULL;
+	x = *pp;
+	*pp = x->next;
+	i->xattr_bytes -= x->nlen + x->vlen;
+	tfs_meta_uncharge(tfs_xattr_cost(x->nlen, x->vlen));
+	return x;
+}
+
 static int user_set(struct tfs_inode *i, const char *name, const char *value,
 		    size_t size, int flags)
 {
 	size_t nlen = strlen(name);
-	struct tfs_xattr *x, **pp;
-	int rc = 0;
+	struct tfs_xattr *x;
+	int rc;
 
 	if (nlen > XATTR_NAME_MAX)
 		return -ERANGE;
 	if (size > TFS_XATTR_VALUE_MAX)
 		return -E2BIG;
-	x = malloc(sizeof(*x) + nlen + 1 + size);
+	x = xattr_new(name, nlen, value, size);
 	if (!x)
 		return -ENOMEM;
-	x->nlen = (uint8_t)nlen;
-	x->vlen = (uint32_t)size;
-	memcpy(x->data, name, nlen + 1);
-	memcpy(x->data + nlen + 1, value, size);
-
 	tfs_ns_lock();
-	pp = xattr_find_locked(i, name, nlen);
-	if (tfs_deny_sealed(i))
-		rc = -EPERM;
-	else if (pp && (flags & XATTR_CREATE))
-		rc = -EEXIST;
-	else if (!pp && (flags & XATTR_REPLACE))
-		rc = -ENODATA;
-	else if (i->xattr_bytes - (pp ? (*pp)->nlen + (*pp)->vlen : 0) +
-			 nlen + size > TFS_XATTR_INODE_MAX)
-		rc = -ENOSPC;
-	else
-		rc = meta_replace(pp ? tfs_xattr_cost((*pp)->nlen,
-						      (*pp)->vlen) : 0,
-				  tfs_xattr_cost(nlen, size));
+	rc = tfs_deny_sealed(i);
+	if (!rc)
+		rc = xattr_put_locked(i, x, flags);
 	if (!rc) {
-		i->xattr_bytes += (uint32_t)(nlen + size);
-		if (pp) {
-			struct tfs_xattr *old = *pp;
-
-			i->xattr_bytes -= old->nlen + old->vlen;
-			x->next = old->next;
-			*pp = x;
-			free(old);
-		} else {
-			x->next = i->xattrs;
-			i->xattrs = x;
-		}
 		x = NULL;
 		tfs_touch_locked(i, false);
 	}
 	tfs_ns_unlock();
 	free(x);
 	return rc;
+}
+
+/*
+ * system.posix_acl_access or _default. The kernel parsed, checked and
+ * encoded the value afresh and checked that the caller owns the inode
+ * (vfs_set_acl()); it leaves the mode to the daemon ("userspace is
+ * responsible for updating access permissions", fuse_set_acl()) and
+ * drops its cached attributes after, so stat shows the new mode.
+ */
+static int acl_set(fuse_req_t req, struct tfs_inode *i, const char *name,
+		   const char *value, size_t size, int flags)
+{
+	bool access = !strcmp(name, TFS_ACL_ACCESS), keep = true, kill_sgid;
+	struct tfs_xattr *x = NULL, *old = NULL;
+	uint32_t mode, gid;
+	int rc;
+
+	if (size > TFS_XATTR_VALUE_MAX)
+		return -E2BIG;
+	if (tfs_acl_check(value, size))
+		return -EINVAL;
+	/* As set_posix_acl() says for a default ACL on a file. */
+	if (!access && !S_ISDIR(i->mode))
+		return -EACCES;
+	x = xattr_new(name, strlen(name), value, size);
+	if (!x)
+		return -ENOMEM;
+	tfs_ns_lock();
+	gid = i->gid;
+	tfs_ns_unlock();
+	/* posix_acl_update_mode(): a caller outside the group, without
+	 * CAP_FSETID (root stands for it here), loses the setgid bit. */
+	kill_sgid = fuse_req_ctx(req)->uid != 0 && !tfs_req_in_group(req, gid);
+	tfs_ns_lock();
+	rc = tfs_deny_sealed(i);
+	if (rc)
+		goto out_unlock;
+	mode = i->mode;
+	if (access)
+		keep = tfs_acl_update_mode(value, size, &mode);
+	if (keep)
+		rc = xattr_put_locked(i, x, flags);
+	else
+		old = xattr_take_locked(i, name);
+	if (rc)
+		goto out_unlock;
+	if (keep)
+		x = NULL;
+	if (access) {
+		if (kill_sgid)
+			mode &= ~(uint32_t)S_ISGID;
+		i->mode = mode;
+	}
+	tfs_touch_locked(i, false);
+out_unlock:
+	tfs_ns_unlock();
+	free(x);
+	free(old);
+	return rc;
+}
+
+int tfs_acl_inherit_locked(const struct tfs_inode *dir, uint32_t *mode,
+			   mode_t umask, struct tfs_xattr **acls)
+{
+	struct tfs_xattr **pp, *acc = NULL, *dflt = NULL;
+	size_t cost = 0;
+	int rc;
+
+	*acls = NULL;
+	if (!tfs.posix_acl || S_ISLNK(*mode))
+		return 0;
+	pp = xattr_find_locked((struct tfs_inode *)dir, TFS_ACL_DEFAULT,
+			       strlen(TFS_ACL_DEFAULT));
+	if (!pp) {
+		*mode &= ~(uint32_t)(umask & 0777);
+		return 0;
+	}
+	const char *v = (*pp)->data + (*pp)->nlen + 1;
+	size_t len = (*pp)->vlen;
+
+	acc = xattr_new(TFS_ACL_ACCESS, strlen(TFS_ACL_ACCESS), v, len);
+	if (S_ISDIR(*mode))
+		dflt = xattr_new(TFS_ACL_DEFAULT, strlen(TFS_ACL_DEFAULT), v,
+				 len);
+	if (!acc || (S_ISDIR(*mode) && !dflt)) {
+		rc = -ENOMEM;
+		goto out_free;
+	}
+	if (!tfs_acl_create(acc->data + acc->nlen + 1, len, mode)) {
+		free(acc);
+		acc = NULL;
+	}
+	if (acc)
+		cost += tfs_xattr_cost(acc->nlen, acc->vlen);
+	if (dflt)
+		cost += tfs_xattr_cost(dflt->nlen, dflt->vlen);
+	rc = tfs_meta_charge(cost);
+	if (rc)
+		goto out_free;
+	if (acc) {
+		acc->next = dflt;
+		*acls = acc;
+	} else {
+		*acls = dflt;
+	}
+	return 0;
+out_free:
+	free(acc);
+	free(dflt);
+	return rc;
+}
+
+void tfs_acl_adopt_locked(struct tfs_inode *i, struct tfs_xattr *acls)
+{
+	while (acls) {
+		struct tfs_xattr *x = acls;
+
+		acls = x->next;
+		x->next = i->xattrs;
+		i->xattrs = x;
+		i->xattr_bytes += x->nlen + x->vlen;
+	}
+}
+
+void tfs_acl_drop(struct tfs_xattr *acls)
+{
+	while (acls) {
+		struct tfs_xattr *x = acls;
+
+		acls = x->next;
+		tfs_meta_uncharge(tfs_xattr_cost(x->nlen, x->vlen));
+		free(x);
+	}
+}
+
+void tfs_acl_chmod_locked(struct tfs_inode *i)
+{
+	struct tfs_xattr **pp;
+
+	if (!tfs.posix_acl)
+		return;
+	pp = xattr_find_locked(i, TFS_ACL_ACCESS, strlen(TFS_ACL_ACCESS));
+	if (pp)
+		tfs_acl_chmod((*pp)->data + (*pp)->nlen + 1, (*pp)->vlen,
+			      i->mode);
 }
 
 void tfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
@@ -301,6 +497,8 @@ void tfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		rc = -ENOENT;
 	else if (has_prefix(name, TFS_XATTR_PREFIX))
 		rc = virtual_set(i, name, value, size, fuse_req_ctx(req)->uid);
+	else if (tfs_acl_name(name))
+		rc = acl_set(req, i, name, value, size, flags);
 	else
 		rc = user_set(i, name, value, size, flags);
 	fuse_reply_err(req, rc < 0 ? -rc : 0);
@@ -358,7 +556,7 @@ void tfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 void tfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	struct tfs_xattr **pp, *x = NULL;
+	struct tfs_xattr *x = NULL;
 	struct tfs_inode *i;
 	int err = 0;
 
@@ -377,16 +575,11 @@ void tfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	} else if (tfs_deny_sealed(i)) {
 		err = EPERM;
 	} else {
-		pp = xattr_find_locked(i, name, strlen(name));
-		if (!pp) {
+		x = xattr_take_locked(i, name);
+		if (!x)
 			err = ENODATA;
-		} else {
-			x = *pp;
-			*pp = x->next;
-			i->xattr_bytes -= x->nlen + x->vlen;
-			tfs_meta_uncharge(tfs_xattr_cost(x->nlen, x->vlen));
+		else
 			tfs_touch_locked(i, false);
-		}
 	}
 	tfs_ns_unlock();
 	free(x);

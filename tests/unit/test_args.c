@@ -8,6 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <endian.h>
+#include <sys/stat.h>
+#include <linux/posix_acl.h>
+#include <linux/posix_acl_xattr.h>
+
+#include "fs/acl.h"
 #include "fs/args.h"
 #include "tap.h"
 
@@ -199,8 +205,127 @@ static void test_xattr_values(void)
 	CHECK_EQ(tfs_xattr_parse_pin("", 0, &pin), -EINVAL);
 }
 
+/* An ACL in xattr form from {tag, perm, id} triples; its length. */
+static size_t acl_make(char *buf, const unsigned int (*e)[3], size_t n)
+{
+	uint32_t ver = htole32(POSIX_ACL_XATTR_VERSION);
+
+	memcpy(buf, &ver, 4);
+	for (size_t k = 0; k < n; k++) {
+		struct posix_acl_xattr_entry x = {
+			.e_tag = htole16((uint16_t)e[k][0]),
+			.e_perm = htole16((uint16_t)e[k][1]),
+			.e_id = htole32(e[k][2]),
+		};
+
+		memcpy(buf + 4 + k * sizeof(x), &x, sizeof(x));
+	}
+	return 4 + n * sizeof(struct posix_acl_xattr_entry);
+}
+
+static unsigned int acl_perm(const char *buf, size_t k)
+{
+	struct posix_acl_xattr_entry x;
+
+	memcpy(&x, buf + 4 + k * sizeof(x), sizeof(x));
+	return le16toh(x.e_perm);
+}
+
+#define U ACL_UNDEFINED_ID
+
+/* The kernel's posix_acl_valid(), posix_acl_update_mode(),
+ * posix_acl_create() and posix_acl_chmod() on the xattr bytes. */
+static void test_acl_rules(void)
+{
+	static const unsigned int base[][3] = {
+		{ ACL_USER_OBJ, 6, U }, { ACL_GROUP_OBJ, 4, U },
+		{ ACL_OTHER, 0, U },
+	};
+	static const unsigned int named[][3] = {
+		{ ACL_USER_OBJ, 7, U }, { ACL_USER, 5, 1000 },
+		{ ACL_USER, 7, 1001 },	{ ACL_GROUP_OBJ, 5, U },
+		{ ACL_GROUP, 6, 50 },	{ ACL_MASK, 7, U },
+		{ ACL_OTHER, 0, U },
+	};
+	static const unsigned int unsorted[][3] = {
+		{ ACL_USER_OBJ, 7, U }, { ACL_USER, 5, 1001 },
+		{ ACL_USER, 7, 1000 },	{ ACL_GROUP_OBJ, 5, U },
+		{ ACL_MASK, 7, U },	{ ACL_OTHER, 0, U },
+	};
+	static const unsigned int no_mask[][3] = {
+		{ ACL_USER_OBJ, 7, U }, { ACL_USER, 5, 1000 },
+		{ ACL_GROUP_OBJ, 5, U }, { ACL_OTHER, 0, U },
+	};
+	static const unsigned int bad_perm[][3] = {
+		{ ACL_USER_OBJ, 8, U }, { ACL_GROUP_OBJ, 4, U },
+		{ ACL_OTHER, 0, U },
+	};
+	static const unsigned int no_other[][3] = {
+		{ ACL_USER_OBJ, 6, U }, { ACL_GROUP_OBJ, 4, U },
+	};
+	char a[256];
+	uint32_t mode;
+	size_t n;
+
+	n = acl_make(a, base, 3);
+	CHECK_EQ(tfs_acl_check(a, n), 0);
+	CHECK_EQ(tfs_acl_check(a, n - 1), -EINVAL);
+	CHECK_EQ(tfs_acl_check(a, 3), -EINVAL);
+	a[0] = 1;
+	CHECK_EQ(tfs_acl_check(a, n), -EINVAL);
+	n = acl_make(a, named, 7);
+	CHECK_EQ(tfs_acl_check(a, n), 0);
+	CHECK_EQ(tfs_acl_check(a, acl_make(a, unsorted, 6)), -EINVAL);
+	CHECK_EQ(tfs_acl_check(a, acl_make(a, no_mask, 4)), -EINVAL);
+	CHECK_EQ(tfs_acl_check(a, acl_make(a, bad_perm, 3)), -EINVAL);
+	CHECK_EQ(tfs_acl_check(a, acl_make(a, no_other, 2)), -EINVAL);
+
+	/* The mode says all of a base ACL: not kept, the bits set. */
+	n = acl_make(a, base, 3);
+	mode = S_IFREG | S_ISGID | 0777;
+	CHECK_EQ(tfs_acl_update_mode(a, n, &mode), 0);
+	CHECK_EQ(mode, S_IFREG | S_ISGID | 0640);
+	/* Named entries: kept, the group class is the mask's. */
+	n = acl_make(a, named, 7);
+	mode = S_IFREG | 0600;
+	CHECK_EQ(tfs_acl_update_mode(a, n, &mode), 1);
+	CHECK_EQ(mode, S_IFREG | 0770);
+
+	/* A default ACL on a new file of mode 0644 (umask left out). */
+	mode = S_IFREG | 0644;
+	CHECK_EQ(tfs_acl_create(a, n, &mode), 1);
+	CHECK_EQ(mode, S_IFREG | 0640);
+	CHECK_EQ(acl_perm(a, 0), 6); /* user:: 7 & 6 */
+	CHECK_EQ(acl_perm(a, 1), 5); /* named entries as they were */
+	CHECK_EQ(acl_perm(a, 2), 7);
+	CHECK_EQ(acl_perm(a, 3), 5); /* group:: as it was: the mask rules */
+	CHECK_EQ(acl_perm(a, 5), 4); /* mask:: 7 & 4 */
+	CHECK_EQ(acl_perm(a, 6), 0);
+	/* A base default ACL: the result is the mode alone. */
+	n = acl_make(a, base, 3);
+	mode = S_IFDIR | 0777;
+	CHECK_EQ(tfs_acl_create(a, n, &mode), 0);
+	CHECK_EQ(mode, S_IFDIR | 0640);
+
+	/* chmod: user::, the mask (not group::) and other:: follow. */
+	n = acl_make(a, named, 7);
+	tfs_acl_chmod(a, n, S_IFREG | 0604);
+	CHECK_EQ(acl_perm(a, 0), 6);
+	CHECK_EQ(acl_perm(a, 3), 5);
+	CHECK_EQ(acl_perm(a, 5), 0);
+	CHECK_EQ(acl_perm(a, 6), 4);
+	n = acl_make(a, base, 3);
+	tfs_acl_chmod(a, n, S_IFREG | 0751);
+	CHECK_EQ(acl_perm(a, 0), 7);
+	CHECK_EQ(acl_perm(a, 1), 5);
+	CHECK_EQ(acl_perm(a, 2), 1);
+	CHECK(tfs_acl_name(TFS_ACL_ACCESS) && tfs_acl_name(TFS_ACL_DEFAULT));
+	CHECK(!tfs_acl_name("system.posix_acl_accessx"));
+}
+
 int main(void)
 {
+	TAP_RUN(test_acl_rules);
 	TAP_RUN(test_ioctl_answers);
 	TAP_RUN(test_release_flags);
 	TAP_RUN(test_reclaim_answers);
