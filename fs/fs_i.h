@@ -123,6 +123,9 @@ struct tfs_inode {
 	_Atomic uint32_t fsflags;
 	uint64_t rdev;
 	struct timespec atime, mtime, ctime;
+	/* When it was made (statx's stx_btime); zero when not known: a
+	 * persistent mount does not keep it. */
+	struct timespec btime;
 	union {
 		struct tier_buf *buf; /* S_IFREG, immutable */
 		struct tfs_dir *dir; /* S_IFDIR */
@@ -468,9 +471,10 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	       const void *in_buf, size_t in_bufsz, size_t out_bufsz);
 
 /*
- * tmpfile.c: make @se, mounted, take O_TMPFILE opens (FUSE_TMPFILE) as
- * creates of the name "/", which libfuse 3.14 cannot otherwise pass on.
- * Call before the session loop. Returns 0 or -errno.
+ * tmpfile.c: make @se, mounted, take the requests libfuse 3.14 does not
+ * know: O_TMPFILE opens (FUSE_TMPFILE) as creates of the name "/", and
+ * FUSE_STATX, which it answers itself. Call before the session loop.
+ * Returns 0 or -errno.
  */
 int tfs_tmpfile_attach(struct fuse_session *se);
 

@@ -373,7 +373,7 @@ int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
 	i->gid = gid;
 	i->rdev = rdev;
 	tfs_now(&i->atime);
-	i->mtime = i->ctime = i->atime;
+	i->mtime = i->ctime = i->btime = i->atime;
 	tfs_pj_attr_locked(i);
 	*out = i;
 	return 0;

@@ -13,8 +13,12 @@
 #include <linux/posix_acl.h>
 #include <linux/posix_acl_xattr.h>
 
+#include <sys/sysmacros.h>
+#include <linux/fs.h>
+
 #include "fs/acl.h"
 #include "fs/args.h"
+#include "fs/statx.h"
 #include "tap.h"
 
 static int check(unsigned int cmd, const void *in, size_t in_len,
@@ -323,9 +327,47 @@ static void test_acl_rules(void)
 	CHECK(!tfs_acl_name("system.posix_acl_accessx"));
 }
 
+/* The FUSE_STATX reply: getattr's fields, the birth time, and the chattr
+ * flags as tmpfs reports them. */
+static void test_statx_reply(void)
+{
+	struct stat st = {
+		.st_ino = 42, .st_mode = S_IFREG | 0640, .st_nlink = 2,
+		.st_uid = 7, .st_gid = 8, .st_size = 12345, .st_blocks = 32,
+		.st_blksize = 4096, .st_rdev = makedev(3, 4),
+		.st_atim = { 100, 1 }, .st_mtim = { 200, 2 },
+		.st_ctim = { 300, 3 },
+	};
+	struct timespec born = { 50, 999999999 };
+	struct tfs_fuse_statx sx;
+
+	tfs_statx_fill(&sx, &st, &born, FS_APPEND_FL | FS_NODUMP_FL |
+					   FS_NOATIME_FL);
+	CHECK_EQ(sx.mask, STATX_BASIC_STATS | STATX_BTIME);
+	CHECK_EQ(sx.attributes, STATX_ATTR_APPEND | STATX_ATTR_NODUMP);
+	CHECK_EQ(sx.attributes_mask, STATX_ATTR_IMMUTABLE |
+					     STATX_ATTR_APPEND |
+					     STATX_ATTR_NODUMP);
+	CHECK_EQ(sx.ino, 42);
+	CHECK_EQ(sx.mode, S_IFREG | 0640);
+	CHECK_EQ(sx.nlink, 2);
+	CHECK(sx.uid == 7 && sx.gid == 8);
+	CHECK(sx.size == 12345 && sx.blocks == 32 && sx.blksize == 4096);
+	CHECK(sx.rdev_major == 3 && sx.rdev_minor == 4);
+	CHECK(sx.atime.tv_sec == 100 && sx.atime.tv_nsec == 1);
+	CHECK(sx.mtime.tv_sec == 200 && sx.mtime.tv_nsec == 2);
+	CHECK(sx.ctime.tv_sec == 300 && sx.ctime.tv_nsec == 3);
+	CHECK(sx.btime.tv_sec == 50 && sx.btime.tv_nsec == 999999999);
+	tfs_statx_fill(&sx, &st, NULL, FS_IMMUTABLE_FL);
+	CHECK_EQ(sx.mask, STATX_BASIC_STATS);
+	CHECK_EQ(sx.attributes, STATX_ATTR_IMMUTABLE);
+	CHECK(sx.btime.tv_sec == 0 && sx.btime.tv_nsec == 0);
+}
+
 int main(void)
 {
 	TAP_RUN(test_acl_rules);
+	TAP_RUN(test_statx_reply);
 	TAP_RUN(test_ioctl_answers);
 	TAP_RUN(test_release_flags);
 	TAP_RUN(test_reclaim_answers);
