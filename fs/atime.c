@@ -179,6 +179,29 @@ static const char *mode_name(uint64_t attr)
 	}
 }
 
+/*
+ * Whether mountinfo's mount @id is still ours: the same device (our
+ * superblock's, which no other can have while it lives) and filesystem
+ * type. Mount ids are reused, the lowest free one first: once this mount
+ * is gone from the namespace (unmounted, or only a bind mount of it left,
+ * or only copies in other namespaces, all of which the daemon still
+ * serves), the next mount made anywhere may take its id, and reading
+ * that one's flags as ours made the daemon of a -o noatime mount log
+ * "the mount is now relatime" and update atimes.
+ */
+static int find_ours(int id, const struct tfs_mountinfo *ours,
+		     struct tfs_mountinfo *mi)
+{
+	int rc = tfs_mountinfo_find(NULL, id, mi);
+
+	if (rc)
+		return rc;
+	if (mi->major != ours->major || mi->minor != ours->minor ||
+	    strcmp(mi->fstype, ours->fstype))
+		return -ENOENT;
+	return 0;
+}
+
 static void *watch_main(void *arg)
 {
 	struct mount_attr set = {
@@ -186,35 +209,36 @@ static void *watch_main(void *arg)
 					     MOUNT_ATTR_NODIRATIME),
 		.attr_clr = MOUNT_ATTR__ATIME | MOUNT_ATTR_NODIRATIME,
 	};
-	struct tfs_mountinfo mi;
+	struct tfs_mountinfo ours, mi;
 	struct pollfd pfd[2];
 	uint64_t seen;
 	int id, rc;
 
-	rc = tfs_mountinfo_find(watch_path, 0, &mi);
-	if (rc) {
-		tfs_warn("atime: cannot find '%s' in mountinfo: %s; a remount "
-			 "will not change the atime flags", watch_path,
-			 strerror(-rc));
-		return NULL;
-	}
-	id = mi.id;
-	/* Outside the main thread: should the path walk ever need this
-	 * mount to answer, the session loop is there to do it. */
-	if (mount_setattr(AT_FDCWD, watch_path, 0, &set, sizeof(set)))
-		tfs_info("atime: cannot set the mount's flags to %s: %s",
-			 mode_name(set.attr_set), strerror(errno));
-	if (tfs_mountinfo_find(NULL, id, &mi))
-		return NULL;
-	seen = parse_flags(mi.mnt_opts);
-	adopt_readonly(opts_have(mi.sb_opts, "ro"));
-
+	/* Before the first read: a change after it must wake the loop. */
 	pfd[0].fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
 	if (pfd[0].fd < 0) {
 		tfs_warn("atime: cannot open '/proc/self/mountinfo': %s",
 			 strerror(errno));
 		return NULL;
 	}
+	rc = tfs_mountinfo_find(watch_path, 0, &ours);
+	if (rc) {
+		tfs_warn("atime: cannot find '%s' in mountinfo: %s; a remount "
+			 "will not change the atime flags", watch_path,
+			 strerror(-rc));
+		goto out;
+	}
+	id = ours.id;
+	/* Outside the main thread: should the path walk ever need this
+	 * mount to answer, the session loop is there to do it. */
+	if (mount_setattr(AT_FDCWD, watch_path, 0, &set, sizeof(set)))
+		tfs_info("atime: cannot set the mount's flags to %s: %s",
+			 mode_name(set.attr_set), strerror(errno));
+	if (find_ours(id, &ours, &mi))
+		goto out;
+	seen = parse_flags(mi.mnt_opts);
+	adopt_readonly(opts_have(mi.sb_opts, "ro"));
+
 	pfd[0].events = POLLPRI;
 	pfd[1].fd = watch_stop[0];
 	pfd[1].events = POLLIN;
@@ -230,8 +254,16 @@ static void *watch_main(void *arg)
 			break;
 		if (!(pfd[0].revents & (POLLPRI | POLLERR)))
 			continue;
-		if (tfs_mountinfo_find(NULL, id, &mi))
-			continue; /* unmounted: stop will come */
+		rc = find_ours(id, &ours, &mi);
+		if (rc == -ENOENT) {
+			/* It never comes back: what it said last holds. */
+			tfs_info("atime: '%s' is no longer mounted here; the "
+				 "atime mode stays %s", watch_path,
+				 mode_name(seen));
+			break;
+		}
+		if (rc)
+			continue;
 		adopt_readonly(opts_have(mi.sb_opts, "ro"));
 		if (parse_flags(mi.mnt_opts) == seen)
 			continue;
@@ -240,6 +272,7 @@ static void *watch_main(void *arg)
 		tfs_notice("atime: the mount is now %s%s", mode_name(seen),
 			   seen & MOUNT_ATTR_NODIRATIME ? ",nodiratime" : "");
 	}
+out:
 	close(pfd[0].fd);
 	return NULL;
 }

@@ -14,9 +14,17 @@ setup() {
 	SHM=/dev/shm/tfs-row-$$-$BATS_TEST_NUMBER
 	rm -rf "$SHM"
 	mkdir "$SHM"
+	ROW_MOUNTS=()
+	CHURN_PID=
 }
 
 teardown() {
+	local m
+	[ -z "${CHURN_PID:-}" ] || { kill "$CHURN_PID"; wait "$CHURN_PID"; } 2>/dev/null
+	# mounts a test made besides the tierfs, newest first
+	for m in $(printf '%s\n' "${ROW_MOUNTS[@]}" | tac); do
+		! mountpoint -q "$m" || umount "$m"
+	done
 	rm -rf "${SHM:?}"
 	tfs_unmount
 	tfs_teardown
@@ -336,4 +344,79 @@ EOF2
 	if [ "$(( ${got#* } & 0x70 ))" -ne 0 ]; then
 		[ "$got" = "$want" ]
 	fi
+}
+
+# mount_id PATH: the id mountinfo gives the mount on top at PATH.
+mount_id() {
+	awk -v p="$1" '$5 == p { id = $1 } END { print id }' /proc/self/mountinfo
+}
+
+# exec_keeps_atime DIR: DIR/x, run and read, keeps the atime it was given.
+exec_keeps_atime() {
+	"$1/x" >/dev/null
+	cat "$1/x" >/dev/null
+	[ "$(stat -c %X "$1/x")" -eq 946684800 ]
+}
+
+# make_x DIR: an executable DIR/x whose atime (2000) is older than its
+# mtime, which relatime would update at the next read.
+make_x() {
+	printf '#!/bin/sh\necho hi\n' >"$1/x"
+	chmod +x "$1/x"
+	touch -a -d 2000-01-01T00:00:00Z "$1/x"
+}
+
+@test "noatime holds when the mount's id goes to another mount while the daemon still serves" {
+	tfs_mount -o noatime,device_backend=none,host_limit=16M
+	make_x "$MNT"
+	# A bind mount keeps the filesystem and its daemon; the first mount
+	# goes, and mount ids are reused, the lowest free first.
+	mkdir "$TFS_TMP/b"
+	mount --bind "$MNT" "$TFS_TMP/b"
+	ROW_MOUNTS+=("$TFS_TMP/b")
+	local id k found=
+	id=$(mount_id "$MNT")
+	umount "$MNT"
+	for k in $(seq 1 40); do
+		if awk -v id="$id" '$1 == id { f = 1 } END { exit !f }' \
+			/proc/self/mountinfo; then
+			found=1
+			break
+		fi
+		mkdir "$TFS_TMP/t$k"
+		mount -t tmpfs tfs-row "$TFS_TMP/t$k"
+		ROW_MOUNTS+=("$TFS_TMP/t$k")
+	done
+	[ -n "$found" ] || skip "no mount took id $id within 40 mounts"
+	echo "id $id now: $(awk -v id="$id" '$1 == id' /proc/self/mountinfo)"
+	# the watcher has seen the table change by now
+	sleep 0.5
+	exec_keeps_atime "$TFS_TMP/b"
+	cat "$LOG"
+	run grep "the mount is now" "$LOG"
+	[ "$status" -ne 0 ]
+	umount "$TFS_TMP/b"
+}
+
+@test "-o noatime stays noatime over 50 mounts while other mounts come and go" {
+	mkdir "$TFS_TMP/churn"
+	# other mounts, taking the ids ours leave
+	(while :; do
+		mount -t tmpfs tfs-row "$TFS_TMP/churn" && umount "$TFS_TMP/churn"
+	done) 2>/dev/null &
+	CHURN_PID=$!
+	ROW_MOUNTS+=("$TFS_TMP/churn")
+	local n
+	for n in $(seq 1 50); do
+		tfs_mount -o noatime,device_backend=none,host_limit=16M
+		grep -q " $MNT .*noatime" /proc/self/mountinfo
+		make_x "$MNT"
+		exec_keeps_atime "$MNT"
+		tfs_unmount
+		if grep "the mount is now" "$LOG"; then
+			echo "mount $n:"
+			cat "$LOG"
+			return 1
+		fi
+	done
 }
