@@ -23,9 +23,10 @@ struct tfs_config;
 struct tier_dmem {
 	size_t len; /* bytes usable */
 	/*
-	 * Bytes the allocation takes on the device, at least len: what the
-	 * store charges to the device tier. cuda rounds every allocation to
-	 * 2 MiB (a 2 MiB + 4 KiB buffer takes 4 MiB), sim to a page.
+	 * Bytes the allocation takes on the device: what the store charges
+	 * to the device tier. At least len for a dense one: cuda rounds every
+	 * allocation to 2 MiB (a 2 MiB + 4 KiB buffer takes 4 MiB), sim to a
+	 * page. A sparse one (alloc_sparse) takes the pages populated.
 	 */
 	size_t granted;
 };
@@ -102,6 +103,24 @@ struct tier_dev_ops {
 	 * -ENOMEM when the device is out of memory, -ENODEV once it failed.
 	 */
 	int (*alloc)(struct tier_dev *dev, size_t len, struct tier_dmem **out);
+	/*
+	 * Optional, both or neither: sparse allocations, so that the holes of
+	 * a sparse file cost no device memory. alloc_sparse: @len bytes of
+	 * which no page holds memory yet ((*out)->granted is 0); reading a
+	 * page never populated gives zeroes. populate: make every page (every
+	 * granule) of [@off, @off + @len) hold memory, zeroed; those that did
+	 * already stay as they were; granted grows by what it took. -ENOMEM
+	 * when the device has no room for the rest (what was populated before
+	 * stays, and granted says it), -EINVAL past the allocation. On a
+	 * dense allocation (alloc) populate does nothing. write, writev, zero
+	 * and copy_peer into a page never populated are refused (-EINVAL);
+	 * export needs every page populated. The store populates what a
+	 * buffer's page maps hold before it copies there.
+	 */
+	int (*alloc_sparse)(struct tier_dev *dev, size_t len,
+			    struct tier_dmem **out);
+	int (*populate)(struct tier_dev *dev, struct tier_dmem *m,
+			uint64_t off, size_t len);
 	/*
 	 * Give @m back. May return before the device memory is released:
 	 * cuda hands it to a thread of its own, because cudaFree waits for

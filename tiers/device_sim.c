@@ -34,6 +34,14 @@
  * Each instance is one GPU, device.gpu at init, with a UUID clients can
  * compute (tier_dev_sim_uuid()); exports report it. Copies between two
  * instances are memcpy: peer to peer, always.
+ *
+ * Sparse allocations (alloc_sparse) map the whole range but count against
+ * the capacity only the pages populated, a bitmap per allocation saying
+ * which: anonymous memory takes a page only once written, and a page
+ * never written reads as zero, so holes cost nothing, as they would on a
+ * GPU whose driver maps physical memory where the store populates
+ * (doc/design.md). Copies into a page not populated are refused, which
+ * keeps the store's accounting honest in the tests.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -76,6 +84,9 @@ struct sim_mem {
 	struct tier_dmem base;
 	void *ptr; /* the live bytes: own memory, or the writer's object */
 	size_t maplen;
+	/* A sparse allocation's populated pages, a bit each; NULL: all of
+	 * them, from the start (alloc). */
+	uint64_t *pop;
 	/* While write-exported: the daemon's own range the bytes go back
 	 * to (its pages given back meanwhile), and the export. */
 	void *own;
@@ -253,6 +264,85 @@ out_unaccount:
 	return -ENOMEM;
 }
 
+static size_t page_size(void)
+{
+	return (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static bool pop_bit(const struct sim_mem *m, size_t p)
+{
+	return m->pop[p / 64] >> (p % 64) & 1;
+}
+
+/* Whether every page of [off, off + len) holds memory. */
+static bool populated(const struct sim_mem *m, uint64_t off, size_t len)
+{
+	size_t pg = page_size();
+
+	if (!m->pop || !len)
+		return true;
+	for (size_t p = off / pg; p <= (off + len - 1) / pg; p++)
+		if (!pop_bit(m, p))
+			return false;
+	return true;
+}
+
+static int sim_alloc_sparse(struct tier_dev *dev, size_t len,
+			    struct tier_dmem **out)
+{
+	size_t maplen = page_round(len), pages = maplen / page_size();
+	struct sim_mem *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return -ENOMEM;
+	m->pop = calloc((pages + 63) / 64, sizeof(*m->pop));
+	if (!m->pop)
+		goto out_free;
+	/* Address space only: a page is taken when it is first written. */
+	m->ptr = mmap(NULL, maplen, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m->ptr == MAP_FAILED)
+		goto out_free;
+	m->base.len = len;
+	m->base.granted = 0;
+	m->maplen = maplen;
+	*out = &m->base;
+	return 0;
+
+out_free:
+	free(m->pop);
+	free(m);
+	return -ENOMEM;
+}
+
+static int sim_populate(struct tier_dev *dev, struct tier_dmem *dm,
+			uint64_t off, size_t len)
+{
+	struct sim_dev *d = (struct sim_dev *)dev;
+	struct sim_mem *m = (struct sim_mem *)dm;
+	size_t pg = page_size(), first, last, need = 0;
+
+	if (off > m->maplen || len > m->maplen - off)
+		return -EINVAL;
+	if (!m->pop || !len)
+		return 0;
+	first = off / pg;
+	last = (off + len - 1) / pg;
+	for (size_t p = first; p <= last; p++)
+		need += pop_bit(m, p) ? 0 : pg;
+	pthread_mutex_lock(&d->lock);
+	if (d->used + d->claimed + need > d->capacity) {
+		pthread_mutex_unlock(&d->lock);
+		return -ENOMEM;
+	}
+	d->used += need;
+	pthread_mutex_unlock(&d->lock);
+	for (size_t p = first; p <= last; p++)
+		m->pop[p / 64] |= 1ull << (p % 64);
+	m->base.granted += need;
+	return 0;
+}
+
 static void sim_free(struct tier_dev *dev, struct tier_dmem *dm)
 {
 	struct sim_dev *d = (struct sim_dev *)dev;
@@ -271,8 +361,9 @@ static void sim_free(struct tier_dev *dev, struct tier_dmem *dm)
 	}
 	munmap(m->ptr, m->maplen);
 	pthread_mutex_lock(&d->lock);
-	d->used -= m->maplen;
+	d->used -= m->base.granted;
 	pthread_mutex_unlock(&d->lock);
+	free(m->pop);
 	free(m);
 }
 
@@ -292,7 +383,7 @@ static int sim_write(struct tier_dev *dev, struct tier_dmem *dm,
 {
 	struct sim_mem *m = (struct sim_mem *)dm;
 
-	if (off + len > m->maplen)
+	if (off + len > m->maplen || !populated(m, off, len))
 		return -EINVAL;
 	memcpy((char *)m->ptr + off, src, len);
 	return 0;
@@ -303,7 +394,7 @@ static int sim_zero(struct tier_dev *dev, struct tier_dmem *dm, size_t len,
 {
 	struct sim_mem *m = (struct sim_mem *)dm;
 
-	if (off + len > m->maplen)
+	if (off + len > m->maplen || !populated(m, off, len))
 		return -EINVAL;
 	memset((char *)m->ptr + off, 0, len);
 	return 0;
@@ -392,6 +483,8 @@ static int sim_export(struct tier_dev *dev, struct tier_dmem *dm,
 
 	if (writable && m->writer)
 		return -EBUSY;
+	if (!populated(m, 0, m->maplen))
+		return -EINVAL;
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
@@ -555,7 +648,8 @@ static int sim_copy_peer(struct tier_dev *src, struct tier_dmem *sdm,
 	struct sim_mem *dm = (struct sim_mem *)ddm;
 
 	if (off > sm->base.len || len > sm->base.len - off ||
-	    off > dm->base.len || len > dm->base.len - off)
+	    off > dm->base.len || len > dm->base.len - off ||
+	    !populated(dm, off, len))
 		return -EINVAL;
 	memcpy((char *)dm->ptr + off, (char *)sm->ptr + off, len);
 	return 0;
@@ -567,6 +661,8 @@ const struct tier_dev_ops tier_dev_sim_ops = {
 	.count = sim_count,
 	.destroy = sim_destroy,
 	.alloc = sim_alloc,
+	.alloc_sparse = sim_alloc_sparse,
+	.populate = sim_populate,
 	.free = sim_free,
 	.read = sim_read,
 	.write = sim_write,

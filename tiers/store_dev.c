@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "tiers/store_i.h"
 
@@ -95,6 +96,118 @@ int st_dev_alloc(struct tier_buf *b, unsigned int g, size_t len)
 	return 0;
 }
 
+bool st_dev_sparse(const struct tier_store *s, unsigned int g)
+{
+	const struct tier_dev_ops *ops = s->gpus[g].dev->ops;
+
+	return ops->alloc_sparse && ops->populate;
+}
+
+int st_dev_populate(struct tier_buf *b, uint64_t off, uint64_t len)
+{
+	struct tier_store *s = b->s;
+	struct tier_dev *dev = st_bdev(b);
+	uint64_t g = s->gpus[b->dgi].info.granule ?
+			     s->gpus[b->dgi].info.granule :
+			     1;
+	uint64_t lo = off / g * g, hi = (off + len + g - 1) / g * g;
+	uint64_t cap = (b->dmem->len + g - 1) / g * g, want, before, got;
+	int rc;
+
+	if (!dev->ops->populate || !len)
+		return 0;
+	if (hi > cap)
+		hi = cap;
+	if (lo >= hi)
+		return 0;
+	/* At most the whole range is new: reserve that, keep what it took. */
+	want = hi - lo;
+	before = b->dmem->granted;
+	rc = st_reserve(b, TFS_TIER_DEVICE, want);
+	if (rc)
+		return rc;
+	rc = dev->ops->populate(dev, b->dmem, lo, hi - lo);
+	got = b->dmem->granted - before;
+	if (got <= want) {
+		st_unreserve(b, TFS_TIER_DEVICE, want - got);
+	} else {
+		pthread_mutex_lock(&s->lock);
+		st_charge(s, b, TFS_TIER_DEVICE, (int64_t)(got - want));
+		pthread_mutex_unlock(&s->lock);
+	}
+	return rc == -ENOMEM ? -ENOSPC : rc;
+}
+
+int st_dev_densify(struct tier_buf *b)
+{
+	return b->dmem ? st_dev_populate(b, 0, b->dmem->len) : 0;
+}
+
+int st_dev_alloc_sparse(struct tier_buf *b, unsigned int g, uint64_t len)
+{
+	struct tier_store *s = b->s;
+	struct tier_dev *dev = s->gpus[g].dev;
+	uint64_t off = 0, ro, rl;
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	b->dgi = (uint8_t)g;
+	pthread_mutex_unlock(&s->lock);
+	rc = dev->ops->alloc_sparse(dev, len ? len : 1, &b->dmem);
+	if (rc) {
+		b->dmem = NULL;
+		return rc == -ENOMEM ? -ENOSPC : rc;
+	}
+	while (st_pages_run(b, off, len, &ro, &rl)) {
+		rc = st_dev_populate(b, ro, rl);
+		if (rc) {
+			st_dev_drop(b);
+			return rc;
+		}
+		off = ro + rl;
+	}
+	pthread_mutex_lock(&s->lock);
+	b->generation++;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* How many segments split_runs() may make of @n chunk segments. */
+static size_t runs_max(const struct tier_store *s, unsigned int n)
+{
+	return (size_t)n * (s->chunk_size / TIER_PAGE / 2 + 1);
+}
+
+/*
+ * A sparse device copy takes the bytes of its populated pages only: the
+ * segments of whole chunks in @seg become one per run of allocated pages,
+ * in @out (runs_max() of them). Returns how many.
+ */
+static unsigned int split_runs(struct tier_buf *b,
+			       const struct tier_dev_seg *seg, unsigned int n,
+			       struct tier_dev_seg *out)
+{
+	unsigned int k = 0;
+
+	for (unsigned int j = 0; j < n; j++) {
+		uint64_t end = seg[j].off + seg[j].len, o = seg[j].off, ro, rl;
+
+		/* no host bytes: a chunk without pages */
+		if (!seg[j].host)
+			continue;
+		while (o < end && st_pages_run(b, o, end, &ro, &rl)) {
+			uint64_t re = ro + rl < end ? ro + rl : end;
+
+			out[k++] = (struct tier_dev_seg){
+				(char *)seg[j].host + (ro - seg[j].off),
+				re - ro, ro
+			};
+			o = re;
+		}
+	}
+	return k;
+}
+
 /*
  * Copy chunks [first, first + n) of the host copy to the device as one
  * batch; holes are zeroed. The device copy is one flat allocation a GPU
@@ -103,7 +216,7 @@ int st_dev_alloc(struct tier_buf *b, unsigned int g, size_t len)
  * out. Returns the chunks copied, or -errno.
  */
 static int fill_from_host(struct tier_buf *b, uint64_t first, unsigned int n,
-			  void **scratch)
+			  void **scratch, struct tier_dev_seg *runs)
 {
 	struct tier_store *s = b->s;
 	struct tier_dev_seg seg[DEV_BATCH];
@@ -130,13 +243,17 @@ static int fill_from_host(struct tier_buf *b, uint64_t first, unsigned int n,
 		st_host_read(b, scratch[used], seg[k].len, off);
 		seg[k].host = scratch[used++];
 	}
-	rc = tier_dev_writev(st_bdev(b), b->dmem, seg, k);
+	if (runs)
+		rc = tier_dev_writev(st_bdev(b), b->dmem, runs,
+				     split_runs(b, seg, k, runs));
+	else
+		rc = tier_dev_writev(st_bdev(b), b->dmem, seg, k);
 	return rc ? rc : (int)k;
 }
 
 /* The same from the disk copy, through @scratch chunks (SPILL_BATCH). */
 static int fill_from_disk(struct tier_buf *b, uint64_t first, unsigned int n,
-			  void **scratch)
+			  void **scratch, struct tier_dev_seg *runs)
 {
 	struct tier_store *s = b->s;
 	struct tier_dev_seg seg[SPILL_BATCH];
@@ -153,6 +270,9 @@ static int fill_from_disk(struct tier_buf *b, uint64_t first, unsigned int n,
 		if (rc)
 			return rc;
 	}
+	if (runs)
+		return tier_dev_writev(st_bdev(b), b->dmem, runs,
+				       split_runs(b, seg, n, runs));
 	return tier_dev_writev(st_bdev(b), b->dmem, seg, n);
 }
 
@@ -160,7 +280,9 @@ static int fill_from_disk(struct tier_buf *b, uint64_t first, unsigned int n,
  * Build a device copy from the host or disk copy. The chunks go to the
  * backend in batches that each wait once, rather than a copy and a wait per
  * chunk: at 50 GB/s a 1 MiB chunk is some 20 us of DMA, which the fixed
- * cost of a wait would otherwise eat into.
+ * cost of a wait would otherwise eat into. Where the backend has sparse
+ * allocations the copy is one, its pages populated where the file has
+ * some, and only their bytes copied: holes cost nothing there either.
  */
 int st_dev_fill(struct tier_buf *b, unsigned int g)
 {
@@ -168,15 +290,25 @@ int st_dev_fill(struct tier_buf *b, unsigned int g)
 	void *scratch[SPILL_BATCH] = { NULL };
 	uint64_t n = st_nchunks_for(s, b->size);
 	unsigned int batch = b->has_host ? DEV_BATCH : SPILL_BATCH;
+	struct tier_dev_seg *runs = NULL;
 	int rc;
 
 	if (b->dmem)
 		return 0;
 	if (!st_gpu_usable(s, g))
 		return -ENODEV;
-	rc = st_dev_alloc(b, g, b->size);
-	if (rc)
+	if (st_dev_sparse(s, g)) {
+		runs = malloc(runs_max(s, batch) * sizeof(*runs));
+		if (!runs)
+			return -ENOMEM;
+		rc = st_dev_alloc_sparse(b, g, b->size);
+	} else {
+		rc = st_dev_alloc(b, g, b->size);
+	}
+	if (rc) {
+		free(runs);
 		return rc;
+	}
 	for (unsigned int k = 0; !b->has_host && k < SPILL_BATCH && k < n;
 	     k++) {
 		if (!(scratch[k] = st_chunk_get(s))) {
@@ -188,25 +320,27 @@ int st_dev_fill(struct tier_buf *b, unsigned int g)
 		unsigned int k = n - i < batch ? (unsigned int)(n - i) : batch;
 
 		if (b->has_host) {
-			rc = fill_from_host(b, i, k, scratch);
+			rc = fill_from_host(b, i, k, scratch, runs);
 			if (rc < 0)
 				goto out_drop;
 			i += (unsigned int)rc;
 			continue;
 		}
-		rc = fill_from_disk(b, i, k, scratch);
+		rc = fill_from_disk(b, i, k, scratch, runs);
 		if (rc)
 			goto out_drop;
 		i += k;
 	}
 	for (int k = 0; k < SPILL_BATCH; k++)
 		st_chunk_put(s, scratch[k]);
+	free(runs);
 	st_count_written(s, TFS_TIER_DEVICE, b->size);
 	return 0;
 
 out_drop:
 	for (int k = 0; k < SPILL_BATCH; k++)
 		st_chunk_put(s, scratch[k]);
+	free(runs);
 	st_dev_drop(b);
 	return rc;
 }

@@ -169,24 +169,23 @@ int tier_store_gpu_by_uuid(struct tier_store *s, const uint8_t uuid[16])
  */
 static int bounce(struct tier_store *s, struct tier_dev *src,
 		  struct tier_dmem *from, struct tier_dev *dst,
-		  struct tier_dmem *to, uint64_t len)
+		  struct tier_dmem *to, uint64_t off, uint64_t end)
 {
 	struct tier_dev_seg seg[SPILL_BATCH];
 	void *scratch[SPILL_BATCH] = { NULL };
-	uint64_t off = 0;
 	int rc = 0;
 
-	while (!rc && off < len) {
+	while (!rc && off < end) {
 		unsigned int k = 0;
 
-		for (; k < SPILL_BATCH && off < len; k++) {
+		for (; k < SPILL_BATCH && off < end; k++) {
 			if (!scratch[k] && !(scratch[k] = st_chunk_get(s))) {
 				rc = -ENOMEM;
 				break;
 			}
 			seg[k].host = scratch[k];
 			seg[k].off = off;
-			seg[k].len = len - off < s->chunk_size ? len - off :
+			seg[k].len = end - off < s->chunk_size ? end - off :
 								 s->chunk_size;
 			off += seg[k].len;
 		}
@@ -228,19 +227,29 @@ int st_dev_migrate(struct tier_buf *b, unsigned int g)
 	b->dmem = NULL;
 	b->dgi = (uint8_t)g;
 	pthread_mutex_unlock(&s->lock);
-	rc = st_dev_alloc(b, g, b->size);
+	rc = st_dev_sparse(s, g) ? st_dev_alloc_sparse(b, g, b->size) :
+				   st_dev_alloc(b, g, b->size);
 	if (!rc) {
 		uint64_t len = b->size < old->len ? b->size : old->len;
+		uint64_t off = 0, ro = 0, rl = len;
 		struct tier_dev *ndev = s->gpus[g].dev;
+		bool sparse = st_dev_sparse(s, g);
 
 		/* Device to device where the backend can (cudaMemcpyPeer,
-		 * over NVLink or PCIe), else through host memory. */
-		if (tier_dev_can_peer(odev, ndev))
-			rc = len ? odev->ops->copy_peer(odev, old, ndev,
-							b->dmem, len, 0) :
-				   0;
-		else
-			rc = bounce(s, odev, old, ndev, b->dmem, len);
+		 * over NVLink or PCIe), else through host memory; a sparse
+		 * copy takes the runs of pages the file has. */
+		while (!rc && off < len &&
+		       (!sparse || st_pages_run(b, off, len, &ro, &rl))) {
+			if (ro + rl > len)
+				rl = len - ro;
+			if (tier_dev_can_peer(odev, ndev))
+				rc = odev->ops->copy_peer(odev, old, ndev,
+							  b->dmem, rl, ro);
+			else
+				rc = bounce(s, odev, old, ndev, b->dmem, ro,
+					    ro + rl);
+			off = ro + rl;
+		}
 	}
 	if (rc) {
 		st_dev_drop(b);

@@ -1036,6 +1036,43 @@ int64_t st_seek(struct tier_buf *b, uint64_t off, bool hole)
 	return (int64_t)(p * PG > off ? p * PG : off);
 }
 
+bool st_pages_run(struct tier_buf *b, uint64_t from, uint64_t to,
+		  uint64_t *off, uint64_t *len)
+{
+	struct tier_store *s = b->s;
+	uint64_t p = from / PG, pend = (to + PG - 1) / PG, first;
+
+	/* The first allocated page, a chunk without pages at once. */
+	for (;;) {
+		uint64_t idx = p * PG / s->chunk_size;
+		uint32_t in = (uint32_t)(p % ppc(s));
+		const struct tier_chunk *ck;
+
+		if (p >= pend || idx >= b->nck)
+			return false;
+		ck = &b->ck[idx];
+		if (!ck->npages) {
+			p += ppc(s) - in;
+			continue;
+		}
+		if (ck_alloc(ck, in))
+			break;
+		p++;
+	}
+	first = p;
+	while (p < pend) {
+		uint64_t idx = p * PG / s->chunk_size;
+
+		if (idx >= b->nck ||
+		    !ck_alloc(&b->ck[idx], (uint32_t)(p % ppc(s))))
+			break;
+		p++;
+	}
+	*off = first * PG;
+	*len = (p - first) * PG;
+	return true;
+}
+
 /* Gather the allocated pages of @ck from the dense chunk @src into @dst,
  * @len bytes in all. @dst may be @src. */
 static void gather(const struct tier_store *s, const struct tier_chunk *ck,

@@ -420,6 +420,11 @@ const void *st_chunk_payload(struct tier_buf *b, uint64_t idx, void *scratch,
 			     struct tier_chunk_desc *desc);
 /* Whether chunk @idx has a page allocated. */
 bool st_chunk_used(struct tier_buf *b, uint64_t idx);
+/* b->lock held for reading. The first run of allocated pages (written or
+ * fallocate's) in [@from, @to): its offset and length in *@off, *@len,
+ * whole pages; false when there is none. */
+bool st_pages_run(struct tier_buf *b, uint64_t from, uint64_t to,
+		  uint64_t *off, uint64_t *len);
 /* b->lock held for reading. Point @iov at the host copy's bytes of
  * [off, off+len). Returns the entries used, or -E2BIG when @max is too
  * few. */
@@ -504,6 +509,19 @@ int st_dev_alloc(struct tier_buf *b, unsigned int g, size_t len);
 /* Build a device copy on GPU @g from the host or disk copy; 0 when there
  * is one already (on whichever GPU), -ENODEV without a usable device. */
 int st_dev_fill(struct tier_buf *b, unsigned int g);
+/* A sparse device copy of @len bytes on GPU @g (which must have sparse
+ * allocations), its pages populated where b's page maps have pages
+ * (written or fallocate's), each charged as it is populated. */
+int st_dev_alloc_sparse(struct tier_buf *b, unsigned int g, uint64_t len);
+/* Whether GPU @g's backend has sparse allocations (device.h). */
+bool st_dev_sparse(const struct tier_store *s, unsigned int g);
+/* Populate the granules of [off, off + len) of b's device copy, charging
+ * the device tier what they take (eviction making the room first); a
+ * dense copy needs nothing. 0, -ENOSPC or -errno. */
+int st_dev_populate(struct tier_buf *b, uint64_t off, uint64_t len);
+/* Every granule of b's device copy populated: before a GPU program maps
+ * it whole (an export). Same returns. */
+int st_dev_densify(struct tier_buf *b);
 
 /* store_gpus.c: the device tiers, one per GPU. */
 

@@ -251,6 +251,7 @@ ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
 		       off_t off)
 {
 	struct tier_store *s = b->s;
+	bool in_place;
 	ssize_t rc;
 
 	if (off < 0)
@@ -270,7 +271,18 @@ ssize_t tier_buf_write(struct tier_buf *b, const void *src, size_t len,
 		}
 		st_dev_drop(b);
 	}
-	if (b->dmem && (st_hold_count(b) || (uint64_t)off + len <= b->size)) {
+	in_place = b->dmem && (st_hold_count(b) || (uint64_t)off + len <= b->size);
+	/* A sparse device copy needs the pages first; with no room for them
+	 * the write goes to host, unless a GPU program maps the copy (then
+	 * every page is there already: exports densify). */
+	if (in_place && !st_hold_count(b)) {
+		rc = st_dev_populate(b, (uint64_t)off, len);
+		if (rc == -ENOSPC)
+			in_place = false;
+		else if (rc)
+			goto out;
+	}
+	if (in_place) {
 		/* In place on the device: O(bytes written), and the only
 		 * choice while a GPU program maps the buffer. */
 		if ((uint64_t)off + len > b->dmem->len) {

@@ -306,6 +306,10 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		if (rc)
 			goto out;
 	}
+	/* A GPU program maps the copy whole: every page must be memory. */
+	rc = st_dev_densify(b);
+	if (rc)
+		goto out;
 	l.gi = b->dgi;
 	dev = s->gpus[l.gi].dev;
 	l.holds = writable || !dev->ops->read_snapshots;
@@ -335,6 +339,9 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 			st_host_drop(b);
 		st_disk_drop(b);
 		b->synced = false;
+		/* Where it writes is not known: all of it is data, as after
+		 * a commit (the maps describe no other copy now). */
+		rc = st_pages_all(b);
 	}
 	pthread_mutex_lock(&s->lock);
 	if (!rc) {

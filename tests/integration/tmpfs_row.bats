@@ -420,3 +420,111 @@ make_x() {
 		fi
 	done
 }
+
+# extents FILE: its data extents as SEEK_DATA and SEEK_HOLE give them, one
+# "start end" a line.
+extents() {
+	"$PY" - "$1" <<'EOF2'
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+off = 0
+while True:
+    try:
+        d = os.lseek(fd, off, os.SEEK_DATA)
+    except OSError as e:
+        if e.errno != errno.ENXIO:
+            raise
+        break
+    off = os.lseek(fd, d, os.SEEK_HOLE)
+    print(d, off)
+EOF2
+}
+
+# stored FILE: what the file takes in its tier, asked of the daemon.
+stored() {
+	getfattr --absolute-names --only-values -n user.tierfs.stored_size "$1"
+}
+
+# sparse_ops FILE PART: 50,000 bytes at 1.6 MB, a page at 3 MB (the
+# fourth chunk), 8 KiB fallocate'd at 2 MiB and nothing written there.
+sparse_ops() {
+	dd if="$2" of="$1" bs=50000 seek=1600000 oflag=seek_bytes \
+		conv=notrunc status=none
+	head -c 4096 "$2" | dd of="$1" bs=4096 seek=$((3 << 20)) \
+		oflag=seek_bytes conv=notrunc status=none
+	fallocate -n -o 2M -l 8K "$1"
+}
+
+@test "a sparse file keeps its holes and bytes through every tier, the device included, as on tmpfs" {
+	tfs_mount -o device_backend=sim,device_gpus=0:1,device_limit=8M,host_limit=16M
+	head -c 50000 /dev/urandom >"$TFS_TMP/part"
+	sparse_ops "$SHM/f" "$TFS_TMP/part"
+	sparse_ops "$MNT/f" "$TFS_TMP/part"
+	local want pages t s i dev
+	want=$(extents "$SHM/f")
+	# what tmpfs takes: its pages, the fallocate'd ones too
+	pages=$(($(stat -c %b "$SHM/f") * 512 / 4096))
+	echo "tmpfs: $pages pages, extents: $want"
+	[ "$pages" -eq 16 ]
+	for t in device host disk device disk host device; do
+		setfattr -n user.tierfs.tier -v "$t" "$MNT/f"
+		[ "$(tfs_tier "$MNT/f")" = "$t" ]
+		s=$(stored "$MNT/f")
+		dev=$(tfs_stat device.used)
+		echo "$t: stored $s, device.used $dev"
+		# its pages, not the 3 MB (the disk adds a header per chunk)
+		[ "$s" -ge 50000 ]
+		[ "$s" -le $(((pages + 3) * 4096)) ]
+		if [ "$t" = device ]; then
+			[ "$dev" -eq "$s" ]
+		fi
+		[ "$(extents "$MNT/f")" = "$want" ]
+		cmp "$SHM/f" "$MNT/f"
+	done
+	# from one GPU to another, and back
+	for t in device:1 device:0; do
+		setfattr -n user.tierfs.tier -v "$t" "$MNT/f"
+		[ "$(getfattr --absolute-names --only-values -n user.tierfs.device "$MNT/f")" = "${t#device:}" ]
+		echo "$t: stored $(stored "$MNT/f")"
+		[ "$(stored "$MNT/f")" -eq "$s" ]
+		[ "$(extents "$MNT/f")" = "$want" ]
+		cmp "$SHM/f" "$MNT/f"
+	done
+	# du: st_blocks follows once the daemon's notice of the move lands
+	for i in $(seq 1 100); do
+		[ "$(du -B4096 "$MNT/f" | cut -f1)" -le $((pages + 1)) ] && break
+		sleep 0.05
+	done
+	du -B4096 "$SHM/f" "$MNT/f"
+	[ "$(du -B4096 "$MNT/f" | cut -f1)" -le $((pages + 1)) ]
+	# a write into a hole of the device copy takes its page there
+	printf 'into a hole' | dd of="$SHM/f" bs=1 seek=2600000 conv=notrunc status=none
+	printf 'into a hole' | dd of="$MNT/f" bs=1 seek=2600000 conv=notrunc status=none
+	[ "$(tfs_tier "$MNT/f")" = device ]
+	echo "after a write in a hole: stored $(stored "$MNT/f")"
+	[ "$(stored "$MNT/f")" -eq $((s + 4096)) ]
+	[ "$(tfs_stat device.used)" -eq $((s + 4096)) ]
+	[ "$(extents "$MNT/f")" = "$(extents "$SHM/f")" ]
+	cmp "$SHM/f" "$MNT/f"
+}
+
+@test "a sparse file on the device exports whole: a GPU program maps every page" {
+	local ec
+	ec=$(dirname "$TIERFS_BIN")/../client/lib/export_client
+	[ -x "$ec" ] || skip "no export_client at $ec"
+	tfs_mount -o device_backend=sim,device_limit=8M,host_limit=16M
+	head -c 50000 /dev/urandom >"$TFS_TMP/part"
+	sparse_ops "$SHM/f" "$TFS_TMP/part"
+	sparse_ops "$MNT/f" "$TFS_TMP/part"
+	setfattr -n user.tierfs.tier -v device "$MNT/f"
+	[ "$(stored "$MNT/f")" -le $((17 * 4096)) ]
+	"$ec" cat "$MNT/f" | cmp - "$SHM/f"
+	# the copy is dense from the export on: it costs its size
+	[ "$(stored "$MNT/f")" -ge "$(stat -c %s "$MNT/f")" ]
+	[ "$(extents "$MNT/f")" = "$(extents "$SHM/f")" ]
+	# and sparse again once it comes back to the device
+	setfattr -n user.tierfs.tier -v host "$MNT/f"
+	setfattr -n user.tierfs.tier -v device "$MNT/f"
+	[ "$(stored "$MNT/f")" -le $((17 * 4096)) ]
+	cmp "$SHM/f" "$MNT/f"
+}
