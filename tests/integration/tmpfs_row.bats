@@ -194,8 +194,14 @@ acl_steps() {
 	mkdir d
 	setfacl -d -m "u:$u:rwx,g::r-x,o::-" d
 	(umask 077 && touch d/new && mkdir d/sub && mkdir d/sub/deeper &&
-		mknod d/fifo p)
-	for f in d d/new d/sub d/sub/deeper d/fifo; do
+		mknod d/fifo p && "$PY" -c 'import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("d", os.O_TMPFILE | os.O_WRONLY, 0o640)
+AT_FDCWD, AT_SYMLINK_FOLLOW = -100, 0x400
+if libc.linkat(AT_FDCWD, b"/proc/self/fd/%d" % fd, AT_FDCWD, b"d/tmpf",
+               AT_SYMLINK_FOLLOW):
+    raise OSError(ctypes.get_errno(), "linkat")')
+	for f in d d/new d/sub d/sub/deeper d/fifo d/tmpf; do
 		echo "$f"
 		getfacl -cn "$f"
 		stat -c '%A' "$f"
