@@ -23,7 +23,9 @@ teardown() {
 	[ -z "${CHURN_PID:-}" ] || { kill "$CHURN_PID"; wait "$CHURN_PID"; } 2>/dev/null
 	# mounts a test made besides the tierfs, newest first
 	for m in $(printf '%s\n' "${ROW_MOUNTS[@]}" | tac); do
-		! mountpoint -q "$m" || umount "$m"
+		if mountpoint -q "$m"; then
+			umount "$m"
+		fi
 	done
 	rm -rf "${SHM:?}"
 	tfs_unmount
