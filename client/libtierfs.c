@@ -375,6 +375,60 @@ static void caller_uuid(uint8_t uuid[16])
 	memcpy(uuid, prop.uuid.bytes, 16);
 }
 
+/*
+ * Why cudaIpcOpenMemHandle may have failed, naming only causes this
+ * process checked: the PID namespace (the daemon says which pid it saw
+ * us as), the GPU's compute mode, the handle's origin. Where none of them
+ * is it, the text says what was ruled out; a CUDA runtime older than the
+ * daemon's is mentioned as a difference, not as the cause: the driver,
+ * which both share, makes and opens IPC handles, and nothing documents
+ * the runtime version mattering.
+ */
+static void ipc_hint(cudaError_t e, const struct tfs_ioc_export *ex, int dev,
+		     char *buf, size_t len)
+{
+	int mode = -1, mine = 0;
+	size_t n;
+
+	if (ex->caller_pid && ex->caller_pid != (uint32_t)getpid()) {
+		snprintf(buf, len,
+			 "this process is in another PID namespace than tierfs (it sees this process as pid %u, here it is %d): CUDA IPC needs both in one (containers: --pid=host --ipc=host)",
+			 ex->caller_pid, (int)getpid());
+		return;
+	}
+	if (cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, dev) !=
+	    cudaSuccess)
+		mode = -1;
+	if (mode == cudaComputeModeExclusiveProcess) {
+		snprintf(buf, len,
+			 "GPU %d is in exclusive-process compute mode and tierfs holds it",
+			 dev);
+		return;
+	}
+	(void)cudaGetLastError();
+	if (e == cudaErrorDeviceUninitialized) {
+		snprintf(buf, len,
+			 "the handle was exported by this very process");
+		return;
+	}
+	n = (size_t)snprintf(buf, len, "%s GPU %d is tierfs's (same UUID)%s",
+			     ex->caller_pid ? "same PID namespace as tierfs;" :
+					      "PID namespace not known (tierfs did not say);",
+			     dev,
+			     mode == cudaComputeModeDefault ?
+				     ", in default compute mode" :
+				     "");
+	if (n < len && ex->cuda_runtime &&
+	    cudaRuntimeGetVersion(&mine) == cudaSuccess &&
+	    mine < (int)ex->cuda_runtime)
+		snprintf(buf + n, len - n,
+			 "; this process's CUDA runtime %d.%d is older than tierfs's %d.%d",
+			 mine / 1000, mine % 1000 / 10,
+			 (int)ex->cuda_runtime / 1000,
+			 (int)ex->cuda_runtime % 1000 / 10);
+	(void)cudaGetLastError();
+}
+
 static int map_cuda(struct tfs_map *m, const struct tfs_ioc_export *ex)
 {
 	struct dev_ctx c;
@@ -404,35 +458,10 @@ static int map_cuda(struct tfs_map *m, const struct tfs_ioc_export *ex)
 	e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
 	ctx_leave(&c, dev);
 	if (e != cudaSuccess) {
-		const char *hint = NULL;
-		char old[192];
-		int mine = 0;
+		char hint[512];
 
 		(void)cudaGetLastError();
-		/* Whatever the code, a runtime older than the daemon's that
-		 * made the handle is the likeliest cause: say so first. */
-		if (ex->cuda_runtime &&
-		    cudaRuntimeGetVersion(&mine) == cudaSuccess &&
-		    mine < (int)ex->cuda_runtime) {
-			snprintf(old, sizeof(old),
-				 "this process's CUDA runtime %d.%d is older than tierfs's %d.%d, whose IPC handles it may not open: build with a CUDA toolkit at least as new",
-				 mine / 1000, mine % 1000 / 10,
-				 (int)ex->cuda_runtime / 1000,
-				 (int)ex->cuda_runtime % 1000 / 10);
-			ctx_release(&c);
-			return cuda_fail_hint(e, "cudaIpcOpenMemHandle", old);
-		}
-		switch (e) {
-		case cudaErrorDevicesUnavailable:
-			hint = "the GPU is in exclusive-process compute mode and tierfs holds it";
-			break;
-		case cudaErrorDeviceUninitialized:
-			hint = "the handle was exported by this very process";
-			break;
-		default:
-			hint = "CUDA IPC needs this process and tierfs in one PID namespace (containers: --pid=host --ipc=host), on the same GPU or MIG instance";
-			break;
-		}
+		ipc_hint(e, ex, dev, hint, sizeof(hint));
 		ctx_release(&c);
 		return cuda_fail_hint(e, "cudaIpcOpenMemHandle", hint);
 	}
@@ -462,18 +491,41 @@ static int unmap_cuda(struct tfs_map *m)
 	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaIpcCloseMemHandle");
 }
 
-static int sync_cuda(struct tfs_map *m)
+/*
+ * Wait for the writes to @m before a commit: the whole device (@waited
+ * TFS_COMMIT_WAITED_DEVICE), one stream or one event of the caller's. A
+ * stream or event belongs to its own context, whichever is current; the
+ * map's context is pushed for the legacy default stream (NULL) and the
+ * device-wide wait, which mean its context's.
+ */
+static int sync_cuda(struct tfs_map *m, uint32_t waited, void *what)
 {
 	struct dev_ctx c = { .ctx = m->cuctx, .cudev = m->cudev };
+	const char *call;
 	cudaError_t e;
 	int rc;
 
+	if (waited == TFS_COMMIT_WAITED_EVENT) {
+		e = cudaEventSynchronize((cudaEvent_t)what);
+		return e == cudaSuccess ? 0 : cuda_fail(e, "cudaEventSynchronize");
+	}
+	if (waited == TFS_COMMIT_WAITED_STREAM && what) {
+		e = cudaStreamSynchronize((cudaStream_t)what);
+		return e == cudaSuccess ? 0 :
+					  cuda_fail(e, "cudaStreamSynchronize");
+	}
 	rc = ctx_enter(&c, m->device);
 	if (rc)
 		return rc;
-	e = cudaDeviceSynchronize();
+	if (waited == TFS_COMMIT_WAITED_STREAM) {
+		call = "cudaStreamSynchronize";
+		e = cudaStreamSynchronize(NULL);
+	} else {
+		call = "cudaDeviceSynchronize";
+		e = cudaDeviceSynchronize();
+	}
 	ctx_leave(&c, m->device);
-	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaDeviceSynchronize");
+	return e == cudaSuccess ? 0 : cuda_fail(e, call);
 }
 
 /* The UUID of this thread's current device; creates no context. */
@@ -554,7 +606,7 @@ static int unmap_cuda(struct tfs_map *m)
 	return 0;
 }
 
-static int sync_cuda(struct tfs_map *m)
+static int sync_cuda(struct tfs_map *m, uint32_t waited, void *what)
 {
 	return 0;
 }
@@ -658,7 +710,7 @@ out_release:
 	return rc;
 }
 
-int tfs_map_commit(struct tfs_map *m)
+static int map_commit(struct tfs_map *m, uint32_t waited, void *what)
 {
 	struct tfs_ioc_commit c;
 	int rc;
@@ -673,13 +725,39 @@ int tfs_map_commit(struct tfs_map *m)
 			       "not this one (after fork only the parent may "
 			       "commit)", m->pid);
 	if (m->handle_type == TFS_HANDLE_CUDA_IPC) {
-		rc = sync_cuda(m);
+		rc = sync_cuda(m, waited, what);
 		if (rc)
 			return rc;
+	} else if (m->handle_type == TFS_HANDLE_SHM) {
+		waited = 0; /* host memory: nothing of a GPU's to wait for */
 	}
 	memset(&c, 0, sizeof(c));
 	c.version = TFS_ABI_VERSION;
-	return xioctl(m->fd, TFS_IOC_COMMIT, &c);
+	c.waited = waited;
+	rc = xioctl(m->fd, TFS_IOC_COMMIT, &c);
+	/* A daemon older than the field refuses it: the wait is done. */
+	if (rc == -EINVAL && c.waited) {
+		c.waited = 0;
+		rc = xioctl(m->fd, TFS_IOC_COMMIT, &c);
+	}
+	return rc;
+}
+
+int tfs_map_commit(struct tfs_map *m)
+{
+	return map_commit(m, TFS_COMMIT_WAITED_DEVICE, NULL);
+}
+
+int tfs_map_commit_stream(struct tfs_map *m, void *stream)
+{
+	return map_commit(m, TFS_COMMIT_WAITED_STREAM, stream);
+}
+
+int tfs_map_commit_event(struct tfs_map *m, void *event)
+{
+	if (!event)
+		return -EINVAL;
+	return map_commit(m, TFS_COMMIT_WAITED_EVENT, event);
 }
 
 int tfs_map_close(struct tfs_map *m)

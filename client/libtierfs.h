@@ -90,11 +90,23 @@ int tfs_map_open(const char *path, int flags, struct tfs_map *out);
  * Tell the daemon the buffer was written through this map
  * (TFS_IOC_COMMIT): lower-tier copies are dropped, mtime is bumped and
  * readers of the file see the new bytes. For CUDA, waits for all work on
- * the map's device first (cudaDeviceSynchronize), so kernels and copies
- * writing the buffer must have been queued before. Needs TFS_MAP_WRITE,
- * else -EBADF. -EIO when the device synchronisation fails.
+ * the map's device first (cudaDeviceSynchronize of the map's context), so
+ * kernels and copies writing the buffer must have been queued before; that
+ * stalls every stream of the process on that GPU, and misses writes queued
+ * in another context or from another GPU. Needs TFS_MAP_WRITE, else
+ * -EBADF. -EIO when the device synchronisation fails.
  */
 int tfs_map_commit(struct tfs_map *m);
+
+/*
+ * tfs_map_commit(), waiting only for @stream (a cudaStream_t; NULL is the
+ * legacy default stream of the map's context), or for @event (a
+ * cudaEvent_t recorded after the last write, -EINVAL for NULL): the work
+ * that wrote the buffer, whatever its GPU or context, and nothing else.
+ * With a sim map they wait for nothing, as tfs_map_commit().
+ */
+int tfs_map_commit_stream(struct tfs_map *m, void *stream);
+int tfs_map_commit_event(struct tfs_map *m, void *event);
 
 /*
  * Unmap (cudaIpcCloseMemHandle or munmap), release the lease

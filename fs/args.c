@@ -72,7 +72,8 @@ int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out)
 			return rc;
 		/* caller_uuid is any 16 bytes: ones of no GPU get the
 		 * default GPU, as zero does. */
-		if (a->exp.cuda_runtime ||
+		if (a->exp.cuda_runtime || a->exp.caller_pid ||
+		    a->exp.reserved0 ||
 		    !all_zero(a->exp.reserved, sizeof(a->exp.reserved)))
 			return -EINVAL;
 		if (!req->readable ||
@@ -91,6 +92,9 @@ int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out)
 		rc = check_head(a->commit.version, a->commit.flags, 0);
 		if (rc)
 			return rc;
+		if (a->commit.waited > TFS_COMMIT_WAITED_EVENT ||
+		    a->commit.reserved0)
+			return -EINVAL;
 		return all_zero(a->commit.reserved,
 				sizeof(a->commit.reserved)) ?
 			       0 :

@@ -31,6 +31,7 @@
  * off the GPU as writing a file of that size would.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "fs/args.h"
@@ -82,12 +83,46 @@ static int export_gpu(const uint8_t uuid[16])
 	return gpu >= 0 ? gpu : -1;
 }
 
+/*
+ * The process of the thread @tid: FUSE names the calling thread, and the
+ * export outlives it (a worker thread exports, ends, and its process keeps
+ * mapping). Parked memory waits for this process, not the thread: a
+ * pidfd of a thread that is not its group's leader cannot be had, and the
+ * thread's exit said nothing about the mapping. 0 stays 0 (not visible
+ * from the daemon's PID namespace); a thread gone already keeps its id,
+ * which is the most that can be known.
+ */
+static pid_t thread_group(pid_t tid)
+{
+	char path[48], line[128];
+	pid_t tgid = tid;
+	FILE *f;
+
+	if (tid <= 0)
+		return tid;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	f = fopen(path, "re");
+	if (!f)
+		return tid;
+	while (fgets(line, sizeof(line), f)) {
+		int v;
+
+		if (sscanf(line, "Tgid: %d", &v) == 1) {
+			tgid = v > 0 ? v : tid;
+			break;
+		}
+	}
+	fclose(f);
+	return tgid;
+}
+
 static int ioc_export(fuse_req_t req, struct tfs_file *f,
 		      const struct tfs_ioc_export *a, struct tfs_ioc_export *out)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	bool writable = a->flags & TFS_EXPORT_WRITE;
 	int gpu = export_gpu(a->caller_uuid);
+	pid_t pid = thread_group(ctx->pid);
 	int rc;
 
 	/* A GPU writes anywhere in the buffer: not an append. */
@@ -97,8 +132,11 @@ static int ioc_export(fuse_req_t req, struct tfs_file *f,
 	out->version = TFS_ABI_VERSION;
 	out->flags = a->flags;
 	memcpy(out->caller_uuid, a->caller_uuid, sizeof(out->caller_uuid));
-	rc = tier_buf_export(f->inode->buf, f->owner, ctx->uid, ctx->gid,
-			     ctx->pid, gpu, writable, out);
+	/* The client compares it with its getpid(): another PID namespace
+	 * is then a cause it can name when IPC fails. */
+	out->caller_pid = pid > 0 ? (uint32_t)pid : 0;
+	rc = tier_buf_export(f->inode->buf, f->owner, ctx->uid, ctx->gid, pid,
+			     gpu, writable, out);
 	if (rc < 0)
 		return rc;
 	tfs_ns_lock();

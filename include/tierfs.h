@@ -95,7 +95,16 @@ struct tfs_ioc_export {
 	/* in: the UUID of the caller's current GPU (cudaDeviceProp.uuid),
 	 * or zero for the default GPU; out: as sent */
 	uint8_t caller_uuid[16];
-	uint64_t reserved[2];
+	/*
+	 * out: the caller's process id as the daemon sees it (the thread
+	 * group of the thread that asked), 0 when the daemon cannot see the
+	 * caller or is older than the field; in: 0. A value other than the
+	 * caller's getpid() means the two are in different PID namespaces,
+	 * where CUDA IPC does not work.
+	 */
+	uint32_t caller_pid;
+	uint32_t reserved0;
+	uint64_t reserved[1];
 };
 
 /*
@@ -119,11 +128,24 @@ struct tfs_ioc_release {
  * TFS_IOC_COMMIT: the GPU wrote the buffer. Lower-tier copies are dropped,
  * mtime is bumped and the kernel page cache for the file is invalidated.
  * Needs a write export on this open file.
+ *
+ * The caller must have waited for its writes to finish first: the daemon
+ * cannot wait on a stream of another process (and a daemon thread blocked
+ * on a client's GPU work would be the client's to hang). `waited` says how
+ * it did (libtierfs and tierfs.device set it): the whole device, one stream,
+ * or one event; 0 is an older caller that does not say. A daemon older than
+ * the field refuses a nonzero one (EINVAL): retry with 0.
  */
+#define TFS_COMMIT_WAITED_DEVICE 1u /* cudaDeviceSynchronize */
+#define TFS_COMMIT_WAITED_STREAM 2u /* cudaStreamSynchronize of one stream */
+#define TFS_COMMIT_WAITED_EVENT 3u /* cudaEventSynchronize of one event */
+
 struct tfs_ioc_commit {
 	uint32_t version;
 	uint32_t flags;
-	uint64_t reserved[3];
+	uint32_t waited; /* in: TFS_COMMIT_WAITED_*, or 0 */
+	uint32_t reserved0;
+	uint64_t reserved[2];
 };
 
 /* TFS_IOC_ALLOC: give an empty file `size` bytes of zeroed device memory. */

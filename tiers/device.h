@@ -153,13 +153,15 @@ struct tier_dev_ops {
 	 *    time, and keeps @m (does not free, move or resize it) until its
 	 *    unexport.
 	 *  - A read export must never let its holder change anything the
-	 *    store holds. With read_snapshots set, it is a private snapshot
-	 *    of @m's bytes as they are now, holding m->granted bytes of device
-	 *    memory of its own (the store charges them to the device tier
-	 *    first), independent of @m from the moment export returns: the
-	 *    store may then write, move or free @m, and the holder sees none
-	 *    of it. Without read_snapshots, a read export may map @m, and the
-	 *    store keeps @m for it as for a write export.
+	 *    store holds. With read_snapshots set, it is a snapshot of @m's
+	 *    bytes as they are now, holding m->granted bytes of device memory
+	 *    apart from @m (the store charges them to the device tier first),
+	 *    independent of @m from the moment export returns: the store may
+	 *    then write, move or free @m, and the holder sees none of it. A
+	 *    backend with export_held gives the readers of the same unchanged
+	 *    bytes one snapshot (it sees every write of @m) and accounts for
+	 *    it itself. Without read_snapshots, a read export may map @m, and
+	 *    the store keeps @m for it as for a write export.
 	 *
 	 * The store holds @m's buffer lock for writing and no reply points
 	 * into @m (host_ptr) across export and unexport. Returns 0, -ENOSPC
@@ -194,6 +196,21 @@ struct tier_dev_ops {
 	 */
 	int (*host_register)(struct tier_dev *dev, void *ptr, size_t len);
 	void (*host_unregister)(struct tier_dev *dev, void *ptr, size_t len);
+	/*
+	 * Optional, for memory mapped under a caller's lock (the store's
+	 * pool, in a writer's path): host_register_async returns at once and
+	 * the range is page-locked later on a thread of the backend's (copies
+	 * of it are staged until then; 0, or -errno when nothing was queued,
+	 * the memory staying pageable). With host_populates the backend also
+	 * places the pages (cuda: on the GPU's NUMA node) and faults them in
+	 * itself, so the caller maps the range without populating it.
+	 * host_release unregisters a range (registered either way, or never)
+	 * and munmap()s it, later, on that thread; the range must not be
+	 * used after the call, and is gone before destroy returns.
+	 */
+	int (*host_register_async)(struct tier_dev *dev, void *ptr, size_t len);
+	void (*host_release)(struct tier_dev *dev, void *ptr, size_t len);
+	bool host_populates;
 	/*
 	 * Optional: copy @n segments device -> host (readv) or host -> device
 	 * (writev) as one batch that waits once, instead of a copy and a wait
@@ -232,6 +249,27 @@ struct tier_dev_ops {
 	 */
 	void (*drain)(struct tier_dev *dev);
 	/*
+	 * Optional (cuda), where read exports' memory is the backend's to
+	 * keep: the device bytes that exports hold besides the buffers' own
+	 * copies. That is read snapshots (one per version of a buffer, shared
+	 * by every reader of that version and freed when the last one goes)
+	 * and the blocks of ended leases whose process may still map them
+	 * (kept until it exits: see unexport). @uid: what that user's exports
+	 * hold, a snapshot counted once for each user holding it;
+	 * TIER_DEV_ALL_USERS: all of it, each block once. The store charges
+	 * the total to the device tier and each user's part to the user's
+	 * share; without the slot it charges a snapshot to both for as long
+	 * as its lease lasts, and nothing after. Takes only the backend's
+	 * leaf locks: may be called with store locks held.
+	 */
+	uint64_t (*export_held)(struct tier_dev *dev, uid_t uid);
+	/*
+	 * Optional, with export_held: the device bytes a read export of @m
+	 * would add now: 0 when it would share a snapshot of the same bytes,
+	 * m->granted otherwise. @m's buffer lock held, as for export.
+	 */
+	uint64_t (*export_cost)(struct tier_dev *dev, struct tier_dmem *m);
+	/*
 	 * Several GPUs: one instance of the backend per GPU, each opened by
 	 * init with its own device.gpu. Both slots are optional, take two
 	 * instances of this one backend and may be called from any thread.
@@ -257,6 +295,9 @@ struct tier_dev_ops {
 struct tier_dev {
 	const struct tier_dev_ops *ops;
 };
+
+/* export_held()'s @uid for every user's exports. */
+#define TIER_DEV_ALL_USERS ((uid_t)-1)
 
 /* Batched copies, one read/write/zero per segment where the backend has
  * no batch of its own. */

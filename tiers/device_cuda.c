@@ -219,6 +219,89 @@ static bool park_over(const struct cuda_gone *g)
 	return kill(g->pid, 0) && errno == ESRCH;
 }
 
+/* Queue @g's block for the freer. free_lock held. */
+static void gone_queue_locked(struct cuda_dev *d, struct cuda_gone *g)
+{
+	g->next = NULL;
+	*d->gone_tail = g;
+	d->gone_tail = &g->next;
+}
+
+/* The snapshot called @id, or NULL once it is gone. free_lock held. */
+static struct cuda_snap *snap_find_locked(struct cuda_dev *d, uint64_t id)
+{
+	struct cuda_snap *s;
+
+	for (s = id ? d->snaps : NULL; s; s = s->next)
+		if (s->id == id)
+			return s;
+	return NULL;
+}
+
+/* One more reference to @s, @uid's. 0 or -ENOMEM. free_lock held. */
+static int snap_ref_locked(struct cuda_snap *s, uid_t uid)
+{
+	struct cuda_snap_user *u;
+	unsigned int i;
+
+	for (i = 0; i < s->nusers && s->users[i].uid != uid; i++)
+		;
+	if (i == s->nusers) {
+		u = realloc(s->users, (s->nusers + 1) * sizeof(*u));
+		if (!u)
+			return -ENOMEM;
+		s->users = u;
+		s->users[s->nusers++] = (struct cuda_snap_user){ uid, 0 };
+	}
+	s->users[i].refs++;
+	s->refs++;
+	return 0;
+}
+
+/* Drop one of @uid's references to @s; the last one frees it (on the
+ * freer thread). free_lock held. */
+static void snap_unref_locked(struct cuda_dev *d, struct cuda_snap *s,
+			      uid_t uid)
+{
+	struct cuda_snap **pp;
+
+	for (unsigned int i = 0; i < s->nusers; i++) {
+		if (s->users[i].uid != uid)
+			continue;
+		if (!--s->users[i].refs)
+			s->users[i] = s->users[--s->nusers];
+		break;
+	}
+	if (--s->refs)
+		return;
+	for (pp = &d->snaps; *pp && *pp != s; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = s->next;
+	s->gone->ptr = s->ptr;
+	s->gone->granted = s->granted;
+	s->gone->pid = 0;
+	gone_queue_locked(d, s->gone);
+	free(s->users);
+	free(s);
+}
+
+/* A parked record's process is gone: free its block, or drop its
+ * snapshot reference. free_lock held. */
+static void park_done_locked(struct cuda_dev *d, struct cuda_gone *g)
+{
+	if (g->pidfd >= 0)
+		close(g->pidfd);
+	g->pidfd = -1;
+	d->parked_bytes -= g->granted;
+	if (g->snap) {
+		snap_unref_locked(d, g->snap, g->uid);
+		free(g);
+		return;
+	}
+	gone_queue_locked(d, g);
+}
+
 /* Queue what parked blocks' processes let go. free_lock held. */
 static void unpark(struct cuda_dev *d)
 {
@@ -230,13 +313,7 @@ static void unpark(struct cuda_dev *d)
 			continue;
 		}
 		*pp = g->next;
-		if (g->pidfd >= 0)
-			close(g->pidfd);
-		g->pidfd = -1;
-		d->parked_bytes -= g->granted;
-		g->next = NULL;
-		*d->gone_tail = g;
-		d->gone_tail = &g->next;
+		park_done_locked(d, g);
 	}
 }
 
@@ -254,11 +331,28 @@ static void unpark_all(struct cuda_dev *d)
 		d->parked = g->next;
 		if (g->pidfd >= 0)
 			close(g->pidfd);
-		__atomic_sub_fetch(&d->held, g->granted, __ATOMIC_RELAXED);
+		if (g->snap) {
+			/* The snapshot goes with its other references, or
+			 * is left to the driver with them. */
+			g->snap->refs--;
+		} else {
+			__atomic_sub_fetch(&d->held, g->granted,
+					   __ATOMIC_RELAXED);
+		}
 		free(g);
 		kept++;
 	}
 	d->parked_bytes = 0;
+	/* Snapshots still referenced by parked processes only. */
+	while (d->snaps) {
+		struct cuda_snap *s = d->snaps;
+
+		d->snaps = s->next;
+		__atomic_sub_fetch(&d->held, s->granted, __ATOMIC_RELAXED);
+		free(s->gone);
+		free(s->users);
+		free(s);
+	}
 	if (kept)
 		tfs_notice("cuda: %u exported blocks still open in live processes left to the driver at exit",
 			   kept);
@@ -363,52 +457,88 @@ static void frees_wait(struct cuda_dev *d)
 }
 
 /*
- * Hand @granted bytes at @ptr to the freer: at once, or, when process @pid
- * may still have them open through IPC, once it is gone. 0 for @pid: no
- * such process (or none that can be known). Never fails: without memory
- * for the record, it frees here after all (or, for a parked block, leaks
- * it to the driver, which is safe).
+ * Hand @g to the freer: its block (g->ptr, g->granted) freed at once, or,
+ * when process g->pid may still have it open through IPC, once that process
+ * is gone; a snapshot reference (g->snap) is dropped then. 0 for the pid:
+ * no such process (or none that can be known). @g was allocated with what
+ * it frees, so this never fails and never calls CUDA itself.
  */
-static void free_later(struct cuda_dev *d, void *ptr, size_t granted,
-		       pid_t pid)
+static void free_later(struct cuda_dev *d, struct cuda_gone *g)
 {
-	struct cuda_gone *g;
-
-	if (dev_failed(d)) {
-		/* A failed context took its memory with it. */
-		__atomic_sub_fetch(&d->held, granted, __ATOMIC_RELAXED);
-		return;
-	}
-	g = malloc(sizeof(*g));
-	if (!g) {
-		if (pid > 0)
-			return;
-		cuda_enter(d);
-		if (cudaFree(ptr) != cudaSuccess)
-			(void)cudaGetLastError();
-		__atomic_sub_fetch(&d->held, granted, __ATOMIC_RELAXED);
-		return;
-	}
-	*g = (struct cuda_gone){ .ptr = ptr, .granted = granted, .pid = pid,
-				 .pidfd = -1 };
-	if (pid > 0) {
+	g->pidfd = -1;
+	if (g->pid > 0) {
 		/* Taken now, so that a reused pid cannot keep it forever. */
-		g->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		g->pidfd = (int)syscall(SYS_pidfd_open, g->pid, 0);
 		/* Already gone: nothing maps it any more. */
 		if (g->pidfd < 0 && errno == ESRCH)
 			g->pid = 0;
 	}
 	pthread_mutex_lock(&d->free_lock);
-	if (g->pid > 0) {
+	if (g->snap && g->pid <= 0) {
+		snap_unref_locked(d, g->snap, g->uid);
+		free(g);
+	} else if (g->pid > 0) {
 		g->next = d->parked;
 		d->parked = g;
-		d->parked_bytes += granted;
+		if (!g->snap)
+			d->parked_bytes += g->granted;
+	} else if (dev_failed(d)) {
+		/* A failed context took its memory with it. */
+		__atomic_sub_fetch(&d->held, g->granted, __ATOMIC_RELAXED);
+		free(g);
 	} else {
-		*d->gone_tail = g;
-		d->gone_tail = &g->next;
+		gone_queue_locked(d, g);
 	}
 	pthread_cond_signal(&d->free_wake);
 	pthread_mutex_unlock(&d->free_lock);
+}
+
+/* A record for free_later(): @ptr's @granted bytes, freed at once. */
+static struct cuda_gone *gone_new(void)
+{
+	struct cuda_gone *g = calloc(1, sizeof(*g));
+
+	if (g)
+		g->pidfd = -1;
+	return g;
+}
+
+static void gone_free_now(struct cuda_dev *d, void *ptr, size_t granted,
+			  struct cuda_gone *g)
+{
+	g->ptr = ptr;
+	g->granted = granted;
+	g->pid = 0;
+	g->snap = NULL;
+	free_later(d, g);
+}
+
+/*
+ * export_held: every live snapshot once (or once per user holding it), and
+ * the parked blocks of ended write leases. Parked snapshot references hold
+ * their snapshot, which is counted as a snapshot.
+ */
+static uint64_t cuda_export_held(struct tier_dev *dev, uid_t uid)
+{
+	struct cuda_dev *d = to_cdev(dev);
+	const struct cuda_snap *s;
+	const struct cuda_gone *g;
+	uint64_t n = 0;
+
+	pthread_mutex_lock(&d->free_lock);
+	for (s = d->snaps; s; s = s->next) {
+		bool mine = uid == TIER_DEV_ALL_USERS;
+
+		for (unsigned int i = 0; !mine && i < s->nusers; i++)
+			mine = s->users[i].uid == uid;
+		if (mine)
+			n += s->granted;
+	}
+	for (g = d->parked; g; g = g->next)
+		if (!g->snap && (uid == TIER_DEV_ALL_USERS || g->uid == uid))
+			n += g->granted;
+	pthread_mutex_unlock(&d->free_lock);
+	return n;
 }
 
 /* --- init and destroy ----------------------------------------------------- */
@@ -523,6 +653,8 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 	pthread_mutex_init(&d->free_lock, NULL);
 	pthread_cond_init(&d->free_wake, NULL);
 	pthread_cond_init(&d->free_idle, NULL);
+	pthread_mutex_init(&d->pin_lock, NULL);
+	pthread_cond_init(&d->pin_wake, NULL);
 	d->gone_tail = &d->gone_head;
 
 	e = cudaSetDevice(d->gpu);
@@ -541,6 +673,7 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 		rc = cuda_init_fail(e, "cudaMemGetInfo", err, errlen);
 		goto out_free;
 	}
+	d->numa_node = cuda_numa_node(d->gpu);
 	rc = cuda_slots_create(d, err, errlen);
 	if (rc)
 		goto out_slots;
@@ -551,6 +684,10 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 		goto out_slots;
 	}
 	d->freer_started = true;
+	/* Without it, the pool's slabs are page-locked in its caller's path,
+	 * as before: slower, not wrong. */
+	if (cuda_pinner_start(d))
+		tfs_warn("cuda: cannot start the pinner thread: host memory is page-locked in the writers' path");
 
 	d->info.name = "cuda";
 	/* Model names are short; cut a long one rather than fail. */
@@ -563,8 +700,9 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 		       "uuid size");
 	memcpy(d->info.uuid, prop.uuid.bytes, sizeof(d->info.uuid));
 
-	tfs_info("cuda: gpu %d \"%s\": %zu MiB total, %zu MiB free", d->gpu,
-		 d->info.model, total_b >> 20, free_b >> 20);
+	tfs_info("cuda: gpu %d \"%s\": %zu MiB total, %zu MiB free, numa node %d",
+		 d->gpu, d->info.model, total_b >> 20, free_b >> 20,
+		 d->numa_node);
 	/* A MIG instance's name says so ("... MIG 1g.10gb"). */
 	if (strstr(d->info.model, "MIG "))
 		tfs_notice("cuda: gpu %d is a MIG instance: only GPU programs on this same instance can map files",
@@ -573,8 +711,17 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 	return 0;
 
 out_slots:
+	if (d->freer_started) {
+		pthread_mutex_lock(&d->free_lock);
+		d->free_stop = true;
+		pthread_cond_signal(&d->free_wake);
+		pthread_mutex_unlock(&d->free_lock);
+		pthread_join(d->freer, NULL);
+	}
 	cuda_slots_destroy(d);
 out_free:
+	pthread_cond_destroy(&d->pin_wake);
+	pthread_mutex_destroy(&d->pin_lock);
 	pthread_cond_destroy(&d->free_idle);
 	pthread_cond_destroy(&d->free_wake);
 	pthread_mutex_destroy(&d->free_lock);
@@ -592,7 +739,9 @@ static void cuda_destroy(struct tier_dev *dev)
 
 	if (!d)
 		return;
-	/* Runs what is queued, then stops. */
+	/* Each runs what is queued (the pool's last slabs, the last frees),
+	 * then stops. */
+	cuda_pinner_stop(d);
 	if (d->freer_started) {
 		pthread_mutex_lock(&d->free_lock);
 		d->free_stop = true;
@@ -614,6 +763,8 @@ static void cuda_destroy(struct tier_dev *dev)
 	if (failed > 1)
 		tfs_info("cuda: %lu host ranges could not be page-locked and were staged",
 			 failed);
+	pthread_cond_destroy(&d->pin_wake);
+	pthread_mutex_destroy(&d->pin_lock);
 	pthread_cond_destroy(&d->free_idle);
 	pthread_cond_destroy(&d->free_wake);
 	pthread_mutex_destroy(&d->free_lock);
@@ -646,8 +797,12 @@ static int cuda_alloc(struct tier_dev *dev, size_t len, struct tier_dmem **out)
 	if (dev_failed(d))
 		return -ENODEV;
 	m = calloc(1, sizeof(*m));
-	if (!m)
+	if (m)
+		m->gone = gone_new();
+	if (!m || !m->gone) {
+		free(m);
 		return -ENOMEM;
+	}
 	__atomic_add_fetch(&d->held, granted, __ATOMIC_RELAXED);
 	e = cuda_enter(d);
 	if (e == cudaSuccess)
@@ -660,6 +815,7 @@ static int cuda_alloc(struct tier_dev *dev, size_t len, struct tier_dmem **out)
 	}
 	if (e != cudaSuccess) {
 		__atomic_sub_fetch(&d->held, granted, __ATOMIC_RELAXED);
+		free(m->gone);
 		free(m);
 		/*
 		 * Out of memory is not sticky, but it stays the last error:
@@ -686,7 +842,11 @@ static void cuda_free(struct tier_dev *dev, struct tier_dmem *dm)
 
 	if (!m)
 		return;
-	free_later(d, m->ptr, m->base.granted, m->lent ? m->lent_pid : 0);
+	m->gone->ptr = m->ptr;
+	m->gone->granted = m->base.granted;
+	m->gone->pid = m->lent ? m->lent_pid : 0;
+	m->gone->uid = m->lent_uid;
+	free_later(d, m->gone);
 	free(m);
 }
 
@@ -731,15 +891,22 @@ static int zero_tail(struct cuda_dev *d, struct cuda_dmem *m)
  * for a read export's snapshot or a write export's detach. -ENOSPC when
  * the device has no room, -ENODEV once it failed, -EIO.
  */
-static int block_copy(struct cuda_dev *d, struct cuda_dmem *m, void **out)
+static int block_copy(struct cuda_dev *d, struct cuda_dmem *m, void **out,
+		      struct cuda_gone **gout)
 {
 	size_t granted = m->base.granted, len = m->base.len;
+	struct cuda_gone *g;
 	struct cuda_slot *s;
 	void *p = NULL;
 	cudaError_t e;
 	int rc = 0;
 
 	*out = NULL;
+	*gout = NULL;
+	/* The record that frees the block, before there is a block. */
+	g = gone_new();
+	if (!g)
+		return -ENOMEM;
 	__atomic_add_fetch(&d->held, granted, __ATOMIC_RELAXED);
 	e = cudaMalloc(&p, granted);
 	if (e == cudaErrorMemoryAllocation && frees_pending(d)) {
@@ -749,6 +916,7 @@ static int block_copy(struct cuda_dev *d, struct cuda_dmem *m, void **out)
 	}
 	if (e != cudaSuccess) {
 		__atomic_sub_fetch(&d->held, granted, __ATOMIC_RELAXED);
+		free(g);
 		if (e == cudaErrorMemoryAllocation) {
 			(void)cudaGetLastError();
 			return -ENOSPC;
@@ -776,56 +944,47 @@ static int block_copy(struct cuda_dev *d, struct cuda_dmem *m, void **out)
 	}
 	cuda_slot_put(d, s);
 	if (rc) {
-		free_later(d, p, granted, 0);
+		/* Nothing was exported: nobody maps it. */
+		gone_free_now(d, p, granted, g);
 		return dev_failed(d) ? -ENODEV : rc;
 	}
 	*out = p;
+	*gout = g;
 	return 0;
 }
 
 /*
- * Legacy CUDA IPC has no read-only import and no revocation: whoever opens
- * a handle may write what it maps until it closes it or exits. So a read
- * export maps a private device-to-device snapshot (read_snapshots), whose
- * writes reach nothing the store serves, and a write export maps the
- * allocation itself, which unexport detaches (below). @uid is not checked:
- * CUDA IPC has no owner, and the handle goes only to whoever passed the
- * file's permission checks.
+ * The snapshot of @m's bytes that a read export maps: the one readers of
+ * these same bytes share already, or a new block copied from @m. Buffer
+ * lock held for writing, as for export.
  */
-static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm,
-		       bool writable, uid_t uid, gid_t gid,
-		       struct tfs_ioc_export *out, struct tier_dexp **exp)
+static int snap_get(struct cuda_dev *d, struct cuda_dmem *m, uid_t uid,
+		    struct cuda_snap **out)
 {
-	struct cuda_dev *d = to_cdev(dev);
-	struct cuda_dmem *m = to_cmem(dm);
-	struct cuda_dexp *x;
-	cudaIpcMemHandle_t h;
-	void *p = NULL;
+	struct cuda_snap *sn;
 	cudaError_t e;
 	char why[256];
 	int rc;
 
-	_Static_assert(sizeof(h) == sizeof(out->handle), "IPC handle size");
-	*exp = NULL;
-	if (dev_failed(d))
-		return -ENODEV;
-	x = calloc(1, sizeof(*x));
-	if (!x)
+	*out = NULL;
+	pthread_mutex_lock(&d->free_lock);
+	sn = m->wexp || m->lent ? NULL : snap_find_locked(d, m->snap_id);
+	rc = sn ? snap_ref_locked(sn, uid) : 0;
+	pthread_mutex_unlock(&d->free_lock);
+	if (sn) {
+		*out = rc ? NULL : sn;
+		return rc;
+	}
+	sn = calloc(1, sizeof(*sn));
+	if (!sn)
 		return -ENOMEM;
-	e = cuda_enter(d);
-	if (e != cudaSuccess) {
-		rc = cuda_copy_fail(d, e, "cudaSetDevice", 0, 0);
-		goto out_free;
+	rc = block_copy(d, m, &sn->ptr, &sn->gone);
+	if (rc) {
+		free(sn);
+		return rc;
 	}
-	if (writable) {
-		rc = zero_tail(d, m);
-		p = m->ptr;
-	} else {
-		rc = block_copy(d, m, &p);
-	}
-	if (rc)
-		goto out_free;
-	e = cudaIpcGetMemHandle(&h, p);
+	sn->granted = m->base.granted;
+	e = cudaIpcGetMemHandle(&sn->handle, sn->ptr);
 	if (e != cudaSuccess) {
 		(void)cudaGetLastError();
 		if (cuda_sticky(d, e)) {
@@ -837,17 +996,121 @@ static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm,
 				cuda_describe(e, why, sizeof(why)));
 			rc = cuda_errno(e) == -EOPNOTSUPP ? -EOPNOTSUPP : -EIO;
 		}
-		if (!writable)
-			free_later(d, p, m->base.granted, 0);
+		gone_free_now(d, sn->ptr, sn->granted, sn->gone);
+		free(sn);
+		return rc;
+	}
+	pthread_mutex_lock(&d->free_lock);
+	rc = snap_ref_locked(sn, uid);
+	if (!rc) {
+		sn->id = ++d->snap_seq;
+		sn->next = d->snaps;
+		d->snaps = sn;
+	}
+	pthread_mutex_unlock(&d->free_lock);
+	if (rc) {
+		gone_free_now(d, sn->ptr, sn->granted, sn->gone);
+		free(sn);
+		return rc;
+	}
+	/* Readers to come share it, until @m is written. */
+	if (!m->wexp && !m->lent)
+		m->snap_id = sn->id;
+	*out = sn;
+	return 0;
+}
+
+static uint64_t cuda_export_cost(struct tier_dev *dev, struct tier_dmem *dm)
+{
+	struct cuda_dev *d = to_cdev(dev);
+	struct cuda_dmem *m = to_cmem(dm);
+	bool shared;
+
+	pthread_mutex_lock(&d->free_lock);
+	shared = !m->wexp && !m->lent && snap_find_locked(d, m->snap_id);
+	pthread_mutex_unlock(&d->free_lock);
+	return shared ? 0 : m->base.granted;
+}
+
+/*
+ * Legacy CUDA IPC has no read-only import and no revocation: whoever opens
+ * a handle may write what it maps until it closes it or exits. So a read
+ * export maps a device-to-device snapshot (read_snapshots), whose writes
+ * reach nothing the store serves, and a write export maps the allocation
+ * itself, which unexport detaches (below). Readers of the same unchanged
+ * bytes share one snapshot: N readers of a 20 GB file took N x 20 GB. A
+ * kernel writing through one reader's map changes what the others see,
+ * which is no more than each could do to its own copy: none of it reaches
+ * the file, and the reader gets what it mapped for reading. @uid is not
+ * checked: CUDA IPC has no owner, and the handle goes only to whoever
+ * passed the file's permission checks; it is recorded for export_held.
+ */
+static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm,
+		       bool writable, uid_t uid, gid_t gid,
+		       struct tfs_ioc_export *out, struct tier_dexp **exp)
+{
+	struct cuda_dev *d = to_cdev(dev);
+	struct cuda_dmem *m = to_cmem(dm);
+	struct cuda_dexp *x;
+	cudaIpcMemHandle_t h;
+	cudaError_t e;
+	char why[256];
+	int rc;
+
+	_Static_assert(sizeof(h) == sizeof(out->handle), "IPC handle size");
+	*exp = NULL;
+	if (dev_failed(d))
+		return -ENODEV;
+	x = calloc(1, sizeof(*x));
+	if (x)
+		x->spare = gone_new();
+	if (!x || !x->spare) {
+		free(x);
+		return -ENOMEM;
+	}
+	x->uid = uid;
+	e = cuda_enter(d);
+	if (e != cudaSuccess) {
+		rc = cuda_copy_fail(d, e, "cudaSetDevice", 0, 0);
 		goto out_free;
 	}
-	x->base.writable = writable;
-	x->m = writable ? m : NULL;
-	x->ptr = p;
+	if (!writable) {
+		rc = snap_get(d, m, uid, &x->snap);
+		if (rc)
+			goto out_free;
+		memcpy(&h, &x->snap->handle, sizeof(h));
+		x->granted = x->snap->granted;
+		goto out_ok;
+	}
+	rc = zero_tail(d, m);
+	if (rc)
+		goto out_free;
+	e = cudaIpcGetMemHandle(&h, m->ptr);
+	if (e != cudaSuccess) {
+		(void)cudaGetLastError();
+		if (cuda_sticky(d, e)) {
+			cuda_dev_fail(d, e, "cudaIpcGetMemHandle");
+			rc = -ENODEV;
+		} else {
+			tfs_err("cuda: cudaIpcGetMemHandle of %zu bytes: %s",
+				m->base.len,
+				cuda_describe(e, why, sizeof(why)));
+			rc = cuda_errno(e) == -EOPNOTSUPP ? -EOPNOTSUPP : -EIO;
+		}
+		goto out_free;
+	}
+	/* The holder writes it from now on: no reader shares a snapshot
+	 * of bytes that may be changing. */
+	m->wexp = true;
+	m->snap_id = 0;
+	x->m = m;
+	x->ptr = m->ptr;
 	x->granted = m->base.granted;
+out_ok:
+	x->base.writable = writable;
 	out->handle_type = TFS_HANDLE_CUDA_IPC;
-	/* A client whose runtime is older may not understand the handle:
-	 * libtierfs names the two versions when it fails. */
+	/* Informational: what made the handle (libtierfs reports a client
+	 * runtime older than this alongside an IPC failure). */
 	out->cuda_runtime = CUDART_VERSION;
 	memcpy(out->handle, &h, sizeof(out->handle));
 	/* Every buffer and snapshot is its own 2 MiB-rounded cudaMalloc,
@@ -858,6 +1121,7 @@ static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm,
 	return 0;
 
 out_free:
+	free(x->spare);
 	free(x);
 	return dev_failed(d) ? -ENODEV : rc;
 }
@@ -872,11 +1136,13 @@ out_free:
  *
  * A write export is detached: the buffer moves to a new block holding its
  * bytes, and the old one is what the holder keeps. The old block and a
- * read snapshot are then freed at once when the exporting process said it
- * closed its mapping (TFS_RELEASE_UNMAPPED, as libtierfs does) or is
- * unknown, else once that process is gone. Not knowable: a process that
- * passed the handle on to another one; that one's mapping may outlive the
- * exporter's.
+ * read export's reference to its snapshot are then given up at once when
+ * the exporting process said it closed its mapping (TFS_RELEASE_UNMAPPED,
+ * as libtierfs does) or is unknown, else once that process is gone; the
+ * last reference frees a snapshot. The process is the exporter's thread
+ * group (the store passes it), not the thread that asked: a thread's exit
+ * is no process's. Not knowable: a process that passed the handle on to
+ * another one; that one's mapping may outlive the exporter's.
  */
 static void cuda_unexport(struct tier_dev *dev, struct tier_dexp *exp)
 {
@@ -884,27 +1150,46 @@ static void cuda_unexport(struct tier_dev *dev, struct tier_dexp *exp)
 	struct cuda_dexp *x = (struct cuda_dexp *)exp;
 	pid_t pid = exp->unmapped ? 0 : exp->pid;
 	struct cuda_dmem *m = x->m;
+	struct cuda_gone *g = x->spare;
 	void *p;
 
+	g->uid = x->uid;
+	g->pid = pid;
 	if (!exp->writable) {
-		free_later(d, x->ptr, x->granted, pid);
+		g->snap = x->snap;
+		g->ptr = NULL;
+		g->granted = 0;
+		free_later(d, g);
 		goto out;
 	}
+	m->wexp = false;
 	/*
 	 * Nothing to detach when m moved to another block meanwhile, when
 	 * nobody can still map this one (!pid), or when an earlier holder
 	 * still may (lent: it stays that holder's, and goes when it is gone;
 	 * this holder is not waited for, a limit of one record per block).
 	 */
-	if (m->ptr != x->ptr || dev_failed(d) || !pid || m->lent)
-		goto out;
-	if (cuda_enter(d) == cudaSuccess && !block_copy(d, m, &p)) {
-		m->ptr = p;
-		m->tail_zeroed = true;
-		free_later(d, x->ptr, x->granted, pid);
+	if (m->ptr != x->ptr || dev_failed(d) || !pid || m->lent) {
+		free(g);
 		goto out;
 	}
+	if (cuda_enter(d) == cudaSuccess) {
+		struct cuda_gone *ng;
+
+		if (!block_copy(d, m, &p, &ng)) {
+			/* m->gone frees the new block in its time; the old
+			 * one is the holder's, freed when it is gone. */
+			free(ng);
+			m->ptr = p;
+			m->tail_zeroed = true;
+			g->ptr = x->ptr;
+			g->granted = x->granted;
+			free_later(d, g);
+			goto out;
+		}
+	}
 	(void)cudaGetLastError();
+	free(g);
 	/*
 	 * No room for a new block: the holder's mapping stays the live
 	 * copy until the buffer next moves, and its block is not freed
@@ -912,6 +1197,8 @@ static void cuda_unexport(struct tier_dev *dev, struct tier_dexp *exp)
 	 */
 	m->lent = true;
 	m->lent_pid = pid;
+	m->lent_uid = x->uid;
+	m->snap_id = 0;
 	tfs_warn("cuda: no room to detach a write export of %zu bytes from its buffer: process %d keeps access to it until the buffer moves",
 		 m->base.len, (int)pid);
 out:
@@ -989,8 +1276,13 @@ const struct tier_dev_ops tier_dev_cuda_ops = {
 	.readv = cuda_readv,
 	.writev = cuda_writev,
 	.failed = cuda_failed,
+	.host_register_async = cuda_host_register_async,
+	.host_release = cuda_host_release,
+	.host_populates = true,
 	.meminfo = cuda_meminfo,
 	.drain = cuda_drain,
+	.export_held = cuda_export_held,
+	.export_cost = cuda_export_cost,
 	.can_peer = cuda_can_peer,
 	.copy_peer = cuda_copy_peer,
 };

@@ -17,7 +17,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <time.h>
+#include <unistd.h>
+#include <linux/mempolicy.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 
 #include <cuda_runtime_api.h>
 
@@ -26,19 +31,36 @@
 
 /* --- the slot pool -------------------------------------------------------- */
 
+/* What the copies did (struct cuda_copy_counts); atomic. */
+static unsigned long n_waits, n_direct, n_staged;
+
+void cuda_copy_counts(struct cuda_copy_counts *out)
+{
+	out->waits = __atomic_load_n(&n_waits, __ATOMIC_RELAXED);
+	out->direct = __atomic_load_n(&n_direct, __ATOMIC_RELAXED);
+	out->staged = __atomic_load_n(&n_staged, __ATOMIC_RELAXED);
+}
+
+/* Take a free entry of the mask *@free, waiting for one. pool_lock held. */
+static int pool_take(struct cuda_dev *d, unsigned int *free)
+{
+	int i;
+
+	while (!*free)
+		pthread_cond_wait(&d->pool_cond, &d->pool_lock);
+	i = __builtin_ctz(*free);
+	*free &= ~(1u << i);
+	return i;
+}
+
 struct cuda_slot *cuda_slot_get(struct cuda_dev *d)
 {
-	struct cuda_slot *s;
 	int i;
 
 	pthread_mutex_lock(&d->pool_lock);
-	while (!d->pool_free)
-		pthread_cond_wait(&d->pool_cond, &d->pool_lock);
-	i = __builtin_ctz(d->pool_free);
-	d->pool_free &= ~(1u << i);
-	s = &d->slots[i];
+	i = pool_take(d, &d->pool_free);
 	pthread_mutex_unlock(&d->pool_lock);
-	return s;
+	return &d->slots[i];
 }
 
 /*
@@ -52,7 +74,28 @@ void cuda_slot_put(struct cuda_dev *d, struct cuda_slot *s)
 
 	pthread_mutex_lock(&d->pool_lock);
 	d->pool_free |= 1u << i;
-	pthread_cond_signal(&d->pool_cond);
+	pthread_cond_broadcast(&d->pool_cond);
+	pthread_mutex_unlock(&d->pool_lock);
+}
+
+struct cuda_stage *cuda_stage_get(struct cuda_dev *d)
+{
+	int i;
+
+	pthread_mutex_lock(&d->pool_lock);
+	i = pool_take(d, &d->stage_free);
+	pthread_mutex_unlock(&d->pool_lock);
+	return &d->stages[i];
+}
+
+/* With no copy through it in flight, as a slot. */
+void cuda_stage_put(struct cuda_dev *d, struct cuda_stage *g)
+{
+	unsigned int i = (unsigned int)(g - d->stages);
+
+	pthread_mutex_lock(&d->pool_lock);
+	d->stage_free |= 1u << i;
+	pthread_cond_broadcast(&d->pool_cond);
 	pthread_mutex_unlock(&d->pool_lock);
 }
 
@@ -92,6 +135,7 @@ cudaError_t cuda_event_wait(cudaEvent_t ev)
 	uint64_t until = 0;
 	cudaError_t e;
 
+	__atomic_add_fetch(&n_waits, 1, __ATOMIC_RELAXED);
 	for (;;) {
 		e = cudaEventQuery(ev);
 		if (e != cudaErrorNotReady)
@@ -228,6 +272,23 @@ size_t cuda_regs_drop(struct cuda_dev *d)
 
 /* --- the slots' streams, events and staging ------------------------------- */
 
+/*
+ * Staging buffers are cudaHostAlloc'd, which allocates and locks their pages
+ * at once, in this thread: on the GPU's node when this thread's memory
+ * policy prefers it for the call. Set for the calls and put back.
+ */
+static void stage_policy(int node, bool set)
+{
+	unsigned long mask = node >= 0 && node < 64 ? 1ul << node : 0;
+
+	if (!mask)
+		return;
+	if (set ? syscall(SYS_set_mempolicy, MPOL_PREFERRED, &mask,
+			  sizeof(mask) * 8) :
+		  syscall(SYS_set_mempolicy, MPOL_DEFAULT, NULL, 0))
+		tfs_debug("cuda: set_mempolicy for node %d: %s", node,
+			  strerror(errno));
+}
 
 void cuda_slots_destroy(struct cuda_dev *d)
 {
@@ -236,18 +297,24 @@ void cuda_slots_destroy(struct cuda_dev *d)
 	for (i = 0; i < CUDA_SLOTS; i++) {
 		struct cuda_slot *s = &d->slots[i];
 
-		if (s->stream && !dev_failed(d))
+		/* Idle streams, every slot back: nothing to wait for. */
+		if (s->stream && !dev_failed(d) &&
+		    cudaStreamQuery(s->stream) == cudaErrorNotReady)
 			cudaStreamSynchronize(s->stream);
-		for (j = 0; j < 2; j++) {
-			if (s->done[j])
-				cudaEventDestroy(s->done[j]);
-			if (s->stage[j])
-				cudaFreeHost(s->stage[j]);
-		}
 		if (s->fin)
 			cudaEventDestroy(s->fin);
 		if (s->stream)
 			cudaStreamDestroy(s->stream);
+	}
+	for (i = 0; i < CUDA_STAGES; i++) {
+		struct cuda_stage *g = &d->stages[i];
+
+		for (j = 0; j < 2; j++) {
+			if (g->done[j])
+				cudaEventDestroy(g->done[j]);
+			if (g->buf[j])
+				cudaFreeHost(g->buf[j]);
+		}
 	}
 	(void)cudaGetLastError();
 }
@@ -271,38 +338,140 @@ int cuda_slots_create(struct cuda_dev *d, char *err, size_t errlen)
 		if (e != cudaSuccess)
 			return cuda_init_fail(e, "cudaEventCreateWithFlags",
 					      err, errlen);
-		for (j = 0; j < 2; j++) {
-			e = cudaHostAlloc(&s->stage[j], CUDA_CHUNK,
+	}
+	stage_policy(d->numa_node, true);
+	for (i = 0, e = cudaSuccess; i < CUDA_STAGES && !e; i++)
+		for (j = 0; j < 2 && !e; j++)
+			e = cudaHostAlloc(&d->stages[i].buf[j], CUDA_CHUNK,
 					  cudaHostAllocDefault);
-			if (e != cudaSuccess)
-				return cuda_init_fail(e, "cudaHostAlloc", err,
-						      errlen);
-			e = cudaEventCreateWithFlags(&s->done[j], evflags);
+	stage_policy(d->numa_node, false);
+	if (e != cudaSuccess)
+		return cuda_init_fail(e, "cudaHostAlloc", err, errlen);
+	for (i = 0; i < CUDA_STAGES; i++) {
+		struct cuda_stage *g = &d->stages[i];
+
+		for (j = 0; j < 2; j++) {
+			e = cudaEventCreateWithFlags(&g->done[j], evflags);
 			if (e != cudaSuccess)
 				return cuda_init_fail(e,
 						      "cudaEventCreateWithFlags",
 						      err, errlen);
 		}
 	}
-	d->pool_free = (1u << CUDA_SLOTS) - 1;
+	_Static_assert(CUDA_SLOTS <= 32 && CUDA_STAGES <= 32, "pool masks");
+	d->pool_free = CUDA_SLOTS == 32 ? ~0u : (1u << CUDA_SLOTS) - 1;
+	d->stage_free = (1u << CUDA_STAGES) - 1;
 	return 0;
 }
 
-/*
- * Page-lock host memory. Every range would fail for the same reason (the
- * system refusing to lock more memory, a driver without support), so only
- * the first failure is logged; destroy counts the rest. The store carries
- * on with the memory pageable, and copies of it are staged.
- */
-int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
+/* --- placing and page-locking host memory --------------------------------- */
+
+int cuda_numa_node(int gpu)
 {
-	struct cuda_dev *d = to_cdev(dev);
+	const char *v = getenv("TFS_CUDA_NUMA_NODE");
+	char bus[32], path[96];
+	int node = -1;
+	FILE *f;
+
+	if (v && *v)
+		return atoi(v);
+	if (cudaDeviceGetPCIBusId(bus, sizeof(bus), gpu) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return -1;
+	}
+	/* The runtime spells it "0000:1B:00.0"; sysfs in lower case. */
+	for (char *c = bus; *c; c++)
+		if (*c >= 'A' && *c <= 'F')
+			*c = (char)(*c - 'A' + 'a');
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", bus);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%d", &node) != 1)
+		node = -1;
+	fclose(f);
+	return node;
+}
+
+struct touch {
+	volatile char *p;
+	size_t len;
+};
+
+/*
+ * Fault a range in for writing, keeping its bytes: the store may already
+ * write into the first chunk of a slab while the pinner touches the rest.
+ * An atomic add of 0 where the kernel has no MADV_POPULATE_WRITE (before
+ * 5.14, or a sandbox) faults the page as a write and changes nothing.
+ */
+static void *touch_main(void *arg)
+{
+	struct touch *t = arg;
+
+#ifdef MADV_POPULATE_WRITE
+	if (!madvise((void *)t->p, t->len, MADV_POPULATE_WRITE))
+		return NULL;
+#endif
+	for (size_t at = 0; at < t->len; at += 4096)
+		__atomic_fetch_add((char *)t->p + at, 0, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+/* Ranges below this are touched by the caller alone: a thread costs more. */
+#define TOUCH_PER_THREAD ((size_t)16 << 20)
+#define TOUCH_THREADS 8
+
+void cuda_host_place(void *p, size_t len, int node)
+{
+	pthread_t t[TOUCH_THREADS];
+	struct touch w[TOUCH_THREADS];
+	unsigned int n = (unsigned int)(len / TOUCH_PER_THREAD), started = 0;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (node >= 0 && node < 64 && !((uintptr_t)p & 4095)) {
+		unsigned long mask = 1ul << node;
+
+		/* Preferred, not bound: a full node spills to the next one
+		 * rather than failing the fault. Pages already there stay. */
+		if (syscall(SYS_mbind, p, len, MPOL_PREFERRED, &mask,
+			    sizeof(mask) * 8, 0))
+			tfs_debug("cuda: mbind of %zu bytes to node %d: %s",
+				  len, node, strerror(errno));
+	}
+	if (n > TOUCH_THREADS)
+		n = TOUCH_THREADS;
+	if (cpus > 0 && n > (unsigned int)cpus)
+		n = (unsigned int)cpus;
+	if (n < 2) {
+		struct touch one = { p, len };
+
+		touch_main(&one);
+		return;
+	}
+	/* Whole pages to each; the last takes the rest. */
+	size_t per = (len / n) & ~(size_t)4095;
+
+	for (unsigned int i = 0; i < n; i++) {
+		w[i].p = (volatile char *)p + i * per;
+		w[i].len = i == n - 1 ? len - i * per : per;
+		if (i && !pthread_create(&t[started], NULL, touch_main, &w[i]))
+			started++;
+		else if (i)
+			touch_main(&w[i]);
+	}
+	touch_main(&w[0]);
+	for (unsigned int i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+}
+
+/* Page-lock [ptr, ptr + len) for every GPU's context and enter it in the
+ * table: 0, or -errno with the first failure logged. */
+static int host_lock(struct cuda_dev *d, void *ptr, size_t len)
+{
 	cudaError_t e;
 	char why[256];
 	int rc;
 
-	if (!ptr || !len)
-		return -EINVAL;
 	if (dev_failed(d))
 		return -ENODEV;
 	/* Portable: page-locked for every GPU's context, not only d's. */
@@ -330,14 +499,166 @@ int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
 }
 
 /*
+ * Page-lock host memory. Every range would fail for the same reason (the
+ * system refusing to lock more memory, a driver without support), so only
+ * the first failure is logged; destroy counts the rest. The store carries
+ * on with the memory pageable, and copies of it are staged. The pages are
+ * placed on the GPU's node and faulted in first (cuda_host_place).
+ */
+int cuda_host_register(struct tier_dev *dev, void *ptr, size_t len)
+{
+	struct cuda_dev *d = to_cdev(dev);
+
+	if (!ptr || !len)
+		return -EINVAL;
+	if (dev_failed(d))
+		return -ENODEV;
+	cuda_host_place(ptr, len, d->numa_node);
+	return host_lock(d, ptr, len);
+}
+
+/* --- the pinner thread ---------------------------------------------------- */
+
+static void host_unlock(struct cuda_dev *d, void *ptr);
+
+/*
+ * Page-locking a 64 MiB slab, and unlocking it, takes milliseconds (every
+ * page faulted in, mapped for the device, and back), and the store maps
+ * and unmaps its pool's slabs in a writer's path, under the buffer's lock.
+ * host_register_async and host_release queue that work here instead. The
+ * NUMA policy is set at once, before anyone touches the range, so that the
+ * writer's own first pages land on the GPU's node too.
+ */
+static void *pinner_main(void *arg)
+{
+	struct cuda_dev *d = arg;
+	struct cuda_pin_job *j;
+
+	pthread_mutex_lock(&d->pin_lock);
+	for (;;) {
+		while (!d->pin_head && !d->pin_stop)
+			pthread_cond_wait(&d->pin_wake, &d->pin_lock);
+		j = d->pin_head;
+		if (!j)
+			break;
+		d->pin_head = j->next;
+		if (!d->pin_head)
+			d->pin_tail = &d->pin_head;
+		d->pin_busy = j->ptr;
+		pthread_mutex_unlock(&d->pin_lock);
+
+		if (j->release) {
+			host_unlock(d, j->ptr);
+			munmap(j->ptr, j->len);
+		} else {
+			cuda_host_place(j->ptr, j->len, -1);
+			host_lock(d, j->ptr, j->len);
+		}
+		free(j);
+
+		pthread_mutex_lock(&d->pin_lock);
+		d->pin_busy = NULL;
+		pthread_cond_broadcast(&d->pin_wake);
+	}
+	pthread_mutex_unlock(&d->pin_lock);
+	return NULL;
+}
+
+int cuda_pinner_start(struct cuda_dev *d)
+{
+	int rc;
+
+	d->pin_tail = &d->pin_head;
+	rc = -pthread_create(&d->pinner, NULL, pinner_main, d);
+	d->pinner_started = !rc;
+	return rc;
+}
+
+void cuda_pinner_stop(struct cuda_dev *d)
+{
+	if (!d->pinner_started)
+		return;
+	pthread_mutex_lock(&d->pin_lock);
+	d->pin_stop = true;
+	pthread_cond_broadcast(&d->pin_wake);
+	pthread_mutex_unlock(&d->pin_lock);
+	pthread_join(d->pinner, NULL);
+	d->pinner_started = false;
+}
+
+void cuda_pins_wait(struct cuda_dev *d)
+{
+	pthread_mutex_lock(&d->pin_lock);
+	while (d->pin_head || d->pin_busy)
+		pthread_cond_wait(&d->pin_wake, &d->pin_lock);
+	pthread_mutex_unlock(&d->pin_lock);
+}
+
+static int pin_queue(struct cuda_dev *d, void *ptr, size_t len, bool release)
+{
+	struct cuda_pin_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return -ENOMEM;
+	j->ptr = ptr;
+	j->len = len;
+	j->release = release;
+	pthread_mutex_lock(&d->pin_lock);
+	*d->pin_tail = j;
+	d->pin_tail = &j->next;
+	pthread_cond_broadcast(&d->pin_wake);
+	pthread_mutex_unlock(&d->pin_lock);
+	return 0;
+}
+
+int cuda_host_register_async(struct tier_dev *dev, void *ptr, size_t len)
+{
+	struct cuda_dev *d = to_cdev(dev);
+	int node = d->numa_node;
+
+	if (!ptr || !len)
+		return -EINVAL;
+	if (dev_failed(d))
+		return -ENODEV;
+	if (!d->pinner_started)
+		return cuda_host_register(dev, ptr, len);
+	/* The policy now, before the caller's first write faults a page. */
+	if (node >= 0 && node < 64 && !((uintptr_t)ptr & 4095)) {
+		unsigned long mask = 1ul << node;
+
+		if (syscall(SYS_mbind, ptr, len, MPOL_PREFERRED, &mask,
+			    sizeof(mask) * 8, 0))
+			tfs_debug("cuda: mbind of %zu bytes to node %d: %s",
+				  len, node, strerror(errno));
+	}
+	return pin_queue(d, ptr, len, false);
+}
+
+/*
+ * Unregister and unmap on the pinner, in order after the range's own
+ * register. Without memory for the job, here: slow, but never a leak of
+ * page-locked memory.
+ */
+void cuda_host_release(struct tier_dev *dev, void *ptr, size_t len)
+{
+	struct cuda_dev *d = to_cdev(dev);
+
+	if (!ptr || !len)
+		return;
+	if (!d->pinner_started || pin_queue(d, ptr, len, true)) {
+		cuda_host_unregister(dev, ptr, len);
+		munmap(ptr, len);
+	}
+}
+
+/*
  * The store calls this for everything it unmaps, registered or not (a
  * failed register leaves memory pageable); only ours go to the runtime, so
  * never-registered memory leaves no error behind. The caller guarantees no
  * copy of it is in flight: it is unmapped next.
  */
-void cuda_host_unregister(struct tier_dev *dev, void *ptr, size_t len)
+static void host_unlock(struct cuda_dev *d, void *ptr)
 {
-	struct cuda_dev *d = to_cdev(dev);
 	cudaError_t e;
 	char why[256];
 	size_t had;
@@ -361,20 +682,32 @@ void cuda_host_unregister(struct tier_dev *dev, void *ptr, size_t len)
 	}
 }
 
+/* A range queued for the pinner is registered, or released, first. */
+void cuda_host_unregister(struct tier_dev *dev, void *ptr, size_t len)
+{
+	struct cuda_dev *d = to_cdev(dev);
+
+	if (d->pinner_started)
+		cuda_pins_wait(d);
+	host_unlock(d, ptr);
+}
+
 /* --- batched copies ------------------------------------------------------- */
 
 /*
  * One batch of copies on one slot's stream. Direct pieces (host memory
  * page-locked by host_register) are queued as they come; staged pieces go
- * through the slot's two pinned buffers in turns, waiting only when a
- * buffer comes round again. The batch ends with one event and one wait.
+ * through a staging pair's two pinned buffers in turns, taken at the first
+ * such piece, waiting only when a buffer comes round again. The batch ends
+ * with one event and one wait.
  */
 struct xfer {
 	struct cuda_dev *d;
 	struct cuda_slot *s;
+	struct cuda_stage *g; /* taken at the first staged piece */
 	char *dev; /* the allocation's first byte */
-	bool busy[2]; /* stage[i] has a queued copy not yet waited for */
-	char *out[2]; /* d2h: where stage[i]'s bytes go once it is done */
+	bool busy[2]; /* g->buf[i] has a queued copy not yet waited for */
+	char *out[2]; /* d2h: where g->buf[i]'s bytes go once it is done */
 	size_t out_len[2];
 	int next; /* the staging buffer to use next */
 	int rc;
@@ -387,12 +720,12 @@ static int stage_drain(struct xfer *x, int b, uint64_t off)
 
 	if (!x->busy[b])
 		return 0;
-	e = cuda_event_wait(x->s->done[b]);
+	e = cuda_event_wait(x->g->done[b]);
 	if (e != cudaSuccess)
 		return cuda_copy_fail(x->d, e, "staged copy", CUDA_CHUNK,
 				      off);
 	if (x->out[b])
-		memcpy(x->out[b], x->s->stage[b], x->out_len[b]);
+		memcpy(x->out[b], x->g->buf[b], x->out_len[b]);
 	x->busy[b] = false;
 	x->out[b] = NULL;
 	return 0;
@@ -403,25 +736,28 @@ static int stage_one(struct xfer *x, void *host, size_t n, uint64_t off,
 		     bool d2h)
 {
 	struct cuda_slot *s = x->s;
-	int b = x->next, rc;
+	int b, rc;
 	cudaError_t e;
 
+	if (!x->g)
+		x->g = cuda_stage_get(x->d);
+	b = x->next;
 	x->next ^= 1;
 	rc = stage_drain(x, b, off);
 	if (rc)
 		return rc;
 	if (d2h) {
-		e = cudaMemcpyAsync(s->stage[b], x->dev + off, n,
+		e = cudaMemcpyAsync(x->g->buf[b], x->dev + off, n,
 				    cudaMemcpyDeviceToHost, s->stream);
 		x->out[b] = host;
 		x->out_len[b] = n;
 	} else {
-		memcpy(s->stage[b], host, n);
-		e = cudaMemcpyAsync(x->dev + off, s->stage[b], n,
+		memcpy(x->g->buf[b], host, n);
+		e = cudaMemcpyAsync(x->dev + off, x->g->buf[b], n,
 				    cudaMemcpyHostToDevice, s->stream);
 	}
 	if (e == cudaSuccess)
-		e = cudaEventRecord(s->done[b], s->stream);
+		e = cudaEventRecord(x->g->done[b], s->stream);
 	if (e != cudaSuccess) {
 		x->out[b] = NULL;
 		return cuda_copy_fail(x->d, e,
@@ -429,6 +765,7 @@ static int stage_one(struct xfer *x, void *host, size_t n, uint64_t off,
 					    "cudaMemcpyAsync h2d",
 				      n, off);
 	}
+	__atomic_add_fetch(&n_staged, 1, __ATOMIC_RELAXED);
 	x->busy[b] = true;
 	return 0;
 }
@@ -457,6 +794,8 @@ static int xfer_seg(struct xfer *x, const struct tier_dev_seg *g, bool d2h)
 					  cudaMemcpyDeviceToHost, s->stream) :
 			  cudaMemcpyAsync(x->dev + g->off, g->host, g->len,
 					  cudaMemcpyHostToDevice, s->stream);
+		if (e == cudaSuccess)
+			__atomic_add_fetch(&n_direct, 1, __ATOMIC_RELAXED);
 		return e == cudaSuccess ? 0 :
 					  cuda_copy_fail(x->d, e,
 							 d2h ? "cudaMemcpyAsync d2h" :
@@ -492,6 +831,10 @@ static int cuda_xfer(struct tier_dev *dev, struct tier_dmem *dm,
 	}
 	if (dev_failed(d))
 		return -EIO;
+	/* The bytes change: readers to come need a snapshot of their own.
+	 * The caller holds the buffer's lock for writing. */
+	if (!d2h && total)
+		m->snap_id = 0;
 	e = cuda_enter(d);
 	if (e != cudaSuccess)
 		return cuda_copy_fail(d, e, "cudaSetDevice", 0, 0);
@@ -511,12 +854,14 @@ static int cuda_xfer(struct tier_dev *dev, struct tier_dmem *dm,
 	if (!rc) {
 		for (i = 0; i < 2; i++)
 			if (x.out[i])
-				memcpy(x.out[i], x.s->stage[i], x.out_len[i]);
+				memcpy(x.out[i], x.g->buf[i], x.out_len[i]);
 	} else if (!dev_failed(d)) {
 		/* A DMA may still target staging: drain before reuse. */
 		cudaStreamSynchronize(x.s->stream);
 		(void)cudaGetLastError();
 	}
+	if (x.g)
+		cuda_stage_put(d, x.g);
 	cuda_slot_put(d, x.s);
 	return rc;
 }
@@ -631,6 +976,7 @@ int cuda_copy_peer(struct tier_dev *src, struct tier_dmem *sdm,
 		return -ENODEV;
 	if (!len)
 		return 0;
+	dm->snap_id = 0;
 	e = cuda_enter(s);
 	if (e != cudaSuccess)
 		return cuda_copy_fail(s, e, "cudaSetDevice", 0, 0);

@@ -55,6 +55,10 @@ static size_t slab_bytes(const struct host_pool *p)
 
 static void chunk_unmap(struct host_pool *p, void *c)
 {
+	if (p->hooks.release) {
+		p->hooks.release(p->hooks.ctx, c, p->chunk_size);
+		return;
+	}
 	if (p->hooks.unpin)
 		p->hooks.unpin(p->hooks.ctx, c, p->chunk_size);
 	munmap(c, p->chunk_size);
@@ -62,6 +66,10 @@ static void chunk_unmap(struct host_pool *p, void *c)
 
 static void slab_unmap(struct host_pool *p, const struct slab *sl)
 {
+	if (sl->pinned && p->hooks.release) {
+		p->hooks.release(p->hooks.ctx, sl->base, slab_bytes(p));
+		return;
+	}
 	if (sl->pinned && p->hooks.unpin)
 		p->hooks.unpin(p->hooks.ctx, sl->base, slab_bytes(p));
 	munmap(sl->base, slab_bytes(p));
@@ -177,8 +185,12 @@ static void *slab_new(struct host_pool *p)
 	struct slab sl = { 0 };
 	char *m;
 
+	/* Populated in one call rather than a fault per page, unless the
+	 * pin hook places and faults the pages itself. */
 	m = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+		 MAP_PRIVATE | MAP_ANONYMOUS |
+			 (p->hooks.populates ? 0 : MAP_POPULATE),
+		 -1, 0);
 	if (m == MAP_FAILED)
 		return NULL;
 	sl.base = m;

@@ -11,6 +11,7 @@
 #ifndef TFS_TIERS_HOST_H
 #define TFS_TIERS_HOST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct host_pool;
@@ -25,6 +26,15 @@ struct host_pool;
 struct host_pool_hooks {
 	int (*pin)(void *ctx, void *ptr, size_t len);
 	void (*unpin)(void *ctx, void *ptr, size_t len);
+	/*
+	 * Optional: unpin and unmap a range, in place of unpin and munmap,
+	 * possibly later on a thread of the device's (the pool may be giving
+	 * it back in a writer's path). With populates set, pin faults the
+	 * pages in itself (in parallel, on the device's NUMA node), so slabs
+	 * are mapped without MAP_POPULATE.
+	 */
+	void (*release)(void *ctx, void *ptr, size_t len);
+	bool populates;
 	void *ctx;
 };
 

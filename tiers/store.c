@@ -18,11 +18,22 @@
 #include "config/log.h"
 #include "tiers/store_i.h"
 
+/* The pool maps under a writer's buffer lock: page-locked on the device's
+ * own thread where it has one. */
 static int pool_pin(void *ctx, void *ptr, size_t len)
 {
 	struct tier_dev *dev = ctx;
 
+	if (dev->ops->host_register_async)
+		return dev->ops->host_register_async(dev, ptr, len);
 	return dev->ops->host_register(dev, ptr, len);
+}
+
+static void pool_release(void *ctx, void *ptr, size_t len)
+{
+	struct tier_dev *dev = ctx;
+
+	dev->ops->host_release(dev, ptr, len);
 }
 
 static void pool_unpin(void *ctx, void *ptr, size_t len)
@@ -155,6 +166,10 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	if (cfg->host.pinned && pdev && pdev->ops->host_register) {
 		hooks.pin = pool_pin;
 		hooks.unpin = pool_unpin;
+		if (pdev->ops->host_register_async && pdev->ops->host_release) {
+			hooks.release = pool_release;
+			hooks.populates = pdev->ops->host_populates;
+		}
 	}
 	rc = host_pool_init(&s->pool, s->chunk_size,
 			    s->use[TFS_TIER_HOST].limit, &hooks);

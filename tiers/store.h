@@ -88,6 +88,10 @@ struct tier_store_stats {
 	 * room other processes leave the device tier (at most its limit),
 	 * summed over the GPUs. */
 	uint64_t device_free, device_others, device_reserve, device_room;
+	/* Device bytes exports hold besides the buffers' own copies, part
+	 * of the device tier's use: read snapshots, and blocks a process
+	 * may still map after its lease ended (freed when it exits). */
+	uint64_t device_export_held;
 	int gpu; /* the default GPU; -1 without a device tier */
 	/* Each GPU's device tier, in the order [device] gpus lists them. */
 	struct tier_gpu_stats {

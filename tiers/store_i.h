@@ -127,6 +127,10 @@ struct st_gpu {
 	 */
 	uint64_t room;
 	uint64_t reserve; /* [S] bytes, from [device] reserve */
+	/* [S] Part of used: what the backend's exports hold besides the
+	 * buffers' copies (export_held: snapshots, blocks of ended leases a
+	 * process may still map), as last asked (st_exp_sync()). */
+	uint64_t exp_held;
 	uint64_t free, others; /* [S] last poll */
 	uint64_t reclaims, reclaimed_bytes, yields, yield_bytes; /* [S] */
 	uint64_t moves_in, moves_out; /* [S] buffers moved from GPU to GPU */
@@ -568,6 +572,9 @@ bool st_held_by_other(struct tier_buf *b, uint64_t owner);
 /* s->lock held. 0 when @uid may hold @bytes more of the device, else
  * -EDQUOT; root is never limited. */
 int st_share_check(struct tier_store *s, uid_t uid, uint64_t bytes);
+/* s->lock held. Charge GPU @g's tier what its backend's exports hold now
+ * (export_held), in place of what they held when last asked. */
+void st_exp_sync(struct tier_store *s, unsigned int g);
 /* b->lock held for writing. End every lease on @b (destroy). */
 void st_leases_end(struct tier_buf *b);
 /* Takes s->lock. Give back what @b's pin holds of its pinner's share. */

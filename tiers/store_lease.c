@@ -34,6 +34,21 @@ static struct user_use **user_find(struct tier_store *s, uid_t uid)
 	return pp;
 }
 
+/* What @uid's exports hold in the backends that account for them
+ * (export_held): snapshots and blocks kept after a lease. s->lock held. */
+static uint64_t exp_user_held(struct tier_store *s, uid_t uid)
+{
+	uint64_t n = 0;
+
+	for (unsigned int g = 0; g < s->ngpus; g++) {
+		struct tier_dev *dev = s->gpus[g].dev;
+
+		if (dev->ops->export_held)
+			n += dev->ops->export_held(dev, uid);
+	}
+	return n;
+}
+
 int st_share_check(struct tier_store *s, uid_t uid, uint64_t bytes)
 {
 	struct user_use *u;
@@ -41,7 +56,10 @@ int st_share_check(struct tier_store *s, uid_t uid, uint64_t bytes)
 	if (!uid || !s->user_share)
 		return 0;
 	u = *user_find(s, uid);
-	return (u ? u->bytes : 0) + bytes > s->user_share ? -EDQUOT : 0;
+	return (u ? u->bytes : 0) + exp_user_held(s, uid) + bytes >
+			       s->user_share ?
+		       -EDQUOT :
+		       0;
 }
 
 /* Charge @bytes to @uid: 0, -EDQUOT past the share, -ENOMEM. */
@@ -90,6 +108,29 @@ static void snap_charge(struct tier_store *s, unsigned int g, int64_t delta)
 {
 	s->gpus[g].used += (uint64_t)delta;
 	s->use[TFS_TIER_DEVICE].used += (uint64_t)delta;
+}
+
+/*
+ * A backend with export_held keeps what exports hold past their leases (a
+ * block a process may still map after it closed its descriptor): that
+ * memory is charged to the device tier here, and to its user's share in
+ * st_share_check(), for as long as the backend holds it, so that processes
+ * that close without unmapping cannot grow the daemon's GPU memory past
+ * the device limit. The difference since the last call is charged, since
+ * what a process let go by exiting is only seen when asked.
+ */
+void st_exp_sync(struct tier_store *s, unsigned int g)
+{
+	struct st_gpu *gp = &s->gpus[g];
+	uint64_t now;
+
+	if (!gp->dev->ops->export_held)
+		return;
+	now = gp->dev->ops->export_held(gp->dev, TIER_DEV_ALL_USERS);
+	/* Modular: used - exp_held + now, which is never negative. */
+	gp->used += now - gp->exp_held;
+	s->use[TFS_TIER_DEVICE].used += now - gp->exp_held;
+	gp->exp_held = now;
 }
 
 /*
@@ -227,9 +268,26 @@ static void lease_end(struct tier_buf *b, const struct lease *l,
 		st_io_quiesce(b);
 	l->exp->unmapped = unmapped;
 	s->gpus[l->gi].dev->ops->unexport(s->gpus[l->gi].dev, l->exp);
+	/*
+	 * The holder's writes never committed may be in the device copy:
+	 * the lower copies, kept while the lease lasted in case the device
+	 * failed, are stale now (a commit or a write through the mount
+	 * dropped them already otherwise). See design.md, "Exports".
+	 */
+	if (l->writable && !b->dead && b->dmem &&
+	    !tier_dev_failed(st_bdev(b))) {
+		if (b->has_host)
+			st_host_drop(b);
+		st_disk_drop(b);
+		b->synced = false;
+		/* Where it wrote is not known: all of it is data, as after a
+		 * commit (the maps described the lower copies until now). */
+		st_pages_all(b);
+	}
 	pthread_mutex_lock(&s->lock);
 	snap_charge(s, l->gi, -(int64_t)l->snap);
 	share_uncharge(s, l->uid, l->share);
+	st_exp_sync(s, l->gi);
 	if (l->holds)
 		b->nholds--;
 	/* A GPU program may have written through a write export without a
@@ -264,9 +322,10 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 {
 	struct tier_store *s = b->s;
 	struct lease l = { .owner = owner, .uid = uid, .writable = writable };
+	uint64_t cost, resv = 0;
 	struct tier_dev *dev;
 	struct lease old;
-	bool had;
+	bool had, bk;
 	int rc, g;
 
 	g = gpu < 0 ? (s->ngpus ? -1 : -ENODEV) : st_gpu_index(s, gpu);
@@ -313,15 +372,25 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 	l.gi = b->dgi;
 	dev = s->gpus[l.gi].dev;
 	l.holds = writable || !dev->ops->read_snapshots;
-	l.share = uid ? b->dmem->granted : 0;
+	/* The backend accounts for its snapshots (shared between readers,
+	 * kept past a lease while a process may map them): export_held. */
+	bk = !l.holds && dev->ops->export_held;
+	cost = b->dmem->granted;
+	if (bk && dev->ops->export_cost)
+		cost = dev->ops->export_cost(dev, b->dmem);
+	l.share = uid && !bk ? b->dmem->granted : 0;
 	pthread_mutex_lock(&s->lock);
 	rc = share_charge(s, uid, l.share);
-	if (!rc && !l.holds) {
-		rc = snap_reserve(s, l.gi, b, b->dmem->granted);
+	if (!rc && bk)
+		rc = st_share_check(s, uid, b->dmem->granted);
+	if (!rc && !l.holds && cost) {
+		rc = snap_reserve(s, l.gi, b, cost);
 		if (rc)
 			share_uncharge(s, uid, l.share);
+		else if (bk)
+			resv = cost; /* until export_held says what it took */
 		else
-			l.snap = b->dmem->granted;
+			l.snap = cost;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
@@ -331,19 +400,17 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 	rc = dev->ops->export(dev, b->dmem, writable, uid, gid, out, &l.exp);
 	if (!rc)
 		l.exp->pid = pid;
-	if (!rc && writable) {
-		/* The holder writes the device copy from now on: the others
-		 * are stale, and must never come back as clean copies, nor
-		 * the committed version pass for these bytes. */
-		if (b->has_host)
-			st_host_drop(b);
-		st_disk_drop(b);
-		b->synced = false;
-		/* Where it writes is not known: all of it is data, as after
-		 * a commit (the maps describe no other copy now). */
-		rc = st_pages_all(b);
-	}
+	/*
+	 * A write export keeps the lower copies until a commit (or a write
+	 * through the mount) changes the bytes, or the lease ends: an Xid or
+	 * an ECC error meanwhile leaves the file readable from them. Reads
+	 * come from the device copy while the lease lasts (read_host()); the
+	 * page maps go on describing the lower copies until they are
+	 * dropped, and all of it is data from then on (st_pages_all()).
+	 */
 	pthread_mutex_lock(&s->lock);
+	snap_charge(s, l.gi, -(int64_t)resv);
+	st_exp_sync(s, l.gi);
 	if (!rc) {
 		struct lease *n = realloc(b->leases,
 					  (b->nleases + 1) * sizeof(*n));

@@ -129,6 +129,8 @@ static void watch_one(struct tier_store *s, unsigned int g)
 			 on_gpu(s, g, where, sizeof(where)), strerror(-rc));
 	gp->warned = rc != 0;
 	pthread_mutex_lock(&s->lock);
+	/* Blocks of processes that exited since are given back. */
+	st_exp_sync(s, g);
 	if (rc) {
 		/* Unknown pressure: keep to the limit alone. */
 		gp->room = UINT64_MAX;

@@ -93,6 +93,7 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 		out->device_free += o->free;
 		out->device_others += o->others;
 		out->device_reserve += o->reserve;
+		out->device_export_held += gp->exp_held;
 		all_free = all_free && gp->room == UINT64_MAX;
 		room += gp->room < gp->limit ? gp->room : gp->limit;
 	}
@@ -165,6 +166,7 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 	EMIT("device.reclaims=%" PRIu64 "\n", st.reclaims);
 	EMIT("device.reclaimed_bytes=%" PRIu64 "\n", st.reclaimed_bytes);
 	EMIT("device.state=%s\n", st.device_state);
+	EMIT("device.export_held=%" PRIu64 "\n", st.device_export_held);
 	/* Each GPU's device tier under its ordinal, "gpus" listing them
 	 * (empty without a device tier); the device.* keys are their sum. */
 	EMIT("gpus=");

@@ -63,9 +63,12 @@ def _ioc(direction, nr, size):
     return (direction << 30) | (size << 16) | (0xF7 << 8) | nr
 
 
-_EXPORT = struct.Struct("<IIIIQQQ64s16s16s2Q")
+_EXPORT = struct.Struct("<IIIIQQQ64s16s16sIIQ")
 _RELEASE = struct.Struct("<IIQ2Q")
-_COMMIT = struct.Struct("<II3Q")
+_COMMIT = struct.Struct("<IIII2Q")
+COMMIT_WAITED_DEVICE = 1
+COMMIT_WAITED_STREAM = 2
+COMMIT_WAITED_EVENT = 3
 _RECLAIM = struct.Struct("<IIiIQQ16s4Q")
 assert (_EXPORT.size, _RELEASE.size, _COMMIT.size, _RECLAIM.size) == \
     (152, 32, 32, 80), "include/tierfs.h changed"
@@ -137,6 +140,8 @@ class _Cudart:
                                      ctypes.c_uint],
             "cudaIpcCloseMemHandle": [c_void_p],
             "cudaDeviceSynchronize": [],
+            "cudaStreamSynchronize": [c_void_p],
+            "cudaEventSynchronize": [c_void_p],
             "cudaGetLastError": [],
         }
         for fn, args in sigs.items():
@@ -276,6 +281,20 @@ class _Cudart:
                 self.lib.cudaSetDevice(prev)
 
 
+def _cuda_handle(obj, attrs):
+    """The raw CUDA handle (an int) of a stream or event: an int itself,
+    or what cupy (.ptr) or torch (.cuda_stream, .cuda_event) hold."""
+    if isinstance(obj, int):
+        return obj
+    for a in attrs:
+        v = getattr(obj, a, None)
+        if isinstance(v, int):
+            return v
+    raise TypeError("not a CUDA stream or event: %r (want an int, or an "
+                    "object with %s)" % (obj, " or ".join(
+                        "." + a for a in attrs)))
+
+
 _cudart = None
 _cudart_lock = threading.Lock()
 
@@ -354,14 +373,14 @@ class DeviceBuffer:
         flags = EXPORT_WRITE if self.writable else 0
         try:
             out = _ioctl(self._fd, IOC_EXPORT, _EXPORT.pack(
-                ABI_VERSION, flags, 0, 0, 0, 0, 0, b"", b"", want, 0, 0))
+                ABI_VERSION, flags, 0, 0, 0, 0, 0, b"", b"", want, 0, 0, 0))
         except OSError as e:
             # A daemon older than caller_uuid refuses it: its default GPU.
             if e.errno != errno.EINVAL or not any(want):
                 raise
             out = _ioctl(self._fd, IOC_EXPORT, _EXPORT.pack(
                 ABI_VERSION, flags, 0, 0, 0, 0, 0, b"", b"", bytes(16), 0,
-                0))
+                0, 0))
         (_v, _f, self.handle_type, _r0, offset, self.nbytes,
          self.generation, handle, self.uuid, *_rest) = _EXPORT.unpack(out)
         if self.handle_type == HANDLE_SHM:
@@ -454,10 +473,17 @@ class DeviceBuffer:
         if self._fd < 0:
             raise ValueError("the device buffer of %r is closed" % self.path)
 
-    def commit(self):
+    def commit(self, stream=None, event=None):
         """Publish what was written through the mapping: lower copies are
-        dropped and readers of the file (cat, read) see the new bytes. On a
-        GPU, waits for all work on the device first. Needs write=True."""
+        dropped and readers of the file (cat, read) see the new bytes. Needs
+        write=True.
+
+        On a GPU, waits first for the work that wrote it: ``stream`` (a
+        cupy or torch stream, or a cudaStream_t as an int) or ``event`` (a
+        cupy or torch event recorded after the writes, or a cudaEvent_t),
+        whatever its GPU or context; with neither, all work on the
+        buffer's device (cudaDeviceSynchronize), which stalls every stream
+        there and misses writes made from another GPU."""
         self._check_open()
         if not self.writable:
             raise OSError(errno.EBADF, "commit: %r was opened read-only" %
@@ -465,11 +491,40 @@ class DeviceBuffer:
         if os.getpid() != self._pid:
             raise OSError(errno.EBADF, "commit: the buffer belongs to the "
                           "process that opened it")
+        if stream is not None and event is not None:
+            raise ValueError("commit: a stream or an event, not both")
+        waited = 0
         if self._ptr is not None:
             rt = _runtime()
-            rt.within(self.device, self._held, lambda: rt.check(
-                "cudaDeviceSynchronize", rt.lib.cudaDeviceSynchronize()))
-        _ioctl(self._fd, IOC_COMMIT, _COMMIT.pack(ABI_VERSION, 0, 0, 0, 0))
+            if event is not None:
+                waited = COMMIT_WAITED_EVENT
+                h = _cuda_handle(event, ("ptr", "cuda_event"))
+                rt.check("cudaEventSynchronize",
+                         rt.lib.cudaEventSynchronize(h))
+            elif stream is not None:
+                waited = COMMIT_WAITED_STREAM
+                h = _cuda_handle(stream, ("ptr", "cuda_stream"))
+                if h:
+                    rt.check("cudaStreamSynchronize",
+                             rt.lib.cudaStreamSynchronize(h))
+                else:
+                    # The legacy default stream is its context's.
+                    rt.within(self.device, self._held, lambda: rt.check(
+                        "cudaStreamSynchronize",
+                        rt.lib.cudaStreamSynchronize(None)))
+            else:
+                waited = COMMIT_WAITED_DEVICE
+                rt.within(self.device, self._held, lambda: rt.check(
+                    "cudaDeviceSynchronize", rt.lib.cudaDeviceSynchronize()))
+        try:
+            _ioctl(self._fd, IOC_COMMIT,
+                   _COMMIT.pack(ABI_VERSION, 0, waited, 0, 0, 0))
+        except OSError as e:
+            # A daemon older than the field refuses it; the wait is done.
+            if e.errno != errno.EINVAL or not waited:
+                raise
+            _ioctl(self._fd, IOC_COMMIT,
+                   _COMMIT.pack(ABI_VERSION, 0, 0, 0, 0, 0))
 
     def _release(self, unmapped=False):
         # RELEASE_UNMAPPED: nothing of the export is mapped here any more,

@@ -27,12 +27,14 @@ static const struct cmd {
 	uint32_t flags; /* flags the command defines */
 	struct range reserved[3];
 } cmds[] = {
-	/* cuda_runtime and reserved[]; caller_uuid (120-136) is any bytes */
+	/* cuda_runtime, and caller_pid (out only) to reserved[];
+	 * caller_uuid (120-136) is any bytes */
 	{ TFS_IOC_EXPORT, 152, true, true, TFS_EXPORT_WRITE,
 	  { { 12, 16 }, { 136, 152 } } },
 	{ TFS_IOC_RELEASE, 32, true, false, TFS_RELEASE_UNMAPPED,
 	  { { 16, 32 }, { 0, 0 } } },
-	{ TFS_IOC_COMMIT, 32, true, false, 0, { { 8, 32 }, { 0, 0 } } },
+	/* waited (8-12) is 0 to TFS_COMMIT_WAITED_EVENT */
+	{ TFS_IOC_COMMIT, 32, true, false, 0, { { 12, 32 }, { 0, 0 } } },
 	{ TFS_IOC_ALLOC, 32, true, false, 0, { { 16, 32 }, { 0, 0 } } },
 	{ TFS_IOC_MOVE, 32, true, false, 0, { { 12, 32 }, { 0, 0 } } },
 	{ TFS_IOC_STAT, 88, true, true, 0, { { 20, 24 }, { 56, 88 } } },
@@ -47,9 +49,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	/* The offsets above are the header's; say so once. */
 	if (offsetof(struct tfs_ioc_export, cuda_runtime) != 12 ||
 	    offsetof(struct tfs_ioc_export, caller_uuid) != 120 ||
-	    offsetof(struct tfs_ioc_export, reserved) != 136 ||
+	    offsetof(struct tfs_ioc_export, caller_pid) != 136 ||
 	    offsetof(struct tfs_ioc_release, reserved) != 16 ||
-	    offsetof(struct tfs_ioc_commit, reserved) != 8 ||
+	    offsetof(struct tfs_ioc_commit, waited) != 8 ||
+	    offsetof(struct tfs_ioc_commit, reserved0) != 12 ||
 	    offsetof(struct tfs_ioc_alloc, reserved) != 16 ||
 	    offsetof(struct tfs_ioc_move, reserved0) != 12 ||
 	    offsetof(struct tfs_ioc_stat, reserved0) != 20 ||
@@ -89,6 +92,8 @@ static int reference(const struct tfs_ioc_req *r, const struct cmd *c,
 			if (in[b])
 				return -EINVAL;
 	if (c->cmd == TFS_IOC_MOVE && rd32(in + 8) >= TFS_TIER_COUNT)
+		return -EINVAL;
+	if (c->cmd == TFS_IOC_COMMIT && rd32(in + 8) > TFS_COMMIT_WAITED_EVENT)
 		return -EINVAL;
 	if (c->cmd == TFS_IOC_ALLOC && !rd32(in + 8) && !rd32(in + 12))
 		return -EINVAL;

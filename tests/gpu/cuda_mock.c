@@ -54,9 +54,18 @@
  *   TFS_MOCK_CAPACITY=BYTES   per device (default 256 MiB)
  *   TFS_MOCK_COMPUTE_MODE=M   cudaDevAttrComputeMode of every device
  *   TFS_MOCK_MIG=1            device names say they are MIG instances
- *   TFS_MOCK_RUNTIME_VERSION=N  what cudaRuntimeGetVersion answers; an
- *                             IPC handle of a newer runtime than that is
- *                             refused (cudaErrorInvalidResourceHandle)
+ *   TFS_MOCK_RUNTIME_VERSION=N  what cudaRuntimeGetVersion answers, and
+ *                             nothing else: IPC handles are the driver's,
+ *                             which every runtime version shares, and no
+ *                             documentation has a runtime refuse another
+ *                             version's handle (an earlier mock did so,
+ *                             reproducing no known behaviour)
+ *   TFS_MOCK_IPC_OPEN_ERROR=N  cudaIpcOpenMemHandle fails with error N: a
+ *                             test hook standing for the failures a real
+ *                             driver gives across PID namespaces, MIG
+ *                             instances and containers
+ *   TFS_MOCK_PCI_BUS_ID=ID    what cudaDeviceGetPCIBusId answers (default
+ *                             0000:00:00.0; sysfs then has the NUMA node)
  *   TFS_MOCK_UUID_SALT=N      changes every device's UUID (a client that
  *                             sees other GPUs than the daemon)
  *   TFS_MOCK_PEER=0           no two devices can access each other
@@ -74,17 +83,22 @@
  *   TFS_MOCK_STATS=FILE       one line appended at exit: "registers N
  *                             unregisters N registered-left N direct-copies
  *                             N staged-copies N waits N calls N dev-left N
- *                             d2h N peer-direct N peer-staged N contexts
- *                             D:N,D:N" (d2h: copies device to host;
- *                             peer-direct: peer copies with peer access
- *                             enabled in the stream's context)
+ *                             d2h N peer-direct N peer-staged N
+ *                             cold-registers N contexts D:N,D:N" (d2h:
+ *                             copies device to host; peer-direct: peer
+ *                             copies with peer access enabled in the
+ *                             stream's context; cold-registers:
+ *                             cudaHostRegister calls that found pages not
+ *                             faulted in, which the runtime then faults in
+ *                             itself, one by one)
  *
  * A test linked with it calls tfs_mock_fail_next_copy() to make the next
  * cudaMemcpyAsync fail when queued (not sticky),
  * tfs_mock_fail_next_copy_async() to make it fail when it runs (sticky),
  * tfs_mock_fail_next_register(), tfs_mock_hold_streams() to stall every
  * stream, and reads tfs_mock_registered_copies(), tfs_mock_waits(),
- * tfs_mock_calls(), tfs_mock_block_of() and tfs_mock_ptr_device().
+ * tfs_mock_calls(), tfs_mock_cold_registers(), tfs_mock_block_of() and
+ * tfs_mock_ptr_device().
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -147,8 +161,7 @@ struct mock_handle {
 	int32_t pid; /* exporter */
 	int32_t dev;
 	uint32_t off;
-	int32_t runtime; /* the exporter's cudaRuntimeGetVersion */
-	char name[44];
+	char name[48];
 };
 _Static_assert(sizeof(struct mock_handle) == sizeof(cudaIpcMemHandle_t),
 	       "handle size");
@@ -192,7 +205,8 @@ static struct range ranges[MAX_RANGES]; /* mock_lock */
 static struct block blocks[MAX_BLOCKS]; /* mock_lock */
 static struct import imports[MAX_IMPORTS]; /* mock_lock */
 static struct mock_dev devs[MAX_DEVS]; /* mock_lock */
-static int ndevs = 1, compute_mode, uuid_salt;
+static int ndevs = 1, compute_mode, uuid_salt, ipc_open_error;
+static const char *pci_bus_id = "0000:00:00.0";
 static bool mig, nodev, no_peer;
 static int runtime_version = CUDART_VERSION;
 static size_t dev_capacity = (size_t)256 << 20;
@@ -206,6 +220,7 @@ static unsigned long registered_copies, staged_copies; /* mock_lock */
 static unsigned long registers, unregisters; /* mock_lock */
 static unsigned long d2h_copies; /* mock_lock */
 static unsigned long peer_direct, peer_staged; /* mock_lock */
+static unsigned long cold_registers; /* mock_lock */
 static unsigned long shm_seq; /* mock_lock */
 static unsigned long waits, calls; /* atomic */
 static __thread cudaError_t last_error;
@@ -228,6 +243,10 @@ static void setup(void)
 		compute_mode = atoi(v);
 	if ((v = getenv("TFS_MOCK_UUID_SALT")))
 		uuid_salt = atoi(v);
+	if ((v = getenv("TFS_MOCK_IPC_OPEN_ERROR")))
+		ipc_open_error = atoi(v);
+	if ((v = getenv("TFS_MOCK_PCI_BUS_ID")) && *v)
+		pci_bus_id = v;
 	mig = getenv("TFS_MOCK_MIG") != NULL;
 	no_peer = (v = getenv("TFS_MOCK_PEER")) && !strcmp(v, "0");
 	break_file = getenv("TFS_MOCK_BREAK_FILE");
@@ -555,6 +574,18 @@ unsigned long tfs_mock_waits(void)
 	return __atomic_load_n(&waits, __ATOMIC_RELAXED);
 }
 
+/* cudaHostRegister calls that met pages not faulted in yet. */
+unsigned long tfs_mock_cold_registers(void);
+unsigned long tfs_mock_cold_registers(void)
+{
+	unsigned long n;
+
+	pthread_mutex_lock(&mock_lock);
+	n = cold_registers;
+	pthread_mutex_unlock(&mock_lock);
+	return n;
+}
+
 /* Runtime calls so far. */
 unsigned long tfs_mock_calls(void);
 unsigned long tfs_mock_calls(void)
@@ -601,6 +632,8 @@ struct op {
 	int val;
 	const void *host; /* page-locked side of a copy, checked again late */
 	bool fail; /* breaks the context when it runs; not done */
+	cudaHostFn_t fn; /* cudaLaunchHostFunc: called when reached */
+	void *fn_data;
 };
 
 struct CUstream_st {
@@ -656,6 +689,8 @@ static void *stream_worker(void *arg)
 			ctx_break(s->ctx, cudaErrorIllegalAddress);
 		else if (sticky_of(s->ctx))
 			;
+		else if (o->fn)
+			o->fn(o->fn_data);
 		else if (o->src)
 			memcpy(o->dst, o->src, o->n);
 		else if (o->dst)
@@ -697,6 +732,32 @@ static uint64_t enqueue_op(struct CUstream_st *s, void *dst, const void *src,
 	pthread_cond_broadcast(&s->cond);
 	pthread_mutex_unlock(&s->lock);
 	return seq;
+}
+
+/* The stream waits for fn(data) to return, as for a kernel; fn may block
+ * (a test holds one stream busy so), and must not call CUDA. */
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *data)
+{
+	struct op *o;
+
+	ENTER(c);
+	if (!s || !fn)
+		return fail(cudaErrorInvalidValue);
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		abort();
+	o->fn = fn;
+	o->fn_data = data;
+	pthread_mutex_lock(&s->lock);
+	if (s->tail)
+		s->tail->next = o;
+	else
+		s->head = o;
+	s->tail = o;
+	s->queued++;
+	pthread_cond_broadcast(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+	return cudaSuccess;
 }
 
 static void wait_seq(struct CUstream_st *s, uint64_t seq)
@@ -776,6 +837,11 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 	uint64_t q;
 
 	ENTER(c);
+	/* The legacy default stream: nothing ever runs on it here. */
+	if (!s) {
+		__atomic_add_fetch(&waits, 1, __ATOMIC_RELAXED);
+		return sticky_of(c) ? fail(sticky_of(c)) : cudaSuccess;
+	}
 	pthread_mutex_lock(&s->lock);
 	q = s->queued;
 	pthread_mutex_unlock(&s->lock);
@@ -1131,6 +1197,24 @@ static bool overlaps_locked_host(const char *p, size_t n)
 	return false;
 }
 
+/* Are all pages of [p, p + n) faulted in? (mincore; unknown is yes) */
+static bool resident(const void *p, size_t n)
+{
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095;
+	size_t len = (uintptr_t)p + n - a, pages = (len + 4095) / 4096;
+	unsigned char *vec = malloc(pages);
+	bool all = true;
+
+	if (!vec || mincore((void *)a, len, vec)) {
+		free(vec);
+		return true;
+	}
+	for (size_t i = 0; i < pages && all; i++)
+		all = vec[i] & 1;
+	free(vec);
+	return all;
+}
+
 cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags)
 {
 	struct range *r = NULL;
@@ -1139,11 +1223,14 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags)
 	ENTER(c);
 	if (!p || !n || (flags & ~cudaHostRegisterPortable))
 		return fail(cudaErrorInvalidValue);
+	bool cold = !resident(p, n);
+
 	/* The runtime faults every page in to lock it: memory that is not
 	 * mapped shows here, under ASan too. */
 	for (size_t at = 0; at < n; at += 4096)
 		(void)*(volatile char *)((char *)p + at);
 	pthread_mutex_lock(&mock_lock);
+	cold_registers += cold;
 	inject = fail_next_register;
 	fail_next_register = false;
 	taken = overlaps_locked_host(p, n);
@@ -1221,6 +1308,53 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 		d2h_copies++;
 	pthread_mutex_unlock(&mock_lock);
 	enqueue_op(s, dst, src, n, 0, host, inject_async);
+	return cudaSuccess;
+}
+
+/*
+ * The synchronous copies, on the legacy default stream: they wait for the
+ * device's work first (as the legacy stream does with blocking streams,
+ * and our streams are the only work there is), then copy. Host memory may
+ * be pageable; device memory must be this process's, its own or imported.
+ */
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n,
+		       enum cudaMemcpyKind kind)
+{
+	bool ok;
+
+	ENTER(c);
+	if (kind == cudaMemcpyDeviceToHost)
+		ok = inside_dev(src, n);
+	else if (kind == cudaMemcpyHostToDevice)
+		ok = inside_dev(dst, n);
+	else if (kind == cudaMemcpyDeviceToDevice)
+		ok = inside_dev(src, n) && inside_dev(dst, n);
+	else
+		ok = false;
+	if (!ok) {
+		fprintf(stderr, "mock: bad cudaMemcpy %p <- %p, %zu, %d\n", dst,
+			src, n, (int)kind);
+		return fail(cudaErrorInvalidValue);
+	}
+	device_drain(c->dev);
+	memcpy(dst, src, n);
+	if (kind == cudaMemcpyDeviceToHost) {
+		pthread_mutex_lock(&mock_lock);
+		d2h_copies++;
+		pthread_mutex_unlock(&mock_lock);
+	}
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n)
+{
+	ENTER(c);
+	if (!inside_dev(p, n)) {
+		fprintf(stderr, "mock: bad cudaMemset %p, %zu\n", p, n);
+		return fail(cudaErrorInvalidValue);
+	}
+	device_drain(c->dev);
+	memset(p, v, n);
 	return cudaSuccess;
 }
 
@@ -1356,7 +1490,6 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
 	r = p ? find_start_locked(p, DEV) : NULL;
 	if (r) {
 		mh.pid = (int32_t)getpid();
-		mh.runtime = runtime_version;
 		mh.dev = r->blk->dev;
 		mh.off = (uint32_t)((char *)p - r->blk->p);
 		snprintf(mh.name, sizeof(mh.name), "%s", r->blk->name);
@@ -1387,9 +1520,8 @@ cudaError_t cudaIpcOpenMemHandle(void **pp, cudaIpcMemHandle_t h,
 	/* The runtime refuses a handle of the calling process. */
 	if (mh.pid == (int32_t)getpid())
 		return fail(cudaErrorDeviceUninitialized);
-	/* Strict: a handle of a newer runtime than ours is not understood. */
-	if (mh.runtime > runtime_version)
-		return fail(cudaErrorInvalidResourceHandle);
+	if (ipc_open_error)
+		return fail((cudaError_t)ipc_open_error);
 	pthread_mutex_lock(&mock_lock);
 	for (i = 0; i < MAX_IMPORTS; i++) {
 		if (imports[i].base && !strcmp(imports[i].name, mh.name)) {
@@ -1546,6 +1678,42 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr attr, int d)
 	*v = 0;
 	if (attr == cudaDevAttrComputeMode)
 		*v = compute_mode;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int d)
+{
+	count();
+	if (nodev)
+		return fail(cudaErrorInsufficientDriver);
+	if (d < 0 || d >= ndevs || len < 1)
+		return fail(cudaErrorInvalidValue);
+	snprintf(buf, (size_t)len, "%s", pci_bus_id);
+	return cudaSuccess;
+}
+
+/*
+ * Host memory page-locked for the current context (a cudaHostAlloc
+ * buffer, a range registered portable or by it) is cudaMemoryTypeHost,
+ * device memory of this process (its own or imported) cudaMemoryTypeDevice,
+ * anything else unregistered, with no error (since CUDA 11).
+ */
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
+				     const void *p)
+{
+	ENTER(c);
+	memset(a, 0, sizeof(*a));
+	a->device = c->dev;
+	if (inside_locked_host(p, 1, c->dev)) {
+		a->type = cudaMemoryTypeHost;
+		a->hostPointer = (void *)p;
+		a->devicePointer = (void *)p;
+	} else if (inside_dev(p, 1)) {
+		a->type = cudaMemoryTypeDevice;
+		a->devicePointer = (void *)p;
+	} else {
+		a->type = cudaMemoryTypeUnregistered;
+	}
 	return cudaSuccess;
 }
 
@@ -1749,10 +1917,10 @@ __attribute__((destructor)) static void mock_exit(void)
 	}
 	if (path && (f = fopen(path, "a"))) {
 		fprintf(f,
-			"registers %lu unregisters %lu registered-left %lu direct-copies %lu staged-copies %lu waits %lu calls %lu dev-left %lu d2h %lu peer-direct %lu peer-staged %lu contexts",
+			"registers %lu unregisters %lu registered-left %lu direct-copies %lu staged-copies %lu waits %lu calls %lu dev-left %lu d2h %lu peer-direct %lu peer-staged %lu cold-registers %lu contexts",
 			registers, unregisters, left, registered_copies,
 			staged_copies, waits, calls, dev_left, d2h_copies,
-			peer_direct, peer_staged);
+			peer_direct, peer_staged, cold_registers);
 		for (i = 0; i < ndevs; i++)
 			fprintf(f, "%c%d:%d", i ? ',' : ' ', i,
 				devs[i].ctx.created ? 1 : 0);

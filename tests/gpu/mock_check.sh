@@ -19,7 +19,10 @@
 #    on the second of two GPUs, with copies between the two both ways
 #    (cudaMemcpyPeerAsync, with and without peer access); host_register: direct copies inside
 #    registered ranges only, staging for the rest, unregister, failing
-#    registers. Needs only the CUDA headers.
+#    registers, the pool page-locked on the backend's own thread, placed on
+#    the GPU's NUMA node (TFS_CUDA_NUMA_NODE=0 here, where sysfs says -1)
+#    and faulted in before cudaHostRegister; readers sharing a snapshot;
+#    many copies at once. Needs only the CUDA headers.
 # 2. With BUILD, a meson build dir configured with CUDA (sanitized or not):
 #    its tierfs relinked with the mock instead of libcudart_static.a, and
 #    tests/integration/export.bats and tests/gpu/mock_export.bats run on
@@ -66,8 +69,12 @@ expect() { # WHAT WANT_RC GREP [ENV...]
 	fi
 }
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
+# TFS_MOCK_ONLY="FILE.bats ...": those bats files alone (with BUILD), for
+# working on one; part 1 and the totals at the end are left out.
+only=${TFS_MOCK_ONLY:-}
+if [ -z "$only" ]; then
 expect "round trips from 8 threads, staged and page-locked; failing copies" 0 \
-	"^ok 1" TFS_MOCK_CAPACITY=$((1 << 30))
+	"^1\.\.18$" TFS_MOCK_CAPACITY=$((1 << 30)) TFS_CUDA_NUMA_NODE=0
 expect "no driver: -ENODEV and the CUDA error's name" 77 \
 	"cudaGetDeviceCount: mock error (cudaErrorInsufficientDriver, 35)" \
 	TFS_MOCK_NODEV=1
@@ -82,6 +89,7 @@ expect "exclusive-process compute mode: refused, with the reason" 77 \
 	TFS_MOCK_COMPUTE_MODE=3
 expect "prohibited compute mode: refused, with the reason" 77 \
 	"gpu 0 is in prohibited compute mode" TFS_MOCK_COMPUTE_MODE=2
+fi
 
 BUILD=${1:-}
 if [ -z "$BUILD" ]; then
@@ -101,6 +109,28 @@ link=$(sed -e "s| -o fs/tierfs | -o $out/tierfs |" \
 	-e "s|[^ ]*libcudart_static\.a|$out/cuda_mock.o|" <<<"$link")
 (cd "$BUILD" && eval "$link") || exit 1
 build=$(cd "$BUILD" && pwd)
+# The store over the backend without a mount (tests/gpu/store_check.c),
+# relinked the same way.
+link=$(ninja -C "$BUILD" -t commands tests/gpu/store_check | tail -1)
+link=$(sed -e "s| -o tests/gpu/store_check | -o $out/store_check |" \
+	-e "s|[^ ]*libcudart_static\.a|$out/cuda_mock.o|" <<<"$link")
+(cd "$BUILD" && eval "$link") || exit 1
+case " ${only:-store_check} " in
+*" store_check "*)
+	if TFS_MOCK_CAPACITY=$((256 << 20)) timeout 300 "$out/store_check" \
+		>"$out/store.log" 2>&1; then
+		echo "ok - the store over the backend without a mount (store_check):" \
+			"$(grep -c '^ok' "$out/store.log") ok"
+	else
+		echo "not ok - the store over the backend without a mount (store_check)"
+		sed 's/^/    /' "$out/store.log"
+		failed=1
+	fi
+	;;
+esac
+only=${only/store_check/}
+only=${only# }
+[ -n "${TFS_MOCK_ONLY:-}" ] && [ -z "$only" ] && exit $failed
 client=$build/client/lib/export_client
 # A sanitized client wants its ASan runtime first among preloads.
 preload=$out/libcudamock.so
@@ -120,8 +150,9 @@ LD_PRELOAD="$preload" EXPORT_CLIENT_MOCK_CUDA=1 exec ${c#*:} "\$@"
 EOS
 	chmod +x "$out/${c%%:*}"
 done
-for f in tests/integration/export.bats tests/gpu/mock_export.bats \
-	tests/gpu/mock_reclaim.bats tests/gpu/mock_gpus.bats; do
+for f in ${only:-tests/integration/export.bats tests/gpu/mock_export.bats \
+	tests/gpu/mock_reclaim.bats tests/gpu/mock_gpus.bats \
+	tests/gpu/mock_lease.bats}; do
 	shared=
 	case $f in *mock_reclaim.bats) shared=$out/shared ;; esac
 	if TIERFS_BIN=$out/tierfs EXPORT_CLIENT=$out/export_client \
@@ -138,6 +169,7 @@ for f in tests/integration/export.bats tests/gpu/mock_export.bats \
 		failed=1
 	fi
 done
+[ -z "$only" ] || exit $failed
 # host.pinned is on by default: the daemons must have page-locked their
 # pool, copied some directly, and unregistered all of it; and at exit no
 # device memory may be left (the mock frees it then, as the driver does,

@@ -39,11 +39,37 @@
  *                                    read-only and print "device N", the
  *                                    ordinal the export landed on, then
  *                                    check that the bytes are PATH's
+ *   mock_client threadkeep PATH GO   a second thread maps PATH read-only,
+ *                                    closes the descriptor without
+ *                                    unmapping and exits; then print
+ *                                    "closed", wait until GO exists, check
+ *                                    the map still holds the bytes it had,
+ *                                    print "same", wait for SIGTERM
+ *   mock_client keepmany PATH...     map each PATH read-only and close its
+ *                                    descriptor without unmapping: "kept
+ *                                    PATH" or "refused PATH: why"; then
+ *                                    "ready", wait for SIGTERM
+ *   mock_client hold PATH            map PATH read-only, print "holding",
+ *                                    wait for SIGTERM, check the map still
+ *                                    holds what it held at first ("same",
+ *                                    else exit 1), close it
+ *   mock_client writehold PATH C     map PATH for writing, write byte C
+ *                                    (a number) over all of it without a
+ *                                    commit, print "ready", wait for
+ *                                    SIGTERM, close ("commit" as C's
+ *                                    suffix, e.g. 7commit: commit first)
+ *   mock_client commitstream PATH    map PATH for writing; keep a second
+ *                                    stream busy; write 0x5a over the map
+ *                                    on a first stream and commit with
+ *                                    that stream only: "committed" when it
+ *                                    returned while the other was still
+ *                                    busy, then close
  *
  * Exit status: 0 when the command ran, 1 on a failure (reason on stderr).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -271,6 +297,190 @@ static int cmd_mapon(const char *path, const char *dev)
 	return 0;
 }
 
+/* A second thread of this process exports, and ends: the process maps. */
+struct tkeep {
+	const char *path;
+	struct tfs_map m;
+	int rc;
+};
+
+static void *threadkeep_main(void *arg)
+{
+	struct tkeep *t = arg;
+
+	t->rc = tfs_map_open(t->path, TFS_MAP_READ, &t->m);
+	if (!t->rc)
+		close(t->m.fd); /* the lease ends with the thread's request */
+	return NULL;
+}
+
+static int cmd_threadkeep(const char *path, const char *go)
+{
+	struct tkeep t = { .path = path };
+	unsigned char *was;
+	pthread_t th;
+	int i;
+
+	signal(SIGTERM, on_term);
+	if (pthread_create(&th, NULL, threadkeep_main, &t))
+		die("pthread_create", -EAGAIN);
+	pthread_join(th, NULL);
+	if (t.rc)
+		die("tfs_map_open", t.rc);
+	was = malloc(t.m.length + 1);
+	if (!was)
+		die("malloc", -ENOMEM);
+	memcpy(was, t.m.ptr, t.m.length);
+	printf("closed\n");
+	fflush(stdout);
+	for (i = 0; i < 3000 && access(go, F_OK); i++)
+		usleep(10000);
+	if (memcmp(was, t.m.ptr, t.m.length))
+		die("the map changed after its thread ended", -EIO);
+	printf("same\n");
+	fflush(stdout);
+	while (!stop)
+		pause();
+	free(was);
+	return 0;
+}
+
+static int cmd_keepmany(int n, char **paths)
+{
+	signal(SIGTERM, on_term);
+	for (int i = 0; i < n; i++) {
+		struct tfs_map m;
+		int rc = tfs_map_open(paths[i], TFS_MAP_READ, &m);
+
+		if (rc) {
+			printf("refused %s: %s\n", paths[i], tfs_strerror(rc));
+		} else {
+			close(m.fd);
+			printf("kept %s\n", paths[i]);
+		}
+		fflush(stdout);
+	}
+	printf("ready\n");
+	fflush(stdout);
+	while (!stop)
+		pause();
+	return 0;
+}
+
+static int cmd_hold(const char *path)
+{
+	unsigned char *was;
+	struct tfs_map m;
+	int rc;
+
+	rc = tfs_map_open(path, TFS_MAP_READ, &m);
+	if (rc)
+		die("tfs_map_open", rc);
+	signal(SIGTERM, on_term);
+	was = malloc(m.length + 1);
+	if (!was)
+		die("malloc", -ENOMEM);
+	memcpy(was, m.ptr, m.length);
+	printf("holding\n");
+	fflush(stdout);
+	while (!stop)
+		pause();
+	if (memcmp(was, m.ptr, m.length))
+		die("a read map changed under its holder", -EIO);
+	printf("same\n");
+	free(was);
+	rc = tfs_map_close(&m);
+	if (rc)
+		die("tfs_map_close", rc);
+	return 0;
+}
+
+static int cmd_writehold(const char *path, const char *c)
+{
+	struct tfs_map m;
+	int rc;
+
+	rc = tfs_map_open(path, TFS_MAP_WRITE, &m);
+	if (rc)
+		die("tfs_map_open", rc);
+	signal(SIGTERM, on_term);
+	memset(m.ptr, atoi(c), m.length);
+	if (strstr(c, "commit")) {
+		rc = tfs_map_commit(&m);
+		if (rc)
+			die("tfs_map_commit", rc);
+	}
+	printf("ready\n");
+	fflush(stdout);
+	while (!stop)
+		pause();
+	rc = tfs_map_close(&m);
+	if (rc)
+		die("tfs_map_close", rc);
+	return 0;
+}
+
+static volatile int released; /* the busy stream's host function waits */
+
+static void CUDART_CB busy_fn(void *arg)
+{
+	while (!__atomic_load_n(&released, __ATOMIC_ACQUIRE))
+		usleep(1000);
+}
+
+static void on_alarm(int sig)
+{
+	static const char msg[] =
+		"mock_client: commit waited for another stream\n";
+
+	(void)!write(2, msg, sizeof(msg) - 1);
+	_exit(1);
+}
+
+static int cmd_commitstream(const char *path)
+{
+	cudaStream_t a, b;
+	struct tfs_map m;
+	unsigned char *got;
+	int rc;
+
+	rc = tfs_map_open(path, TFS_MAP_WRITE, &m);
+	if (rc)
+		die("tfs_map_open", rc);
+	if (cudaSetDevice(m.device) != cudaSuccess ||
+	    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) ||
+	    cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking) ||
+	    cudaLaunchHostFunc(b, busy_fn, NULL) ||
+	    cudaMemsetAsync(m.ptr, 0x5a, m.length, a))
+		die("cuda setup", -EIO);
+	/* A device-wide wait would wait for b, which waits for us. */
+	signal(SIGALRM, on_alarm);
+	alarm(20);
+	rc = tfs_map_commit_stream(&m, a);
+	alarm(0);
+	if (rc)
+		die("tfs_map_commit_stream", rc);
+	printf("committed\n");
+	fflush(stdout);
+	__atomic_store_n(&released, 1, __ATOMIC_RELEASE);
+	if (cudaStreamSynchronize(b))
+		die("cudaStreamSynchronize", -EIO);
+	got = malloc(m.length + 1);
+	if (!got)
+		die("malloc", -ENOMEM);
+	memcpy(got, m.ptr, m.length);
+	for (size_t i = 0; i < m.length; i++)
+		if (got[i] != 0x5a)
+			die("the stream's write was not done at commit", -EIO);
+	free(got);
+	cudaStreamDestroy(a);
+	cudaStreamDestroy(b);
+	rc = tfs_map_close(&m);
+	if (rc)
+		die("tfs_map_close", rc);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && !strcmp(argv[1], "mapon"))
@@ -287,6 +497,16 @@ int main(int argc, char **argv)
 		return cmd_writeread(argv[2]);
 	if (argc == 5 && !strcmp(argv[1], "keep"))
 		return cmd_keep(argv[2], argv[3], argv[4]);
-	fprintf(stderr, "usage: mock_client mapon PATH DEV|none | window PATH NEEDLE | forkclose PATH | writeread PATH | keep PATH read|write GO | malloc MOUNT BYTES | reclaim MOUNT BYTES\n");
+	if (argc == 4 && !strcmp(argv[1], "threadkeep"))
+		return cmd_threadkeep(argv[2], argv[3]);
+	if (argc >= 3 && !strcmp(argv[1], "keepmany"))
+		return cmd_keepmany(argc - 2, argv + 2);
+	if (argc == 3 && !strcmp(argv[1], "hold"))
+		return cmd_hold(argv[2]);
+	if (argc == 4 && !strcmp(argv[1], "writehold"))
+		return cmd_writehold(argv[2], argv[3]);
+	if (argc == 3 && !strcmp(argv[1], "commitstream"))
+		return cmd_commitstream(argv[2]);
+	fprintf(stderr, "usage: mock_client mapon PATH DEV|none | window PATH NEEDLE | forkclose PATH | writeread PATH | keep PATH read|write GO | threadkeep PATH GO | keepmany PATH... | hold PATH | writehold PATH BYTE[commit] | commitstream PATH | malloc MOUNT BYTES | reclaim MOUNT BYTES\n");
 	return 2;
 }

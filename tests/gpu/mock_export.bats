@@ -192,16 +192,6 @@ cmp_held() {
 	[[ "$output" == *"sees MIG instances"* ]]
 }
 
-@test "a client runtime older than the daemon's is named as the cause" {
-	mount_cuda
-	mkfile f 100000
-	run env TFS_MOCK_RUNTIME_VERSION=11080 "$EXPORT_CLIENT" cat "$MNT/f"
-	[ "$status" -ne 0 ]
-	[[ "$output" == *"this process's CUDA runtime 11.8 is older than tierfs's "* ]]
-	# The same runtime maps it.
-	"$EXPORT_CLIENT" cat "$MNT/f" | cmp - "$TFS_TMP/f"
-}
-
 @test "exclusive-process compute mode: the cuda backend does not start" {
 	export TFS_MOCK_COMPUTE_MODE=3
 	# It must refuse, not mount (a mount would run until the timeout).

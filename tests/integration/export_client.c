@@ -424,7 +424,7 @@ static int cmd_ioctl(const char *path, const char *c, const char *mode)
 		u.ex.version = TFS_ABI_VERSION + 1;
 	} else if (!strcmp(c, "export-reserved")) {
 		cmd = TFS_IOC_EXPORT;
-		u.ex.reserved[1] = 1;
+		u.ex.reserved[0] = 1;
 	} else if (!strcmp(c, "export-flags")) {
 		cmd = TFS_IOC_EXPORT;
 		u.ex.flags = 0x80;

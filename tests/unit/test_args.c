@@ -72,10 +72,15 @@ static void test_ioctl_answers(void)
 	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, true),
 		 -EINVAL);
 	e.flags = 0;
-	e.reserved[1] = 1;
+	e.reserved[0] = 1;
 	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, true),
 		 -EINVAL);
-	e.reserved[1] = 0;
+	e.reserved[0] = 0;
+	/* caller_pid is an answer: a caller sends 0 there. */
+	e.caller_pid = 1;
+	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, true),
+		 -EINVAL);
+	e.caller_pid = 0;
 	/* The caller's GPU may be any 16 bytes: no GPU is the default. */
 	memset(e.caller_uuid, 0xa5, sizeof(e.caller_uuid));
 	CHECK_EQ(check(TFS_IOC_EXPORT, &e, sizeof(e), sizeof(e), true, true),
@@ -121,6 +126,26 @@ static void test_release_flags(void)
 	rel.flags = 0x2;
 	CHECK_EQ(check(TFS_IOC_RELEASE, &rel, sizeof(rel), 0, true, false),
 		 -EINVAL);
+}
+
+/* A commit says what it waited for, or nothing (0): old callers. */
+static void test_commit_waited(void)
+{
+	struct tfs_ioc_commit c = { .version = TFS_ABI_VERSION };
+
+	for (uint32_t w = 0; w <= TFS_COMMIT_WAITED_EVENT; w++) {
+		c.waited = w;
+		CHECK_EQ(check(TFS_IOC_COMMIT, &c, sizeof(c), 0, true, true),
+			 0);
+	}
+	c.waited = TFS_COMMIT_WAITED_EVENT + 1;
+	CHECK_EQ(check(TFS_IOC_COMMIT, &c, sizeof(c), 0, true, true), -EINVAL);
+	c.waited = TFS_COMMIT_WAITED_STREAM;
+	c.reserved0 = 1;
+	CHECK_EQ(check(TFS_IOC_COMMIT, &c, sizeof(c), 0, true, true), -EINVAL);
+	c.reserved0 = 0;
+	c.reserved[1] = 1;
+	CHECK_EQ(check(TFS_IOC_COMMIT, &c, sizeof(c), 0, true, true), -EINVAL);
 }
 
 static void test_reclaim_answers(void)
@@ -370,6 +395,7 @@ int main(void)
 	TAP_RUN(test_statx_reply);
 	TAP_RUN(test_ioctl_answers);
 	TAP_RUN(test_release_flags);
+	TAP_RUN(test_commit_waited);
 	TAP_RUN(test_reclaim_answers);
 	TAP_RUN(test_xattr_values);
 	return tap_done();
