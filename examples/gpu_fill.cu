@@ -82,8 +82,9 @@ int main(int argc, char **argv)
 		for (uint64_t i = 0; i < m.length; i++)
 			p[i] = tfs_fill_byte(i, seed);
 	}
-	/* commit waits for the kernel (cudaDeviceSynchronize) first. */
-	rc = tfs_map_commit(&m);
+	/* The kernel ran on the legacy default stream of m.device's primary
+	 * context: the commit waits for that stream, not the whole device. */
+	rc = tfs_map_commit_stream(&m, NULL);
 	if (rc) {
 		fprintf(stderr, "gpu_fill: tfs_map_commit \"%s\": %s\n",
 			argv[1], tfs_strerror(rc));
