@@ -65,6 +65,7 @@ unsigned long tfs_mock_calls(void) __attribute__((weak));
 void *tfs_mock_block_of(const void *p) __attribute__((weak));
 int tfs_mock_ptr_device(const void *p) __attribute__((weak));
 unsigned long tfs_mock_cold_registers(void) __attribute__((weak));
+void tfs_mock_hold_registers(int held) __attribute__((weak));
 
 /* The largest round trip, plus room for its offset. */
 #define BIG ((37u << 20) + 64)
@@ -1208,8 +1209,17 @@ static void check_async_pin(void)
 	rc = dev->ops->alloc(dev, MiB, &m);
 	CHECK(rc == 0, "alloc: %d", rc);
 	CHECK(d->pinner_started, "no pinner thread");
+	/* However long cudaHostRegister takes, the caller does not wait
+	 * (the fake can make it last; a GPU cannot be made to). */
+	if (tfs_mock_hold_registers)
+		tfs_mock_hold_registers(1);
 	rc = dev->ops->host_register_async(dev, p, len);
 	CHECK(rc == 0, "host_register_async: %d", rc);
+	if (tfs_mock_hold_registers) {
+		CHECK(!runtime_locked(p, len),
+		      "page-locked while cudaHostRegister was held");
+		tfs_mock_hold_registers(0);
+	}
 	/* Written into while the pinner works: nothing is lost. */
 	fill(p, MiB, 5);
 	cuda_pins_wait(d);

@@ -96,7 +96,7 @@
  * cudaMemcpyAsync fail when queued (not sticky),
  * tfs_mock_fail_next_copy_async() to make it fail when it runs (sticky),
  * tfs_mock_fail_next_register(), tfs_mock_hold_streams() to stall every
- * stream, and reads tfs_mock_registered_copies(), tfs_mock_waits(),
+ * stream, tfs_mock_hold_registers() to stall cudaHostRegister, and reads tfs_mock_registered_copies(), tfs_mock_waits(),
  * tfs_mock_calls(), tfs_mock_cold_registers(), tfs_mock_block_of() and
  * tfs_mock_ptr_device().
  */
@@ -216,6 +216,7 @@ static bool fail_next_copy; /* mock_lock */
 static bool fail_next_copy_async; /* mock_lock */
 static bool fail_next_register; /* mock_lock */
 static bool streams_held; /* mock_lock */
+static bool registers_held; /* mock_lock */
 static unsigned long registered_copies, staged_copies; /* mock_lock */
 static unsigned long registers, unregisters; /* mock_lock */
 static unsigned long d2h_copies; /* mock_lock */
@@ -550,6 +551,17 @@ void tfs_mock_hold_streams(int held)
 {
 	pthread_mutex_lock(&mock_lock);
 	streams_held = held;
+	pthread_cond_broadcast(&hold_cond);
+	pthread_mutex_unlock(&mock_lock);
+}
+
+/* While @held, cudaHostRegister waits (a slow page-locking of a large
+ * range, made to last). */
+void tfs_mock_hold_registers(int held);
+void tfs_mock_hold_registers(int held)
+{
+	pthread_mutex_lock(&mock_lock);
+	registers_held = held;
 	pthread_cond_broadcast(&hold_cond);
 	pthread_mutex_unlock(&mock_lock);
 }
@@ -1230,6 +1242,8 @@ cudaError_t cudaHostRegister(void *p, size_t n, unsigned int flags)
 	for (size_t at = 0; at < n; at += 4096)
 		(void)*(volatile char *)((char *)p + at);
 	pthread_mutex_lock(&mock_lock);
+	while (registers_held)
+		pthread_cond_wait(&hold_cond, &mock_lock);
 	cold_registers += cold;
 	inject = fail_next_register;
 	fail_next_register = false;
