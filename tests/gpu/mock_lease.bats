@@ -233,3 +233,48 @@ wait_stat() {
 	TFS_MOCK_RUNTIME_VERSION=11080 "$EXPORT_CLIENT" cat "$MNT/f" |
 		cmp - "$TFS_TMP/f"
 }
+
+@test "python: commit(stream=) and commit(event=) wait for that work alone" {
+	mount_cuda
+	mkfile f $((3 << 20))
+	# Stream b is kept busy by a host function until after the commit: a
+	# wait for the whole device would never return (timeout).
+	run env PYTHONPATH="$BATS_TEST_DIRNAME/../../python" \
+		TIERFS_CUDART="$MOCK_CUDART" timeout 60 /usr/bin/python3 -c '
+import ctypes, sys, time, tierfs.device as d
+rt = ctypes.CDLL(sys.argv[2])
+done = [False]
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def busy(_):
+    while not done[0]:
+        time.sleep(0.001)
+def stream():
+    s = ctypes.c_void_p()
+    assert rt.cudaStreamCreateWithFlags(ctypes.byref(s), 1) == 0
+    return s.value
+a, b = stream(), stream()
+assert rt.cudaLaunchHostFunc(ctypes.c_void_p(b), busy, None) == 0
+class Stream:  # what cupy and torch hand over
+    def __init__(self, h): self.ptr = h
+with d.open(sys.argv[1], write=True) as m:
+    p = m.__cuda_array_interface__["data"][0]
+    n = len(m)
+    assert rt.cudaMemsetAsync(ctypes.c_void_p(p), 0x61, ctypes.c_size_t(n),
+                              ctypes.c_void_p(a)) == 0
+    m.commit(stream=Stream(a))
+    assert ctypes.string_at(p, n) == b"a" * n
+    ev = ctypes.c_void_p()
+    assert rt.cudaEventCreateWithFlags(ctypes.byref(ev), 2) == 0
+    assert rt.cudaMemsetAsync(ctypes.c_void_p(p), 0x62, ctypes.c_size_t(n),
+                              ctypes.c_void_p(a)) == 0
+    assert rt.cudaEventRecord(ev, ctypes.c_void_p(a)) == 0
+    m.commit(event=ev.value)
+print("committed")
+done[0] = True
+assert rt.cudaStreamSynchronize(ctypes.c_void_p(b)) == 0
+' "$MNT/f" "$MOCK_CUDART"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = committed ]
+	head -c $((3 << 20)) /dev/zero | tr '\0' 'b' | cmp - "$MNT/f"
+}
