@@ -25,20 +25,26 @@
  *     own rather than under the caller's buffer lock.
  *   - Legacy IPC has no read-only import and cannot be revoked, and freeing
  *     memory an importer still has open is undefined: read exports map
- *     private snapshots, write exports are detached when their lease ends,
- *     and what a handle mapped is freed only once its importer is gone
- *     (see cuda_unexport).
+ *     snapshots (shared by the readers of the same bytes), write exports
+ *     are detached when their lease ends, and what a handle mapped is
+ *     freed only once its importer is gone (see cuda_unexport), counted
+ *     meanwhile (export_held).
  *   - A context in exclusive-process compute mode keeps every other process
  *     off the GPU, so no client could map an export: init refuses it.
  *
  * Concurrency: the store calls every slot from several threads at once. A
- * batch of copies takes one slot (two pinned staging buffers, one stream,
- * three events) for its whole duration, so no two calls share a stream or a
- * staging buffer; the pool's mutex is held only to take or return a slot.
+ * batch of copies takes one slot (a stream and an event) for its whole
+ * duration, and a staging pair (two pinned buffers, two events) from its
+ * first pageable segment on, so no two calls share a stream or a staging
+ * buffer; the pool's mutex is held only to take or return them. Three
+ * threads of the backend's own: the freer (cudaFree, parked blocks), the
+ * pinner (page-locking and releasing the pool's slabs) and, for a moment,
+ * the threads that fault a large range in before it is page-locked.
  *
  * Files: this one has the errors, init and destroy, the freer thread,
- * allocations and exports; device_cuda_copy.c the slots, page-locked host
- * ranges and batched copies; device_cuda_i.h what they share.
+ * allocations and exports (snapshots, parked blocks, export_held);
+ * device_cuda_copy.c the slots, page-locked host ranges, the pinner and
+ * batched copies; device_cuda_i.h what they share.
  */
 #include <dlfcn.h>
 #include <errno.h>

@@ -106,9 +106,9 @@ void cuda_stage_put(struct cuda_dev *d, struct cuda_stage *g)
  *
  * The runtime's default (cudaDeviceScheduleAuto with one context) spins in
  * cudaEventSynchronize for the whole copy. The daemon runs a FUSE thread per
- * request, the spiller and lz4 workers on machines with a few cores; four
- * slots spinning would take those cores from the threads that feed or drain
- * the copies. cudaDeviceScheduleBlockingSync fixes that but pays a wakeup (an
+ * request, the spiller and lz4 workers on machines with a few cores;
+ * several slots spinning would take those cores from the threads that feed
+ * or drain the copies. cudaDeviceScheduleBlockingSync fixes that but pays a wakeup (an
  * interrupt, then a futex) on every wait; batches wait once, but a staged
  * copy still waits once per 2 MiB chunk, some 40-80 us of DMA, and a wakeup
  * of 5-20 us would cost a good part of the 0.8x of raw cudaMemcpy.
