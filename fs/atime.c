@@ -33,9 +33,32 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fs/fs_i.h"
+
+/*
+ * The new mount API through syscall(2), not glibc's wrappers: those came
+ * in glibc 2.36 and would make the daemon refuse to start on an older C
+ * library (Ubuntu 22.04 has 2.35, EL9 2.34), such as the GPU machine's
+ * image may have. The structures and flags are <sys/mount.h>'s.
+ */
+static int sys_mount_setattr(const char *path, struct mount_attr *attr)
+{
+	return (int)syscall(SYS_mount_setattr, AT_FDCWD, path, 0, attr,
+			    sizeof(*attr));
+}
+
+static int sys_fspick(const char *path)
+{
+	return (int)syscall(SYS_fspick, AT_FDCWD, path, FSPICK_CLOEXEC);
+}
+
+static int sys_fsconfig(int fd, unsigned int cmd, const char *key)
+{
+	return (int)syscall(SYS_fsconfig, fd, cmd, key, NULL, 0);
+}
 
 enum { ATIME_RELATIME, ATIME_NOATIME, ATIME_STRICT };
 
@@ -231,7 +254,7 @@ static void *watch_main(void *arg)
 	id = ours.id;
 	/* Outside the main thread: should the path walk ever need this
 	 * mount to answer, the session loop is there to do it. */
-	if (mount_setattr(AT_FDCWD, watch_path, 0, &set, sizeof(set)))
+	if (sys_mount_setattr(watch_path, &set))
 		tfs_info("atime: cannot set the mount's flags to %s: %s",
 			 mode_name(set.attr_set), strerror(errno));
 	if (find_ours(id, &ours, &mi))
@@ -374,11 +397,11 @@ static int set_sb_readonly(const char *mountpoint, bool ro)
 {
 	int fd, rc = 0;
 
-	fd = fspick(AT_FDCWD, mountpoint, FSPICK_CLOEXEC);
+	fd = sys_fspick(mountpoint);
 	if (fd < 0)
 		return -errno;
-	if (fsconfig(fd, FSCONFIG_SET_FLAG, ro ? "ro" : "rw", NULL, 0) ||
-	    fsconfig(fd, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0))
+	if (sys_fsconfig(fd, FSCONFIG_SET_FLAG, ro ? "ro" : "rw") ||
+	    sys_fsconfig(fd, FSCONFIG_CMD_RECONFIGURE, NULL))
 		rc = -errno;
 	close(fd);
 	return rc;
@@ -413,7 +436,7 @@ int tfs_remount(const char *mountpoint)
 			return rc;
 		}
 	}
-	if (mount_setattr(AT_FDCWD, mountpoint, 0, &want, sizeof(want))) {
+	if (sys_mount_setattr(mountpoint, &want)) {
 		rc = -errno;
 		fprintf(stderr, "tierfs: %s: cannot remount: %s\n", mountpoint,
 			strerror(-rc));

@@ -26,8 +26,9 @@
 #
 # Files come from this machine's packages (what the build linked), or from
 # `apt-get download` and `dpkg -x` when a tool is not installed here;
-# nothing is installed. Exit 0 with DIR complete and under 32 MiB, 1
-# otherwise (what is missing is said).
+# nothing is installed. Nothing in DIR may need a glibc newer than 2.34,
+# so that it starts on an older image than this machine. Exit 0 with DIR
+# complete and under 32 MiB, 1 otherwise (what is missing is said).
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -162,6 +163,14 @@ for f in "$B"/bin/* "$B"/mock/* "$B"/lib/*.so*; do
 	[ -z "$miss" ] || die "$(basename "$f"): $miss not found"
 done
 strip --strip-unneeded "$B"/bin/* "$B"/mock/* "$B"/lib/*.so* 2>/dev/null || true
+# The image's C library may be older than this machine's (Ubuntu 22.04 has
+# 2.35, EL9 2.34): nothing may need a glibc symbol newer than GLIBC_FLOOR.
+GLIBC_FLOOR=2.34
+for f in "$B"/bin/* "$B"/mock/* "$B"/lib/*.so*; do
+	v=$(objdump -T "$f" 2>/dev/null | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -1)
+	[ -z "$v" ] || [ "$(printf '%s\n' "${v#GLIBC_}" "$GLIBC_FLOOR" | sort -V | tail -1)" = "$GLIBC_FLOOR" ] ||
+		die "$(basename "$f") needs $v ($(objdump -T "$f" | grep -F "($v)" | awk '{ print $NF }' | tr '\n' ' ')), newer than glibc $GLIBC_FLOOR: call it through syscall(2)"
+done
 
 # --- the manifest --------------------------------------------------------------
 {
