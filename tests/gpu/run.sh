@@ -16,10 +16,13 @@
 #
 # Rehearsal here:
 #   TFS_GPU_DRYRUN=1 bash tests/gpu/run.sh --bundle gpu-bundle --out DIR
-#   runs that same command from a copy of the tree outside the checkout,
-#   with PATH holding only the commands a CUDA image has (bundled ones
-#   excepted) and LD_LIBRARY_PATH unset, so that a file missing from the
-#   bundle shows here: the mount checks on the sim backend, backend_check
+#   runs that same command from a copy of the tree outside the checkout:
+#   as root in a bare root (tests/gpu/bare_root.sh: a chroot in a private
+#   mount namespace holding only the commands a CUDA image has, its C
+#   library and python3, the tree and the bundle), otherwise (or with
+#   TFS_GPU_BARE=0) with PATH holding only those commands and
+#   LD_LIBRARY_PATH unset, so that a file missing from the bundle shows
+#   here: the mount checks on the sim backend, backend_check
 #   and store_check on the fake CUDA runtime (the bundle's mock/), the
 #   GPU-only checks SKIP.
 #
@@ -128,6 +131,19 @@ if [ -n "$DRYRUN" ] && [ -z "${TFS_GPU_RELOCATED:-}" ]; then
 	"$top"/*) ;;
 	*) echo "FAIL: the dry run wants the bundle inside the tree"; exit 1 ;;
 	esac
+	# As root: in a bare root (tests/gpu/bare_root.sh), a chroot with
+	# the image's commands and C library alone, so that a library or a
+	# tool the bundle lacks fails here as it would there.
+	if [ "$(id -u)" = 0 ] && [ "${TFS_GPU_BARE:-1}" != 0 ] &&
+		command -v unshare >/dev/null && command -v chroot >/dev/null; then
+		dry=$(mktemp -d /tmp/tierfs-gpu-bare.XXXXXX)
+		echo "dry run: in a bare root at $dry (TFS_GPU_BARE=0: PATH alone)"
+		mkdir -p "$OUT" || exit 1
+		OUT=$(cd "$OUT" && pwd)
+		bash "$top/tests/gpu/bare_root.sh" "$dry" "$top" "$BUNDLE" "$OUT" -- \
+			${ONLY:+--only "$ONLY"}
+		exit $?
+	fi
 	dry=$(mktemp -d /tmp/tierfs-gpu-dry.XXXXXX)
 	mkdir -p "$dry/repo" "$dry/image-bin" "$dry/home"
 	# What the device tool sends: tracked and untracked files git does
@@ -440,9 +456,40 @@ gpu_mount() {
 	cat "$LOG" >&2
 	die "tierfs did not mount within ${wait}s"
 }
+# gpu_teardown: the EXIT trap of a check that mounted. The daemon must end
+# by itself within 60 s of its unmount and with status 0: a crash at
+# unmount (an abort in the CUDA backend's shutdown, a missing libgcc_s for
+# pthread_cancel) fails the check, which tfs_teardown would not see.
+gpu_teardown() {
+	local rc=$? st i
+	if [ -n "${TFS_PID:-}" ]; then
+		if mountpoint -q "$MNT"; then
+			fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT"
+		fi
+		for i in $(seq 1 1200); do
+			kill -0 "$TFS_PID" 2>/dev/null || break
+			sleep 0.05
+		done
+		if kill -0 "$TFS_PID" 2>/dev/null; then
+			kill -9 "$TFS_PID" 2>/dev/null
+			echo "FAIL: tierfs did not exit within 60 s of its unmount"
+			[ $rc -ne 0 ] || rc=1
+		fi
+		st=0
+		wait "$TFS_PID" 2>/dev/null || st=$?
+		if [ $st -ne 0 ] && [ $rc -eq 0 ]; then
+			echo "FAIL: tierfs exited with status $st after its unmount: $(tail -2 "$LOG" 2>/dev/null | tr '\n' ' ')"
+			rc=1
+		fi
+		TFS_PID=
+	fi
+	cp "$LOG" "$LOGS/$CUR.daemon.log" 2>/dev/null
+	tfs_teardown || [ $rc -ne 0 ] || rc=1
+	exit $rc
+}
 mount_cuda() {
 	tfs_setup
-	trap 'cp "$LOG" "$LOGS/$CUR.daemon.log" 2>/dev/null; tfs_teardown' EXIT
+	trap gpu_teardown EXIT
 	gpu_mount "device_backend=$BACKEND,device_gpu=$GPU,policy_overcommit=yes,$1" "${2:-45}"
 }
 tier_of() { tfs_tier "$1"; }
@@ -954,7 +1001,7 @@ two_gpus() {
 # mount_two OPTS: a mount serving GPUs 0 and 1.
 mount_two() {
 	tfs_setup
-	trap 'cp "$LOG" "$LOGS/$CUR.daemon.log" 2>/dev/null; tfs_teardown' EXIT
+	trap gpu_teardown EXIT
 	gpu_mount "device_backend=$BACKEND,device_gpus=0:1,policy_overcommit=yes,$1"
 }
 gpu_of() { getfattr --only-values -n user.tierfs.device "$1" 2>/dev/null; }
