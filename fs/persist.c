@@ -58,7 +58,7 @@ static struct {
 	char *notes; /* what recovery said, "kind\tpath\twhy\n"... */
 	size_t notes_len;
 	const char *recovery; /* "fresh", "clean" or "crash" */
-	uint64_t dropped, rolled_back, recovered_files;
+	uint64_t dropped, rolled_back, found, recovered_files;
 	uint64_t start_ms;
 } P = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -429,7 +429,25 @@ struct restore {
 	size_t nids;
 	uint8_t *used; /* per ids[] entry: adopted */
 	uint64_t files, bytes;
+	char mended[768], salvaged[768]; /* the last file's, for resolve */
 };
+
+/* What adopt() keeps of a file until the tree is built: its buffer, and
+ * the table of what it kept, which snapshots record from then on. */
+struct adopted {
+	struct tier_buf *b;
+	struct tfs_pdata *pd;
+};
+
+static void adopted_free(struct adopted *ad)
+{
+	if (!ad)
+		return;
+	if (ad->b)
+		tier_buf_destroy(ad->b);
+	free(ad->pd);
+	free(ad);
+}
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -438,11 +456,24 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/*
+ * Adopt the committed version the image names. A table that disagrees
+ * with itself is mended where no byte is lost; one that would lose bytes
+ * is salvaged, keeping every chunk that reads back: the file then goes to
+ * lost+found (pj_image_resolve()), with what was lost said.
+ */
 static const char *adopt(void *arg, struct pj_inode *pi)
 {
 	struct restore *r = arg;
+	struct tier_adopt_note note;
+	struct adopted *ad;
+	struct tfs_pdata *pd;
 	struct tier_buf *b;
+	bool salvaged = false;
 	uint64_t *at;
+	uint32_t kept;
+	void *map;
+	size_t len;
 	int rc;
 
 	at = r->nids ? bsearch(&pi->d.id, r->ids, r->nids, sizeof(*r->ids),
@@ -452,15 +483,57 @@ static const char *adopt(void *arg, struct pj_inode *pi)
 	if (r->used[at - r->ids])
 		return "its spill file is another file's";
 	rc = tier_buf_adopt(tfs.store, pi->d.id, pi->d.size, pi->d.map,
-			    pi->d.map_len, &b);
-	if (rc == -EINVAL)
-		return "its chunk table is damaged";
+			    pi->d.map_len, 0, &note, &b);
+	if (rc == -EINVAL) {
+		salvaged = true;
+		rc = tier_buf_adopt(tfs.store, pi->d.id, pi->d.size, pi->d.map,
+				    pi->d.map_len, TIER_ADOPT_SALVAGE, &note,
+				    &b);
+	}
+	if (rc == -EIO)
+		return "its spill file cannot be read";
+	if (rc == -EFBIG)
+		return "its chunk table reaches past what a file can hold";
 	if (rc)
 		return "out of memory";
+	ad = calloc(1, sizeof(*ad));
+	rc = ad ? tier_buf_image(b, &map, &len) : -ENOMEM;
+	pd = rc ? NULL : malloc(sizeof(*pd) + len);
+	if (!pd) {
+		if (!rc)
+			free(map);
+		free(ad);
+		tier_buf_destroy(b);
+		return "out of memory";
+	}
+	memcpy(&kept, map, 4);
+	pd->id = pi->d.id;
+	pd->size = pi->d.size;
+	pd->mtime = pi->d.mtime;
+	pd->ctime = pi->d.ctime;
+	pd->len = (uint32_t)len;
+	memcpy(pd->map, map, len);
+	free(map);
+	ad->b = b;
+	ad->pd = pd;
+	if (salvaged && !kept && note.lost) {
+		adopted_free(ad);
+		return "none of its chunks reads back: its chunk table is "
+		       "damaged";
+	}
 	r->used[at - r->ids] = 1;
-	pi->user = b;
+	pi->user = ad;
 	r->files++;
 	r->bytes += pi->d.size;
+	if (salvaged) {
+		snprintf(r->salvaged, sizeof(r->salvaged), "%u of its chunks "
+			 "are lost, holes now (%s)", note.lost, note.text);
+		pi->salvaged = r->salvaged;
+	} else if (note.mended) {
+		snprintf(r->mended, sizeof(r->mended), "its table disagreed "
+			 "with itself; every byte is kept (%s)", note.text);
+		pi->mended = r->mended;
+	}
 	return NULL;
 }
 
@@ -490,8 +563,10 @@ static int xattrs_restore(struct tfs_inode *i, const struct pj_attr *a)
 	return 0;
 }
 
-/* Give @i what the image says of @pi. ns_lock held. */
-static int inode_restore(struct tfs_inode *i, struct pj_inode *pi)
+/* Give @i what the image says of @pi, and what adopt() kept of it
+ * (@ad, NULL but for a regular file). ns_lock held. */
+static int inode_restore(struct tfs_inode *i, struct pj_inode *pi,
+			 struct adopted *ad)
 {
 	const struct pj_attr *a = &pi->a;
 
@@ -514,18 +589,10 @@ static int inode_restore(struct tfs_inode *i, struct pj_inode *pi)
 		i->mtime = pi->d.mtime;
 		i->ctime = pi->d.ctime;
 	}
-	if (S_ISREG(a->mode) && pi->has_data) {
-		struct tfs_pdata *pd = malloc(sizeof(*pd) + pi->d.map_len);
-
-		if (!pd)
-			return -ENOMEM;
-		pd->id = pi->d.id;
-		pd->size = pi->d.size;
-		pd->mtime = pi->d.mtime;
-		pd->ctime = pi->d.ctime;
-		pd->len = pi->d.map_len;
-		memcpy(pd->map, pi->d.map, pi->d.map_len);
-		i->pdata = pd;
+	if (S_ISREG(a->mode) && ad) {
+		/* What was kept is what the next snapshot records. */
+		i->pdata = ad->pd;
+		ad->pd = NULL;
 		i->pinned = a->iflags & PJ_IF_PIN;
 	}
 	return xattrs_restore(i, a);
@@ -585,6 +652,7 @@ static int tree_restore(struct pj_image *img, uint64_t *max_ino)
 	*max_ino = FUSE_ROOT_ID;
 	for (size_t k = 0; k < img->ninodes && !rc; k++) {
 		struct pj_inode *pi = img->inodes[k];
+		struct adopted *ad = pi->user;
 		struct tfs_inode *i;
 
 		if (pi->a.ino == FUSE_ROOT_ID) {
@@ -602,15 +670,20 @@ static int tree_restore(struct pj_image *img, uint64_t *max_ino)
 				}
 			}
 			rc = tfs_inode_restore_locked(pi->a.ino, pi->a.mode,
-						      pi->user, target, &i);
+						      ad ? ad->b : NULL, target,
+						      &i);
 			if (rc) {
 				free(target);
 				break;
 			}
-			pi->user = NULL; /* the inode owns the buffer now */
+			/* the inode owns the buffer now */
+			if (ad)
+				ad->b = NULL;
 		}
 		if (!rc)
-			rc = inode_restore(i, pi);
+			rc = inode_restore(i, pi, ad);
+		adopted_free(ad);
+		pi->user = NULL;
 		if (pi->a.ino > *max_ino)
 			*max_ino = pi->a.ino;
 	}
@@ -687,8 +760,7 @@ int tfs_pj_start(enum cfg_persist mode, char *err, size_t errlen)
 	/* Buffers adopted for inodes that were then not kept. */
 	for (size_t k = 0; k <= img->imask; k++)
 		for (struct pj_inode *pi = img->ihash[k]; pi; pi = pi->hnext)
-			if (pi->user)
-				tier_buf_destroy(pi->user);
+			adopted_free(pi->user);
 
 	rc = pj_start(dirfd, dir, tier_store_chunk_size(s), img, &P.j, err,
 		      errlen);
@@ -697,12 +769,13 @@ int tfs_pj_start(enum cfg_persist mode, char *err, size_t errlen)
 	P.recovery = img->fresh ? "fresh" : img->clean ? "clean" : "crash";
 	P.dropped = img->dropped;
 	P.rolled_back = img->rolled_back;
+	P.found = img->found;
 	P.recovered_files = r.files;
 	notes_keep(img);
 	/* A new directory gets its first snapshot; a recovery that dropped
 	 * anything, a new one at once, so that nothing is ever appended
 	 * after a bad record or replayed onto what was dropped. */
-	if (img->need_snapshot || pj_want_snapshot(P.j)) {
+	if (img->need_snapshot || img->upgrade || pj_want_snapshot(P.j)) {
 		rc = snapshot();
 		if (rc) {
 			snprintf(err, errlen, "cannot write a snapshot in '%s': "
@@ -749,8 +822,7 @@ out_img:
 		for (size_t k = 0; k <= img->imask; k++)
 			for (struct pj_inode *pi = img->ihash[k]; pi;
 			     pi = pi->hnext)
-				if (pi->user)
-					tier_buf_destroy(pi->user);
+				adopted_free(pi->user);
 	free(r.ids);
 	free(r.used);
 	pj_image_free(img);
@@ -887,6 +959,7 @@ size_t tfs_pj_stats(char *buf, size_t len)
 	EMIT("recovered_files=%" PRIu64 "\n", P.recovered_files);
 	EMIT("recovery_dropped=%" PRIu64 "\n", P.dropped);
 	EMIT("recovery_rolled_back=%" PRIu64 "\n", P.rolled_back);
+	EMIT("recovery_lost_found=%" PRIu64 "\n", P.found);
 #undef EMIT
 	return n;
 }

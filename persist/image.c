@@ -26,7 +26,8 @@
 #define HASH_MIN 1024
 #define ROOT_INO 1
 
-enum fate { FATE_UNSEEN = 0, FATE_KEEP, FATE_DROP };
+/* FATE_FOUND: kept, in lost+found rather than at its names. */
+enum fate { FATE_UNSEEN = 0, FATE_KEEP, FATE_DROP, FATE_FOUND };
 
 static uint64_t mix64(uint64_t x)
 {
@@ -119,6 +120,7 @@ struct pj_inode *pj_image_inode(const struct pj_image *img, uint64_t ino)
 
 static void inode_free(struct pj_inode *i)
 {
+	free(i->lost_why);
 	free(i->attr_raw);
 	free(i->data_raw);
 	free(i->xv);
@@ -573,10 +575,10 @@ static int check_hdr(const struct file_map *m, const char *magic,
 	pj_hdr_decode(h);
 	if (h->crc != pj_hdr_crc(m->base ? (const void *)m->base : h))
 		return 0;
-	if (h->version != PJ_FORMAT_VERSION) {
+	if (h->version < PJ_FORMAT_OLDEST || h->version > PJ_FORMAT_VERSION) {
 		snprintf(err, errlen, "'%s/%s' is of format version %u; this "
-			 "tierfs reads version %u", dirpath, name, h->version,
-			 PJ_FORMAT_VERSION);
+			 "tierfs reads versions %u to %u", dirpath, name,
+			 h->version, PJ_FORMAT_OLDEST, PJ_FORMAT_VERSION);
 		return -EPROTO;
 	}
 	if (h->chunk_size != chunk_size) {
@@ -692,6 +694,8 @@ static int replay_journal(struct pj_image *img, int dirfd,
 		rc = 0;
 		goto out;
 	}
+	if (h.version < PJ_FORMAT_VERSION)
+		img->upgrade = true;
 	off = sizeof(h);
 	rc = 1;
 	while (off < m.size) {
@@ -848,6 +852,7 @@ int pj_image_load(int dirfd, const char *dirpath, uint32_t chunk_size,
 				  "wrong size: using an older one");
 		} else {
 			img->generation = snaps[k];
+			img->upgrade |= h.version < PJ_FORMAT_VERSION;
 			img->seq = h.seq;
 			img->snapshot_time = h.time;
 			img->snapshot_bytes = m.size;
@@ -962,6 +967,44 @@ static void root_make(struct pj_inode *r, uint32_t uid, uint32_t gid)
 	r->has_attr = true;
 }
 
+/*
+ * Call @adopt for regular file @i: NULL when it is kept (FATE_KEEP, or
+ * FATE_FOUND when what it kept is not the file as it was), else why not
+ * (FATE_DROP). What it mended is noted under @d's path, or @what.
+ */
+static const char *adopt_one(struct pj_image *img, struct pj_inode *i,
+			     const struct pj_dentry *d, const char *what,
+			     const char *(*adopt)(void *, struct pj_inode *),
+			     void *ctx)
+{
+	const char *why;
+
+	i->mended = i->salvaged = NULL;
+	why = adopt(ctx, i);
+	if (why) {
+		i->fate = FATE_DROP;
+		return why;
+	}
+	if (i->mended) {
+		char path[4096];
+
+		if (d)
+			dentry_path(img, d, path, sizeof(path));
+		else
+			snprintf(path, sizeof(path), "%s", what);
+		pj_image_note(img, "repaired", path, i->mended);
+		img->need_snapshot = true;
+	}
+	i->fate = FATE_KEEP;
+	if (i->salvaged) {
+		free(i->lost_why);
+		i->lost_why = strdup(i->salvaged);
+		i->fate = FATE_FOUND;
+	}
+	i->mended = i->salvaged = NULL;
+	return NULL;
+}
+
 /* The fate of regular file @i first reached by name @d. */
 static void decide_file(struct pj_image *img, struct pj_inode *i,
 			const struct pj_dentry *d,
@@ -971,12 +1014,17 @@ static void decide_file(struct pj_image *img, struct pj_inode *i,
 	char path[4096];
 	const char *why = NULL;
 
-	if (!i->has_data)
+	if (!i->has_data) {
 		why = "never synced: created and written, no fsync succeeded "
 		      "before the crash";
-	else
-		why = adopt(ctx, i);
-	i->fate = why ? FATE_DROP : FATE_KEEP;
+		i->fate = FATE_DROP;
+	} else {
+		why = adopt_one(img, i, d, NULL, adopt, ctx);
+	}
+	if (i->fate == FATE_FOUND) {
+		i->named = d; /* noted where it goes */
+		return;
+	}
 	if (!why && !i->dirty)
 		return;
 	dentry_path(img, d, path, sizeof(path));
@@ -990,6 +1038,239 @@ static void decide_file(struct pj_image *img, struct pj_inode *i,
 	}
 }
 
+/* A name in the maps, as a record would set it; NULL out of memory. */
+static struct pj_dentry *dentry_new(struct pj_image *img, uint64_t parent,
+				    const char *name, uint64_t ino)
+{
+	size_t nl = strlen(name);
+	struct pj_dentry **pp = dentry_find(img, parent, name, nl), *d;
+
+	d = malloc(sizeof(*d) + nl + 1);
+	if (!d)
+		return NULL;
+	d->parent = parent;
+	d->ino = ino;
+	d->order = img->next_order++;
+	d->len = (uint16_t)nl;
+	memcpy(d->name, name, nl + 1);
+	d->hnext = NULL;
+	*pp = d;
+	if (++img->dcount > img->dmask + 1)
+		dhash_grow(img);
+	return d;
+}
+
+static int cmp_ino(const void *a, const void *b)
+{
+	uint64_t x = (*(const struct pj_inode *const *)a)->a.ino;
+	uint64_t y = (*(const struct pj_inode *const *)b)->a.ino;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * The directory lost+found goes in: one made by an earlier recovery
+ * (kept, a directory of @uid that no one else may enter, reached by that
+ * name), else a new one under the first free name, the root's nlink
+ * counting it. NULL when there is none to be had (out of memory).
+ */
+static struct pj_inode *lf_dir(struct pj_image *img, uint32_t uid,
+			       uint32_t gid)
+{
+	struct pj_inode *root = pj_image_inode(img, ROOT_INO), *lf;
+	struct pj_dentry *d;
+	struct timespec now;
+	uint64_t ino = img->meta.next_ino;
+	char name[32];
+
+	for (int k = 0; k < 100; k++) {
+		struct pj_dentry **pp;
+
+		if (k)
+			snprintf(name, sizeof(name), PJ_LOST_FOUND ".%d", k);
+		else
+			snprintf(name, sizeof(name), PJ_LOST_FOUND);
+		pp = dentry_find(img, ROOT_INO, name, strlen(name));
+		if (*pp) {
+			lf = pj_image_inode(img, (*pp)->ino);
+			if (lf && lf->keep && lf->via == *pp &&
+			    (lf->a.mode & 0170000) == 040000 &&
+			    lf->a.uid == uid && !(lf->a.mode & 077))
+				return lf;
+			continue;
+		}
+		for (size_t b = 0; b <= img->imask; b++)
+			for (struct pj_inode *i = img->ihash[b]; i;
+			     i = i->hnext)
+				if (i->a.ino >= ino)
+					ino = i->a.ino + 1;
+		lf = inode_get(img, ino);
+		if (!lf)
+			return NULL;
+		d = dentry_new(img, ROOT_INO, name, ino);
+		if (!d) {
+			inode_del(img, ino);
+			return NULL;
+		}
+		clock_gettime(CLOCK_REALTIME, &now);
+		lf->a.mode = 040700;
+		lf->a.uid = uid;
+		lf->a.gid = gid;
+		lf->a.nlink = 2;
+		lf->a.atime = lf->a.mtime = lf->a.ctime = now;
+		lf->has_attr = true;
+		lf->keep = true;
+		lf->fate = FATE_KEEP;
+		lf->parent = ROOT_INO;
+		lf->via = d;
+		root->a.nlink++;
+		img->meta.next_ino = ino + 1;
+		img->inodes[img->ninodes++] = lf;
+		img->dentries[img->ndentries++] = d;
+		return lf;
+	}
+	return NULL;
+}
+
+/*
+ * Regular files whose bytes are kept but that no kept name reaches go to
+ * lost+found: those salvaged, and those whose names or directories are
+ * lost, in the order of their inode numbers. @all: every name, @n of
+ * them.
+ */
+static int lost_found(struct pj_image *img, struct pj_dentry **all, size_t n,
+		      const char *(*adopt)(void *, struct pj_inode *),
+		      void *ctx, uint32_t uid, uint32_t gid)
+{
+	struct pj_inode **cand, *lf = NULL;
+	size_t nc = 0;
+
+	for (size_t b = 0; b <= img->imask; b++)
+		for (struct pj_inode *i = img->ihash[b]; i; i = i->hnext)
+			nc += !i->keep && i->fate != FATE_DROP &&
+			      i->has_data &&
+			      (!i->has_attr ||
+			       (i->a.mode & 0170000) == 0100000);
+	if (!nc)
+		return 0;
+	cand = malloc(nc * sizeof(*cand));
+	if (!cand)
+		return -ENOMEM;
+	nc = 0;
+	for (size_t b = 0; b <= img->imask; b++)
+		for (struct pj_inode *i = img->ihash[b]; i; i = i->hnext)
+			if (!i->keep && i->fate != FATE_DROP && i->has_data &&
+			    (!i->has_attr || (i->a.mode & 0170000) == 0100000))
+				cand[nc++] = i;
+	qsort(cand, nc, sizeof(*cand), cmp_ino);
+	/* A name each, for the notes, among those no kept directory
+	 * holds. */
+	for (size_t k = 0; k < n; k++) {
+		struct pj_inode *c = pj_image_inode(img, all[k]->ino);
+
+		if (c && !c->keep && !c->named)
+			c->named = all[k];
+	}
+	/* Room for lost+found and a name each. */
+	struct pj_inode **in = realloc(img->inodes,
+				       (img->icount + 1) * sizeof(*in));
+	struct pj_dentry **dn = in ? realloc(img->dentries,
+					     (img->dcount + nc + 1) *
+						     sizeof(*dn)) :
+				     NULL;
+
+	if (in)
+		img->inodes = in;
+	if (!dn) {
+		free(cand);
+		return -ENOMEM;
+	}
+	img->dentries = dn;
+	for (size_t k = 0; k < nc; k++) {
+		struct pj_inode *c = cand[k];
+		char what[64], name[40], where[64], esc[1100], why[2048];
+		const char *path = what;
+		char full[4096];
+		struct pj_dentry *d;
+
+		bool made = false;
+
+		snprintf(what, sizeof(what), "inode %" PRIu64, c->a.ino);
+		if (c->fate == FATE_UNSEEN) {
+			const char *no;
+
+			if (!c->has_attr) {
+				made = true;
+				/* Nothing says whose it was: root's alone. */
+				memset(&c->a, 0, sizeof(c->a));
+				c->a.ino = c->d.ino;
+				c->a.mode = 0100600;
+				c->a.uid = uid;
+				c->a.gid = gid;
+				c->a.atime = c->a.mtime = c->a.ctime =
+					c->d.mtime;
+				c->has_attr = true;
+			}
+			no = adopt_one(img, c, NULL, what, adopt, ctx);
+			if (no) {
+				pj_image_note(img, "dropped", what, no);
+				img->dropped++;
+				img->need_snapshot = true;
+				continue;
+			}
+		}
+		if (!lf && !(lf = lf_dir(img, uid, gid))) {
+			free(cand);
+			return -ENOMEM;
+		}
+		snprintf(name, sizeof(name), "#%" PRIu64, c->a.ino);
+		for (int x = 1; *dentry_find(img, lf->a.ino, name,
+					     strlen(name)); x++)
+			snprintf(name, sizeof(name), "#%" PRIu64 ".%d",
+				 c->a.ino, x);
+		d = dentry_new(img, lf->a.ino, name, c->a.ino);
+		if (!d) {
+			free(cand);
+			return -ENOMEM;
+		}
+		snprintf(where, sizeof(where), "%s/%s", lf->via->name, name);
+		if (c->fate == FATE_FOUND) {
+			/* Reached by a name: that is its path. */
+			dentry_path(img, c->named, full, sizeof(full));
+			path = full;
+			snprintf(why, sizeof(why), "%s: what reads back is "
+				 "kept as '/%s'", c->lost_why ? c->lost_why :
+				 "some of its bytes are lost", where);
+		} else if (made) {
+			snprintf(why, sizeof(why), "its attributes are lost: "
+				 "kept as '/%s', 0600, the daemon's user's%s%s",
+				 where, c->lost_why ? "; " : "",
+				 c->lost_why ? c->lost_why : "");
+		} else if (c->named) {
+			pj_escape(c->named->name, c->named->len, esc,
+				  sizeof(esc));
+			snprintf(why, sizeof(why), "the directory that named "
+				 "it '%s' is lost: kept as '/%s'%s%s", esc,
+				 where, c->lost_why ? "; " : "",
+				 c->lost_why ? c->lost_why : "");
+		} else {
+			snprintf(why, sizeof(why), "its names are lost: kept "
+				 "as '/%s'%s%s", where, c->lost_why ? "; " : "",
+				 c->lost_why ? c->lost_why : "");
+		}
+		pj_image_note(img, PJ_LOST_FOUND, path, why);
+		c->fate = FATE_KEEP;
+		c->keep = c->found = true;
+		c->a.nlink = 1;
+		img->inodes[img->ninodes++] = c;
+		img->dentries[img->ndentries++] = d;
+		img->found++;
+		img->need_snapshot = true;
+	}
+	free(cand);
+	return 0;
+}
+
 int pj_image_resolve(struct pj_image *img,
 		     const char *(*adopt)(void *ctx, struct pj_inode *ino),
 		     void *ctx, uint32_t uid, uint32_t gid)
@@ -997,6 +1278,7 @@ int pj_image_resolve(struct pj_image *img,
 	struct pj_dentry **all;
 	struct pj_inode *root;
 	size_t n = 0, head = 0;
+	int rc;
 
 	root = inode_get(img, ROOT_INO);
 	if (!root)
@@ -1049,6 +1331,10 @@ int pj_image_resolve(struct pj_image *img,
 			char path[4096];
 
 			if (!c || !c->has_attr) {
+				/* (bytes without attributes go to
+				 * lost+found, below) */
+				if (c && c->has_data)
+					continue;
 				dentry_path(img, d, path, sizeof(path));
 				pj_image_note(img, "dropped", path,
 					      "its inode's record is lost");
@@ -1076,7 +1362,8 @@ int pj_image_resolve(struct pj_image *img,
 					decide_file(img, c, d, adopt, ctx);
 				else if (c->fate == FATE_UNSEEN)
 					c->fate = FATE_KEEP;
-				if (c->fate == FATE_DROP) {
+				if (c->fate == FATE_DROP ||
+				    c->fate == FATE_FOUND) {
 					img->need_snapshot = true;
 					continue;
 				}
@@ -1090,6 +1377,11 @@ int pj_image_resolve(struct pj_image *img,
 			}
 			img->dentries[img->ndentries++] = d;
 		}
+	}
+	rc = lost_found(img, all, n, adopt, ctx, uid, gid);
+	if (rc) {
+		free(all);
+		return rc;
 	}
 	/* Named, but not from anywhere the root reaches. */
 	for (size_t k = 0; k < n; k++) {

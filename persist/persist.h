@@ -30,8 +30,13 @@
 #include <stdint.h>
 #include <time.h>
 
-/* Bumped whenever the layout of any file or item changes. */
-#define PJ_FORMAT_VERSION 1
+/* Bumped whenever the layout of any file or item changes. Version 2: a
+ * file's I_DATA map holds its page maps after the chunk table. A
+ * directory of an older version this tierfs still reads
+ * (PJ_FORMAT_OLDEST on) is loaded and rewritten in this one at start
+ * (pj_image.upgrade); an earlier tierfs refuses what this one wrote. */
+#define PJ_FORMAT_VERSION 2
+#define PJ_FORMAT_OLDEST 1
 
 enum pj_item_type {
 	PJ_I_ATTR = 1, /* struct pj_attr: an inode's attributes, whole */
@@ -112,14 +117,23 @@ struct pj_inode {
 	bool has_attr, has_data, dirty;
 	/* Set by pj_image_resolve(). */
 	bool keep;
+	bool found; /* kept in lost+found, not at its names */
 	uint8_t fate; /* private */
 	uint64_t parent; /* a kept directory's parent */
 	void *user; /* the caller's: set by its adopt callback */
-	/* Private: the items' bytes the pointers above point into, and the
-	 * name a kept directory was reached by. */
+	/* Set by the adopt callback beside keeping the file (returning
+	 * NULL), each a sentence read before the next call: @mended, what
+	 * had to be mended with every byte kept (the file stays where it
+	 * is, noted "repaired"); @salvaged, what of its bytes is lost (the
+	 * file goes to lost+found instead of its names). */
+	const char *mended, *salvaged;
+	/* Private: the items' bytes the pointers above point into, the
+	 * name a kept directory was reached by, one that names a file no
+	 * kept name reaches, and why a salvaged file was. */
 	char *attr_raw, *data_raw;
 	struct pj_xattr *xv;
-	const struct pj_dentry *via;
+	const struct pj_dentry *via, *named;
+	char *lost_why;
 };
 
 struct pj_dentry {
@@ -148,6 +162,8 @@ struct pj_image {
 		     * the snapshot */
 	bool need_snapshot; /* write one before appending: something was
 			     * dropped, or a journal tail cut */
+	bool upgrade; /* a file of an older format version was read: write
+		       * a snapshot before appending, in this version */
 	/* Maps, then after pj_image_resolve() the kept inodes (every
 	 * directory before what it holds) and names (parents first). */
 	struct pj_inode **ihash;
@@ -160,7 +176,8 @@ struct pj_image {
 	struct pj_dentry **dentries;
 	size_t ndentries;
 	struct pj_note *notes, **notes_tail;
-	uint64_t dropped, rolled_back;
+	uint64_t dropped, rolled_back, found;
+	uint64_t lost_found; /* the inode of lost+found when it was used */
 	int error; /* private: -ENOMEM while loading */
 };
 
@@ -184,15 +201,21 @@ int pj_image_apply(struct pj_image *img, const void *items, size_t len);
 
 /*
  * Decide what comes back. @adopt is called for every regular file with
- * committed data and names; it returns NULL to keep it (and may set
- * ino->user) or why not ("spill file missing"), which drops the file.
- * Files without committed data are dropped ("never synced"), those changed
- * since are noted as rolled back, names of missing inodes and what the
- * root cannot reach are dropped; the rest is put in inodes[] and
- * dentries[] in an order that creates parents first, with nlink and
- * parent recomputed from the names. A root missing from the image is made
- * (0755, @uid, @gid). Returns 0 or -ENOMEM.
+ * committed data that is reached by a name or reached by none; it returns
+ * NULL to keep it (and may set ino->user, ->mended and ->salvaged) or why
+ * not ("spill file missing"), which drops the file. Files without
+ * committed data are dropped ("never synced"), those changed since are
+ * noted as rolled back, names of missing inodes and what the root cannot
+ * reach are dropped. A regular file whose bytes are kept but that no kept
+ * name reaches (its names or its directory lost, or salvaged) goes to
+ * PJ_LOST_FOUND at the root (0700, @uid, @gid, made when none is; an entry
+ * of that name that is not such a directory makes it "lost+found.1" and
+ * on) as "#<ino>", each noted "lost+found" with where it went. The rest
+ * is put in inodes[] and dentries[] in an order that creates parents
+ * first, with nlink and parent recomputed from the names. A root missing
+ * from the image is made (0755, @uid, @gid). Returns 0 or -ENOMEM.
  */
+#define PJ_LOST_FOUND "lost+found"
 int pj_image_resolve(struct pj_image *img,
 		     const char *(*adopt)(void *ctx, struct pj_inode *ino),
 		     void *ctx, uint32_t uid, uint32_t gid);

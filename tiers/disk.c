@@ -534,22 +534,61 @@ static bool meta_valid(const struct tier_disk *d, uint32_t m)
 	}
 }
 
-int tier_dobj_adopt(struct tier_disk *d, uint64_t id, uint64_t size,
-		    const void *map, size_t len, struct tier_dobj **out)
+/* Put chunk @idx of meta word @m in slot @sl of the object being adopted,
+ * as part of its committed version. */
+static void adopt_put(struct tier_disk *d, struct tier_dobj *o, uint32_t idx,
+		      uint32_t sl, uint32_t m)
 {
-	uint64_t nchunks = (size + d->chunk_size - 1) / d->chunk_size;
+	struct dobj_cow *c = o->cow;
+
+	meta_of(o)[idx] = m;
+	c->slot[idx] = sl;
+	bit_put(c->used, sl, true);
+	bit_put(c->pin, sl, true);
+	o->stored += meta_cost(d, m);
+}
+
+/* Take chunk @idx out of the object being adopted again; its slot is
+ * free from then on (the journal stops naming it before anything is
+ * written: recovery writes a snapshot first). */
+static void adopt_forget(struct tier_disk *d, struct tier_dobj *o,
+			 uint32_t idx)
+{
+	struct dobj_cow *c = o->cow;
+	uint32_t *meta = meta_of(o);
+
+	o->stored -= meta_cost(d, meta[idx]);
+	bit_put(c->used, c->slot[idx], false);
+	bit_put(c->pin, c->slot[idx], false);
+	meta[idx] = 0;
+	c->slot[idx] = 0;
+}
+
+/* Read chunk @idx back; 0 when it checks out. */
+static int adopt_check(struct tier_disk *d, struct tier_dobj *o, int fd,
+		       char *buf, uint32_t idx)
+{
+	return range_chunk(d, o, fd, buf, d->chunk_size,
+			   (uint64_t)idx * d->chunk_size, idx);
+}
+
+int tier_dobj_adopt(struct tier_disk *d, uint64_t id, const void *map,
+		    size_t len, tier_dobj_lost_fn lost, void *ctx,
+		    struct tier_dobj **out)
+{
 	const char *p = map;
 	struct tier_dobj *o;
 	struct dobj_cow *c;
-	uint32_t n, *meta;
+	uint32_t n, (*later)[3] = NULL, nlater = 0, *meta;
 	int64_t prev = -1;
-	int rc = -EINVAL;
+	char *buf = NULL;
+	int rc = -EINVAL, fd = -1;
 
 	if (len < 4)
 		return -EINVAL;
 	memcpy(&n, p, 4);
 	n = le32toh(n);
-	if (len != 4 + (size_t)n * DOBJ_MAP_ENTRY || nchunks > UINT32_MAX)
+	if (len != 4 + (size_t)n * DOBJ_MAP_ENTRY)
 		return -EINVAL;
 	o = calloc(1, sizeof(*o) + d->dirlen + 22);
 	c = calloc(1, sizeof(*c));
@@ -562,43 +601,99 @@ int tier_dobj_adopt(struct tier_disk *d, uint64_t id, uint64_t size,
 	o->fd = -1;
 	o->cap = 2;
 	o->cow = c;
-	if (n) {
-		uint32_t last;
-
-		memcpy(&last, p + 4 + (size_t)(n - 1) * DOBJ_MAP_ENTRY, 4);
-		last = le32toh(last);
-		if ((uint64_t)last >= nchunks)
-			goto out_free;
-		rc = meta_grow(o, (uint64_t)last + 1);
-		if (rc)
-			goto out_free;
-	}
 	if ((rc = cow_slots_grow(c, o->cap)))
 		goto out_free;
-	rc = -EINVAL;
-	meta = meta_of(o);
 	for (uint32_t k = 0; k < n; k++) {
+		const char *why = NULL;
 		uint32_t e[3];
 
 		memcpy(e, p + 4 + (size_t)k * DOBJ_MAP_ENTRY, sizeof(e));
 		e[0] = le32toh(e[0]);
 		e[1] = le32toh(e[1]);
 		e[2] = le32toh(e[2]);
-		if ((int64_t)e[0] <= prev || e[1] == UINT32_MAX ||
-		    chunk_off(d, e[1]) < 0 || !meta_valid(d, e[2]))
+		/* Salvage takes entries in any order: reading the chunk
+		 * back checks the index its header names. */
+		if (e[0] == UINT32_MAX)
+			why = "its index in the chunk table is out of range";
+		else if (lost && meta_get(o, e[0]))
+			why = "the chunk table has a second entry for it";
+		else if (!lost && (int64_t)e[0] <= prev)
+			why = "its entry in the chunk table is out of order";
+		else if (e[1] == UINT32_MAX || chunk_off(d, e[1]) < 0)
+			why = "its slot in the chunk table is out of range";
+		else if (!meta_valid(d, e[2]))
+			why = "its entry in the chunk table says no chunk "
+			      "this disk tier can have";
+		if (why) {
+			rc = -EINVAL;
+			if (!lost)
+				goto out_free;
+			lost(ctx, e[0] == UINT32_MAX ? UINT64_MAX : e[0], why);
+			continue;
+		}
+		prev = e[0];
+		rc = meta_grow(o, (uint64_t)e[0] + 1);
+		if (!rc)
+			rc = cow_bits_grow(c, e[1]);
+		if (rc)
 			goto out_free;
-		if (cow_bits_grow(c, e[1])) {
+		if (bit_get(c->used, c->nwords, e[1])) {
+			/* Two chunks in one slot: with salvage, the one
+			 * whose header names it gets it, below. */
+			rc = -EINVAL;
+			if (!lost)
+				goto out_free;
+			if (!(nlater & (nlater - 1))) {
+				uint32_t (*l)[3] = realloc(
+					later, (nlater ? 2 * nlater : 1) *
+						       sizeof(*later));
+
+				if (!l) {
+					rc = -ENOMEM;
+					goto out_free;
+				}
+				later = l;
+			}
+			memcpy(later[nlater++], e, sizeof(e));
+			continue;
+		}
+		adopt_put(d, o, e[0], e[1], e[2]);
+	}
+	meta = meta_of(o);
+	if (lost) {
+		/* Only what reads back is kept. */
+		buf = malloc(d->chunk_size);
+		if (!buf) {
 			rc = -ENOMEM;
 			goto out_free;
 		}
-		if (bit_get(c->used, c->nwords, e[1]))
-			goto out_free; /* two chunks in one slot */
-		prev = e[0];
-		meta[e[0]] = e[2];
-		c->slot[e[0]] = e[1];
-		bit_put(c->used, e[1], true);
-		bit_put(c->pin, e[1], true);
-		o->stored += meta_cost(d, e[2]);
+		fd = obj_fd_get(d, o);
+		if (fd < 0) {
+			rc = -EIO;
+			goto out_free;
+		}
+		for (uint32_t i = 0; i < o->cap; i++) {
+			if (meta[i] && adopt_check(d, o, fd, buf, i)) {
+				adopt_forget(d, o, i);
+				lost(ctx, i, "its bytes do not check out");
+			}
+		}
+		for (uint32_t k = 0; k < nlater; k++) {
+			uint32_t *e = later[k];
+
+			if (meta[e[0]] || bit_get(c->used, c->nwords, e[1])) {
+				lost(ctx, e[0], "its slot in the chunk table "
+					       "is another chunk's");
+				continue;
+			}
+			adopt_put(d, o, e[0], e[1], e[2]);
+			if (adopt_check(d, o, fd, buf, e[0])) {
+				adopt_forget(d, o, e[0]);
+				lost(ctx, e[0], "its bytes do not check out");
+			}
+		}
+		obj_fd_put(o, fd);
+		fd = -1;
 	}
 	c->cmeta = malloc(o->cap * sizeof(*c->cmeta));
 	c->cslot = malloc(o->cap * sizeof(*c->cslot));
@@ -609,12 +704,38 @@ int tier_dobj_adopt(struct tier_disk *d, uint64_t id, uint64_t size,
 	memcpy(c->cmeta, meta, o->cap * sizeof(*meta));
 	memcpy(c->cslot, c->slot, o->cap * sizeof(*c->slot));
 	c->ccap = o->cap;
+	free(buf);
+	free(later);
 	*out = o;
 	return 0;
 
 out_free:
+	if (fd >= 0)
+		obj_fd_put(o, fd);
+	free(buf);
+	free(later);
 	tier_dobj_close(d, o);
 	return rc;
+}
+
+uint64_t tier_dobj_nchunks(const struct tier_dobj *o)
+{
+	for (uint64_t i = o->cap; i > 0; i--)
+		if (meta_get(o, i - 1))
+			return i;
+	return 0;
+}
+
+uint32_t tier_dobj_chunk_pages(const struct tier_disk *d,
+			       const struct tier_dobj *o, uint64_t idx)
+{
+	uint32_t m = meta_get(o, idx);
+
+	if (!m)
+		return 0;
+	if ((m >> META_ENC_SHIFT) != ENC_RAW || (m & META_MAP))
+		return UINT32_MAX;
+	return (meta_total(m) - HDR + TIER_PAGE - 1) / TIER_PAGE;
 }
 
 int tier_dobj_write_chunk(struct tier_disk *d, struct tier_dobj *o,

@@ -175,14 +175,35 @@ void tier_dobj_revert(struct tier_disk *d, struct tier_dobj *o);
 
 /*
  * An object for the spill file of buffer @id holding a committed version
- * of @size bytes as @map (what tier_dobj_map() wrote) says, its current
- * version the same. Opens nothing: the file is opened on first use.
- * -EINVAL when @map is not a valid table for @size bytes in this disk
- * tier (indices out of order or past @size, a slot used twice or out of
- * range, a meta word no chunk can have), -ENOMEM.
+ * as @map (what tier_dobj_map() wrote) says, its current version the
+ * same. Opens nothing: the file is opened on first use. The table says
+ * nothing of the file's size: a file may have chunks past its end (pages
+ * fallocate kept there) and none at all before it (holes).
+ *
+ * Without @lost, -EINVAL when an entry is not one this disk tier can have
+ * (indices out of order, a slot used twice or out of range, a meta word no
+ * chunk can have), -ENOMEM. With @lost (salvage), such entries are left
+ * out, @lost is called for each with the chunk's index (UINT64_MAX when
+ * not even that is known) and why, and every chunk that is kept is read
+ * once and left out too, said the same way, when it does not check out
+ * (its header, its checksum): the object then holds only chunks that read
+ * back. An entry whose slot another one claimed gets that slot when the
+ * other's chunk did not check out. Only -ENOMEM, or -EIO when the spill
+ * file cannot be opened, fails a salvage.
  */
-int tier_dobj_adopt(struct tier_disk *d, uint64_t id, uint64_t size,
-		    const void *map, size_t len, struct tier_dobj **out);
+typedef void (*tier_dobj_lost_fn)(void *ctx, uint64_t idx, const char *why);
+int tier_dobj_adopt(struct tier_disk *d, uint64_t id, const void *map,
+		    size_t len, tier_dobj_lost_fn lost, void *ctx,
+		    struct tier_dobj **out);
+
+/* One past the highest chunk @o holds (0 when empty). */
+uint64_t tier_dobj_nchunks(const struct tier_dobj *o);
+
+/* Pages of payload chunk @idx stores when that is known from its table
+ * entry alone (stored raw, without a page map); 0 when absent, else
+ * UINT32_MAX when unknown. */
+uint32_t tier_dobj_chunk_pages(const struct tier_disk *d,
+			       const struct tier_dobj *o, uint64_t idx);
 
 /*
  * Store chunk @idx: @len bytes (<= chunk size; a shorter chunk reads back

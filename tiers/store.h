@@ -421,8 +421,9 @@ int tier_buf_alloc_device(struct tier_buf *b, uint64_t size);
 /*
  * Persistent mounts ([disk] persist). The store keeps, per buffer, the
  * version last committed to the disk tier; the caller's metadata journal
- * names it (the chunk table of tier_dobj_map(), opaque here). See
- * doc/design.md.
+ * names it by its image, opaque there: the disk tier's chunk table
+ * (tier_dobj_map()) and the page maps that the table and the size alone
+ * do not say (st_pages_image()). See doc/design.md.
  */
 
 /* Whether the store was made persistent; then the spill directory's
@@ -443,13 +444,50 @@ void tier_store_set_next_id(struct tier_store *s, uint64_t next);
 uint64_t tier_store_next_id(struct tier_store *s);
 
 /*
- * A buffer for a committed version found at start: @size bytes whose
- * chunks the table @map describes in the spill file of @id. The buffer is
- * on the disk tier and nothing is read or even opened until it is used.
- * -EINVAL for a table that does not fit (logged by the caller), -ENOMEM.
+ * What tier_buf_adopt() could not keep of a recorded version, or had to
+ * mend, for the caller's notes: chunk by chunk, in @text, cut short with
+ * "..." past its room (the log has every line).
+ */
+struct tier_adopt_note {
+	uint32_t lost; /* chunks whose written bytes are gone: holes now */
+	uint32_t mended; /* disagreements mended with every byte kept */
+	size_t len;
+	char text[512];
+	/* private: the chunks said lost, so that each counts once */
+	uint64_t said[32];
+	uint32_t nsaid;
+};
+
+/* tier_buf_adopt(): keep what reads back rather than refuse. */
+#define TIER_ADOPT_SALVAGE 0x1u
+
+/*
+ * A buffer for a committed version found at start: @size bytes that the
+ * image @map (what tier_buf_sync() handed its callback, or an earlier
+ * tierfs's chunk table alone) describes, in the spill file of @id. The
+ * buffer is on the disk tier and nothing is read or even opened until it
+ * is used. The size never limits the table: a file may hold pages past its
+ * end (fallocate's KEEP_SIZE) and no chunk before it (holes).
+ *
+ * Where the image disagrees with itself without losing a byte (a page
+ * map lost, pages fallocate took that the chunk table lacks), the buffer
+ * is kept and @note says what was mended. Without TIER_ADOPT_SALVAGE,
+ * -EINVAL when written bytes would be lost (an entry of the chunk table no
+ * chunk can have, a slot used twice, pages the table lacks); with it,
+ * every chunk that reads back is kept, the others are holes, and @note
+ * says which and why (-EIO when the spill file cannot be read at all).
+ * -ENOMEM, -EFBIG.
  */
 int tier_buf_adopt(struct tier_store *s, uint64_t id, uint64_t size,
-		   const void *map, size_t len, struct tier_buf **out);
+		   const void *map, size_t len, unsigned int flags,
+		   struct tier_adopt_note *note, struct tier_buf **out);
+
+/*
+ * The image of @b's disk copy, as tier_buf_sync() records it: right after
+ * tier_buf_adopt(), its committed version, as it was kept. malloc'd into
+ * *@map; 0, -ENOENT without a disk copy, -ENOMEM. Takes b->lock.
+ */
+int tier_buf_image(struct tier_buf *b, void **map, size_t *len);
 
 /* The ids of the spill files on disk, malloc'd into *@ids; and removing
  * the file of an id no buffer has (one a crash left). */
@@ -458,7 +496,7 @@ void tier_store_spill_remove(struct tier_store *s, uint64_t id);
 
 /*
  * Called with b->lock held for writing, from tier_buf_sync(): record
- * that buffer @id now has @size bytes as @map describes, and return only
+ * that buffer @id now has @size bytes as the image @map describes, and return only
  * once that record is durable (or, for TIER_SYNC_DEFER, appended). 0 or
  * -errno, which fails the sync.
  */

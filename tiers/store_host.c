@@ -15,6 +15,7 @@
  *
  * b->lock is held for writing unless a function says otherwise.
  */
+#include <endian.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -982,17 +983,246 @@ int st_pages_all(struct tier_buf *b)
 	return 0;
 }
 
-int st_pages_from_disk(struct tier_buf *b)
+/* What the chunk table and the size alone say of chunk @idx's pages:
+ * @present, its pages up to the file's end, written; else none. */
+static void pages_default(const struct tier_buf *b, uint64_t idx, bool present,
+			  uint64_t *a, uint64_t *u)
+{
+	const struct tier_store *s = b->s;
+	uint32_t n = present ? (eof_in(b, idx) + PG - 1) / PG : 0;
+
+	memset(a, 0, mapw(s) * sizeof(*a));
+	memset(u, 0, mapw(s) * sizeof(*u));
+	for (uint32_t p = 0; p < n; p++)
+		bit_set(a, p, true);
+}
+
+static void put_words(char *p, const uint64_t *w, uint32_t n)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		uint64_t v = htole64(w[k]);
+
+		memcpy(p + 8 * k, &v, 8);
+	}
+}
+
+static void get_words(uint64_t *w, const char *p, uint32_t n)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		memcpy(&w[k], p + 8 * k, 8);
+		w[k] = le64toh(w[k]);
+	}
+}
+
+static void put32(char *p, uint32_t v)
+{
+	v = htole32(v);
+	memcpy(p, &v, 4);
+}
+
+static uint32_t get32(const char *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return le32toh(v);
+}
+
+size_t st_pages_image(struct tier_buf *b, const struct tier_dobj *o,
+		      void *buf, size_t len)
 {
 	struct tier_store *s = b->s;
-	int rc = st_pages_all(b);
+	uint64_t a[MAP_WORDS_MAX], u[MAP_WORDS_MAX];
+	uint64_t da[MAP_WORDS_MAX], du[MAP_WORDS_MAX];
+	uint32_t w = mapw(s), n = 0;
+	size_t need = 12;
+	char *p = buf;
 
-	/* Chunks the disk copy lacks are holes; the others, as far as is
-	 * known without reading them, data. */
-	for (uint32_t i = 0; !rc && i < b->nck; i++)
-		if (!tier_dobj_chunk_cost(s->disk, b->dobj, i))
-			b->ck[i].npages = 0;
-	return rc;
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1) {
+			if (need > len)
+				return need;
+			put32(p, PAGES_MAGIC);
+			put32(p + 4, ppc(s));
+			put32(p + 8, n);
+			p += 12;
+		}
+		for (uint32_t i = 0; i < b->nck; i++) {
+			const struct tier_chunk *ck = &b->ck[i];
+			uint8_t flags = 0;
+			uint16_t np;
+
+			ck_get(s, ck, a, u);
+			pages_default(b, i, tier_dobj_chunk_cost(s->disk, o, i),
+				      da, du);
+			if (!memcmp(a, da, w * sizeof(*a)) &&
+			    !memcmp(u, du, w * sizeof(*u)))
+				continue;
+			if (ck->map)
+				flags = PAGES_F_ALLOC |
+					(ck->unw ? PAGES_F_UNW : 0);
+			if (pass == 0) {
+				n++;
+				need += 8 + (flags & PAGES_F_ALLOC ? 8 * w : 0) +
+					(flags & PAGES_F_UNW ? 8 * w : 0);
+				continue;
+			}
+			np = htole16(ck->npages);
+			put32(p, i);
+			memcpy(p + 4, &np, 2);
+			p[6] = (char)flags;
+			p[7] = 0;
+			p += 8;
+			if (flags & PAGES_F_ALLOC) {
+				put_words(p, a, w);
+				p += 8 * w;
+			}
+			if (flags & PAGES_F_UNW) {
+				put_words(p, u, w);
+				p += 8 * w;
+			}
+		}
+	}
+	return need;
+}
+
+/*
+ * Walk the entries of page section @sec (@len bytes): check each, and
+ * with @apply give chunk @idx its maps. The last index seen goes to
+ * *@last (-1 when none). Returns whether the whole section checks out.
+ */
+static bool pages_walk(struct tier_buf *b, const char *sec, size_t len,
+		       bool apply, int64_t *last)
+{
+	struct tier_store *s = b->s;
+	uint64_t a[MAP_WORDS_MAX], u[MAP_WORDS_MAX];
+	uint32_t w = mapw(s), n;
+	const char *p = sec, *end = sec + len;
+
+	*last = -1;
+	if (len < 12 || get32(p) != PAGES_MAGIC || get32(p + 4) != ppc(s))
+		return false;
+	n = get32(p + 8);
+	p += 12;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t idx;
+		uint16_t np;
+		uint8_t flags;
+
+		if (end - p < 8)
+			return false;
+		idx = get32(p);
+		memcpy(&np, p + 4, 2);
+		np = le16toh(np);
+		flags = (uint8_t)p[6];
+		p += 8;
+		if ((int64_t)idx <= *last || idx == UINT32_MAX || p[-1] ||
+		    (flags & ~(PAGES_F_ALLOC | PAGES_F_UNW)) ||
+		    ((flags & PAGES_F_UNW) && !(flags & PAGES_F_ALLOC)) ||
+		    !np || np > ppc(s))
+			return false;
+		memset(a, 0, w * sizeof(*a));
+		memset(u, 0, w * sizeof(*u));
+		if (flags & PAGES_F_ALLOC) {
+			if ((size_t)(end - p) < 8 * w)
+				return false;
+			get_words(a, p, w);
+			p += 8 * w;
+		} else {
+			for (uint32_t q = 0; q < np; q++)
+				bit_set(a, q, true);
+		}
+		if (flags & PAGES_F_UNW) {
+			if ((size_t)(end - p) < 8 * w)
+				return false;
+			get_words(u, p, w);
+			p += 8 * w;
+		}
+		/* No page past the chunk, none unwritten that is not
+		 * allocated, and as many as it says. */
+		for (uint32_t q = ppc(s); q < w * 64; q++)
+			if (bit(a, q))
+				return false;
+		for (uint32_t x = 0; x < w; x++)
+			if (u[x] & ~a[x])
+				return false;
+		if (count(s, a) != np)
+			return false;
+		*last = idx;
+		if (apply && ck_set(s, &b->ck[idx], a, u))
+			return false;
+	}
+	return p == end;
+}
+
+int st_pages_adopt(struct tier_buf *b, const void *sec, size_t len, bool old,
+		   st_adopt_say say, void *ctx)
+{
+	struct tier_store *s = b->s;
+	struct tier_dobj *o = b->dobj;
+	uint64_t a[MAP_WORDS_MAX], u[MAP_WORDS_MAX];
+	uint64_t n = st_nchunks_for(s, b->size), held = tier_dobj_nchunks(o);
+	bool good = false;
+	int64_t last = -1;
+	int rc;
+
+	if (!old) {
+		good = pages_walk(b, sec, len, false, &last);
+		if (!good)
+			say(ctx, UINT64_MAX, "its page maps are damaged: "
+			    "rebuilt from its chunk table", false);
+	}
+	if (held > n)
+		n = held;
+	if (good && (uint64_t)last + 1 > n)
+		n = (uint64_t)last + 1;
+	if ((rc = grow_table(b, n)))
+		return rc;
+	for (uint32_t i = 0; i < b->nck; i++) {
+		pages_default(b, i, tier_dobj_chunk_cost(s->disk, o, i), a, u);
+		if ((rc = ck_set(s, &b->ck[i], a, u)))
+			return rc;
+	}
+	if (good && !pages_walk(b, sec, len, true, &last))
+		return -ENOMEM; /* it checked out above: only ck_set fails */
+	/* The two tables must agree on which chunks hold anything. */
+	for (uint32_t i = 0; i < b->nck; i++) {
+		struct tier_chunk *ck = &b->ck[i];
+		bool present = tier_dobj_chunk_cost(s->disk, o, i);
+		uint32_t np;
+
+		if (ck->npages && !present) {
+			ck_get(s, ck, a, u);
+			bool written = false;
+
+			for (uint32_t x = 0; x < mapw(s); x++)
+				written |= (a[x] & ~u[x]) != 0;
+			say(ctx, i, written ? "the chunk table lacks it: "
+					      "its pages read as a hole" :
+					      "the chunk table lacks the "
+					      "pages fallocate took in it: "
+					      "they are holes now",
+			    written);
+			pages_default(b, i, false, a, u);
+		} else if (!ck->npages && present) {
+			/* Past the end: what fallocate kept there. */
+			np = tier_dobj_chunk_pages(s->disk, o, i);
+			if (!old)
+				say(ctx, i, "its page map is lost: its pages "
+				    "come back as its chunk stores them",
+				    false);
+			pages_default(b, i, false, a, u);
+			for (uint32_t p = 0; p < ppc(s) && p < np; p++) {
+				bit_set(a, p, true);
+				bit_set(u, p, np != UINT32_MAX);
+			}
+		} else {
+			continue;
+		}
+		if ((rc = ck_set(s, ck, a, u)))
+			return rc;
+	}
+	return 0;
 }
 
 int64_t st_seek(struct tier_buf *b, uint64_t off, bool hole)

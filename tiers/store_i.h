@@ -404,10 +404,38 @@ int st_pages_allocated(struct tier_buf *b, uint64_t off, uint64_t len);
 /* Every page of the buffer allocated and written (a GPU program wrote the
  * device copy, or nothing better is known). 0 or -ENOMEM. */
 int st_pages_all(struct tier_buf *b);
-/* The page maps of a buffer adopted from disk (persistent mounts), whose
- * chunks' maps are not known without reading them: a chunk there is data
- * up to the file's end, one missing a hole. 0 or -ENOMEM. */
-int st_pages_from_disk(struct tier_buf *b);
+/*
+ * Persistent mounts: the page section of a buffer's image, which follows
+ * the disk tier's chunk table in what the journal records (see
+ * tier_buf_sync()): u32 PAGES_MAGIC, u32 pages per chunk, u32 count, then
+ * per chunk whose pages are not what the table and the size alone say
+ * (present in the table: its pages up to the file's end, written; absent:
+ * none) {u32 index, u16 pages, u8 PAGES_F_*, u8 zero} and the bitmaps its
+ * flags name, little-endian u64 words each. Pages fallocate kept past the
+ * end, holes inside chunks and pages fallocate took and nothing wrote are
+ * what it says.
+ */
+#define PAGES_MAGIC 0x50534654u /* "TFSP" */
+#define PAGES_F_ALLOC 0x1u /* the bitmap of allocated pages follows */
+#define PAGES_F_UNW 0x2u /* then the bitmap of unwritten ones */
+/* b->lock held. The page section of @b's image against the chunk table
+ * of @o; returns the bytes it needs, written only when @len is enough. */
+size_t st_pages_image(struct tier_buf *b, const struct tier_dobj *o,
+		      void *buf, size_t len);
+/* What st_pages_adopt() has to say of a chunk @idx (UINT64_MAX: of the
+ * whole file): @lost when bytes that were written are gone. */
+typedef void (*st_adopt_say)(void *ctx, uint64_t idx, const char *why,
+			     bool lost);
+/*
+ * The page maps of a buffer adopted from disk (b->dobj, b->size set), from
+ * @sec, the @len bytes of its page section; @old: an image of an earlier
+ * tierfs, which had none (chunks there are data up to the file's end,
+ * pages a chunk holds past it are taken as fallocate's). A section that
+ * is damaged is ignored, a page the table lacks is a hole, a chunk the
+ * table has gets its pages; each said. 0, -EFBIG or -ENOMEM.
+ */
+int st_pages_adopt(struct tier_buf *b, const void *sec, size_t len, bool old,
+		   st_adopt_say say, void *ctx);
 /* b->lock held for reading. Where the next data (@hole false) or hole at
  * or after @off is, as SEEK_DATA and SEEK_HOLE answer: -ENXIO when @off
  * is at or past the end, or there is no data after it. */

@@ -6,6 +6,7 @@
  * journal to stop naming them. The journal itself is the caller's (fs/);
  * here it is a callback and the opaque chunk tables it records.
  */
+#include <endian.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -66,16 +67,98 @@ void tier_store_spill_remove(struct tier_store *s, uint64_t id)
 	tier_disk_remove(s->disk, id);
 }
 
-int tier_buf_adopt(struct tier_store *s, uint64_t id, uint64_t size,
-		   const void *map, size_t len, struct tier_buf **out)
+/* Add "chunk N: why" (or the file's "why") to @n. */
+static void note_say(void *ctx, uint64_t idx, const char *why, bool lost)
 {
-	struct tier_buf *b = calloc(1, sizeof(*b));
+	struct tier_adopt_note *n = ctx;
+	size_t room = sizeof(n->text) - n->len;
+	int w;
+
+	if (idx != UINT64_MAX && lost) {
+		for (uint32_t k = 0; k < n->nsaid; k++)
+			if (n->said[k] == idx)
+				return;
+		if (n->nsaid < sizeof(n->said) / sizeof(n->said[0]))
+			n->said[n->nsaid++] = idx;
+	}
+	if (lost)
+		n->lost++;
+	else
+		n->mended++;
+	if (room <= 4)
+		return;
+	if (idx == UINT64_MAX)
+		w = snprintf(n->text + n->len, room, "%s%s", n->len ? "; " : "",
+			     why);
+	else
+		w = snprintf(n->text + n->len, room, "%schunk %" PRIu64 ": %s",
+			     n->len ? "; " : "", idx, why);
+	if (w < 0)
+		return;
+	if ((size_t)w >= room) {
+		/* Cut: say so. */
+		memcpy(n->text + sizeof(n->text) - 4, "...", 4);
+		n->len = sizeof(n->text);
+		return;
+	}
+	n->len += (size_t)w;
+}
+
+static void note_lost(void *ctx, uint64_t idx, const char *why)
+{
+	note_say(ctx, idx, why, true);
+}
+
+int tier_buf_adopt(struct tier_store *s, uint64_t id, uint64_t size,
+		   const void *map, size_t len, unsigned int flags,
+		   struct tier_adopt_note *note, struct tier_buf **out)
+{
+	bool salvage = flags & TIER_ADOPT_SALVAGE, old;
+	struct tier_buf *b;
 	struct tier_dobj *o;
+	size_t tlen = 0;
+	uint32_t n = 0;
 	int rc;
 
+	memset(note, 0, sizeof(*note));
+	/* The chunk table, then the page section; an earlier tierfs wrote
+	 * the table alone. */
+	if (len >= 4) {
+		memcpy(&n, map, 4);
+		n = le32toh(n);
+		tlen = 4 + (uint64_t)n * 12 <= len ? 4 + (size_t)n * 12 : 0;
+	}
+	if (!tlen) {
+		if (!salvage)
+			return -EINVAL;
+		note_say(note, UINT64_MAX, "its chunk table is cut short",
+			 true);
+		/* The whole entries there are. */
+		tlen = len >= 4 ? 4 + (len - 4) / 12 * 12 : 0;
+	}
+	old = tlen == len;
+	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	rc = tier_dobj_adopt(s->disk, id, size, map, len, &o);
+	if (tlen >= 4 && tlen == 4 + (size_t)n * 12) {
+		rc = tier_dobj_adopt(s->disk, id, map, tlen,
+				     salvage ? note_lost : NULL, note, &o);
+	} else {
+		/* A table cut short: its whole entries, counted anew. */
+		char *t = malloc(tlen >= 4 ? tlen : 4);
+		uint32_t k = htole32((uint32_t)((tlen >= 4 ? tlen - 4 : 0) /
+						12));
+
+		rc = -ENOMEM;
+		if (t) {
+			memcpy(t, &k, 4);
+			if (tlen > 4)
+				memcpy(t + 4, (const char *)map + 4, tlen - 4);
+			rc = tier_dobj_adopt(s->disk, id, t, tlen >= 4 ? tlen : 4,
+					     note_lost, note, &o);
+			free(t);
+		}
+	}
 	if (rc) {
 		free(b);
 		return rc;
@@ -86,7 +169,10 @@ int tier_buf_adopt(struct tier_store *s, uint64_t id, uint64_t size,
 	b->size = size;
 	b->dobj = b->pobj = o;
 	b->synced = true;
-	rc = st_pages_from_disk(b);
+	rc = st_pages_adopt(b, (const char *)map + tlen, len - tlen, old,
+			    note_say, note);
+	if (!rc && note->lost && !salvage)
+		rc = -EINVAL;
 	if (rc) {
 		st_chunks_free(b);
 		pthread_rwlock_destroy(&b->lock);
@@ -109,6 +195,35 @@ int tier_buf_adopt(struct tier_store *s, uint64_t id, uint64_t size,
 	pthread_mutex_unlock(&s->lock);
 	*out = b;
 	return 0;
+}
+
+/* b->lock held. The image of @o, @b's disk copy or committed version:
+ * its chunk table, then the page section. */
+static int image_build(struct tier_buf *b, const struct tier_dobj *o,
+		       void **map, size_t *len)
+{
+	size_t tl = tier_dobj_map(o, NULL, 0);
+	size_t pl = st_pages_image(b, o, NULL, 0);
+	char *m = malloc(tl + pl);
+
+	if (!m)
+		return -ENOMEM;
+	tier_dobj_map(o, m, tl);
+	st_pages_image(b, o, m + tl, pl);
+	*map = m;
+	*len = tl + pl;
+	return 0;
+}
+
+int tier_buf_image(struct tier_buf *b, void **map, size_t *len)
+{
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&b->lock);
+	if (b->dobj)
+		rc = image_build(b, b->dobj, map, len);
+	pthread_rwlock_unlock(&b->lock);
+	return rc;
 }
 
 /* b->lock held for writing. The disk copy becomes the committed version;
@@ -148,13 +263,9 @@ int tier_buf_sync(struct tier_buf *b, unsigned int flags, tier_sync_fn fn,
 		rc = tier_dobj_commit_prepare(s->disk, b->dobj);
 	if (rc)
 		goto out;
-	len = tier_dobj_map(b->dobj, NULL, 0);
-	map = malloc(len);
-	if (!map) {
-		rc = -ENOMEM;
+	rc = image_build(b, b->dobj, &map, &len);
+	if (rc)
 		goto out;
-	}
-	tier_dobj_map(b->dobj, map, len);
 	rc = fn(ctx, b->id, b->size, map, len);
 	free(map);
 	if (rc)

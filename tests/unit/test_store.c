@@ -1156,9 +1156,13 @@ static int record(void *ctx, uint64_t id, uint64_t size, const void *map,
 static struct tier_buf *adopt_rec(struct tier_store *s,
 				  const struct recorded *r)
 {
+	struct tier_adopt_note note;
 	struct tier_buf *b = NULL;
 
-	CHECK_EQ(tier_buf_adopt(s, r->id, r->size, r->map, r->len, &b), 0);
+	CHECK_EQ(tier_buf_adopt(s, r->id, r->size, r->map, r->len, 0, &note,
+				&b), 0);
+	CHECK_EQ(note.lost, 0);
+	CHECK_EQ(note.mended, 0);
 	return b;
 }
 
