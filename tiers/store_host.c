@@ -811,8 +811,26 @@ int st_host_punch(struct tier_buf *b, uint64_t off, uint64_t len)
 		} else {
 			uint32_t fl = fit_len(b, i, a, u);
 
-			/* The freed pages go now, not at the next close. */
-			rc = ck_move(b, i, a, u, false, fl, fl);
+			/*
+			 * The freed pages go now, not at the next close, and
+			 * the chunk never takes more than it did: a punch
+			 * must not need room (issue 31). A packed block
+			 * holds what its pages stored in no more than its
+			 * room (pages only move down), a file's tail grown
+			 * in place included, whose room is short of whole
+			 * pages; a dense chunk that packs no smaller stays.
+			 */
+			if (!ck->dense && fl > ck->hcap)
+				fl = ck->hcap;
+			if (ck->dense && st_malloc_cost(fl) >= s->chunk_size) {
+				for (uint32_t p = 0; p < ppc(s); p++)
+					if (!bit(a, p) && ck_alloc(ck, p))
+						memset(ck->host + (size_t)p * PG,
+						       0, PG);
+				rc = ck_set(s, ck, a, u);
+			} else {
+				rc = ck_move(b, i, a, u, false, fl, fl);
+			}
 		}
 		if (rc)
 			break;

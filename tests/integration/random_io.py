@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""random_io.py MNT REF SEED OPS: random reads, writes, mmaps, truncates,
-syncs, reopens and tier moves on a few files under MNT, each mirrored by a
-file under REF (an ordinary filesystem), every byte compared.
+"""random_io.py MNT REF SEED OPS [MAX]: random reads, writes, mmaps,
+truncates, fallocate (KEEP_SIZE, punch hole), copy_file_range, syncs,
+reopens and tier moves on a few files of up to MAX bytes (3 MiB; 8M or
+more puts them on the disk tier of a small host limit) under MNT, each
+mirrored by a file under REF (an ordinary filesystem), every byte
+compared.
 
 Writes go through write(2), a second descriptor of the same file and
 shared mappings; reads through read(2) on either descriptor and the
@@ -14,6 +17,7 @@ cache. The first
 difference ends the run with the operation, offset and bytes, and exit 1.
 """
 
+import ctypes
 import errno
 import mmap
 import os
@@ -22,6 +26,22 @@ import sys
 
 MAX_SIZE = 3 << 20
 NFILES = 3
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x1, 0x2
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                           ctypes.c_int64)
+
+
+def fallocate(fd, mode, off, n):
+    if LIBC.fallocate(fd, mode, off, n) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), "fallocate mode %d off %#x len %#x"
+                      % (mode, off, n))
+
+
+def size_arg(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
 
 
 class Pair:
@@ -97,13 +117,17 @@ def move(p, tier):
     try:
         os.setxattr(p.path, "user.tierfs.tier", tier.encode())
     except OSError as e:
-        if e.errno not in (errno.EBUSY, errno.ENODEV):
+        # a tier too small for the file refuses it
+        if e.errno not in (errno.EBUSY, errno.ENODEV, errno.ENOSPC):
             raise
 
 
 def main():
+    global MAX_SIZE
     mnt, ref, seed, nops = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
         int(sys.argv[4])
+    if len(sys.argv) > 5:
+        MAX_SIZE = size_arg(sys.argv[5])
     rng = random.Random(seed)
     files = [Pair(mnt, ref, k) for k in range(NFILES)]
     counts = {}
@@ -112,8 +136,9 @@ def main():
         size = p.size()
         op = rng.choices(
             ["write", "write2", "read", "read2", "mwrite", "mread",
-             "truncate", "fsync", "reopen", "move", "extend"],
-            [20, 8, 15, 6, 10, 8, 6, 3, 3, 4, 2])[0]
+             "truncate", "fsync", "reopen", "move", "extend", "punch",
+             "keep", "copy"],
+            [20, 8, 15, 6, 10, 8, 6, 3, 3, 4, 2, 4, 3, 3])[0]
         counts[op] = counts.get(op, 0) + 1
         if op in ("write", "write2"):
             off = rng.randrange(0, MAX_SIZE)
@@ -165,6 +190,40 @@ def main():
                 p.unmap()
                 os.posix_fallocate(p.fd, 0, new)
                 os.ftruncate(p.rfd, new)
+        elif op in ("punch", "keep"):
+            off = rng.randrange(0, MAX_SIZE)
+            ln = rng.choice([1, 100, 4096, 5000, 65536, 300000, 1 << 20])
+            mode = FALLOC_FL_KEEP_SIZE | (FALLOC_FL_PUNCH_HOLE
+                                          if op == "punch" else 0)
+            fallocate(p.fd, mode, off, ln)
+            fallocate(p.rfd, mode, off, ln)
+        elif op == "copy":
+            q = rng.choice(files)
+            qsize = q.size()
+            if not qsize:
+                continue
+            soff = rng.randrange(0, qsize)
+            ln = min(rng.choice([1, 4096, 5000, 65536, 300000, 1 << 20]),
+                     qsize - soff)
+            doff = rng.randrange(0, MAX_SIZE - ln)
+            if q is p and abs(doff - soff) < ln:
+                doff = None  # overlapping ranges of one file: EINVAL
+            if doff is not None:
+                if doff + ln > size:
+                    p.unmap()
+                # the kernel copies what the daemon says it copied: a
+                # short copy goes on where it stopped
+                done = 0
+                while done < ln:
+                    n = os.copy_file_range(q.fd, p.fd, ln - done,
+                                           soff + done, doff + done)
+                    if n <= 0:
+                        break
+                    done += n
+                if done != ln:
+                    sys.exit(f"random_io: copy_file_range {q.path} -> "
+                             f"{p.path}: {done} of {ln} bytes")
+                os.pwrite(p.rfd, os.pread(q.rfd, ln, soff), doff)
         elif op == "fsync":
             if p.map is not None:
                 p.map.flush()

@@ -1621,6 +1621,72 @@ out:
 }
 
 /*
+ * A punch never needs room (issue 31): it answered ENOSPC when the host
+ * copy it repacked came out larger than the one it replaced, a chunk of
+ * pages fallocate took packing to 1 MiB and a page of malloc, a file's
+ * tail grown in place rounding up to whole pages once the file went past
+ * it.
+ */
+static void test_punch_needs_no_room(void)
+{
+	struct tier_store *s = mk_store("none", 0, 2 * MiB, 0);
+	struct tier_buf *b = NULL;
+	uint8_t got[300], zero[300] = { 0 };
+	uint64_t before;
+
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	/* The host tier full of the file's own chunks, nothing to evict. */
+	CHECK_EQ(tier_buf_new(s, &b), 0);
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_KEEP_SIZE, 0, 2 * MiB), 0);
+	CHECK_EQ(used(s, TFS_TIER_HOST), 2 * MiB);
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_PUNCH_HOLE |
+					       TIER_FALLOC_KEEP_SIZE,
+				    100, 100),
+		 0);
+	CHECK(used(s, TFS_TIER_HOST) <= 2 * MiB);
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_PUNCH_HOLE |
+					       TIER_FALLOC_KEEP_SIZE,
+				    MiB + 5000, 3 * PG),
+		 0);
+	/* two pages less, in a block malloc takes a page more for */
+	CHECK(used(s, TFS_TIER_HOST) <= 2 * MiB - PG);
+	tier_buf_destroy(b);
+
+	/* A tail grown in place (5000 bytes of room), then the file grown
+	 * past it: the punch keeps what the chunk holds in what it has. */
+	b = mk_file(s, 9, MiB + 5000);
+	CHECK(b != NULL);
+	if (!b)
+		goto out;
+	CHECK_EQ(tier_buf_truncate(b, 3 * MiB), 0);
+	before = used(s, TFS_TIER_HOST);
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_PUNCH_HOLE |
+					       TIER_FALLOC_KEEP_SIZE,
+				    MiB + 100, 100),
+		 0);
+	printf("# punch in a tail grown in place: host %llu -> %llu\n",
+	       (unsigned long long)before,
+	       (unsigned long long)used(s, TFS_TIER_HOST));
+	CHECK(used(s, TFS_TIER_HOST) <= before);
+	CHECK_EQ(tier_buf_read(b, got, sizeof(got), MiB + 50), 300);
+	{
+		uint8_t want[300];
+
+		fill(want, sizeof(want), 9, MiB + 50);
+		memset(want + 50, 0, 100);
+		CHECK(!memcmp(got, want, sizeof(want)));
+	}
+	CHECK_EQ(tier_buf_read(b, got, sizeof(got), MiB + 5000), 300);
+	CHECK(!memcmp(got, zero, sizeof(got)));
+	check_limits(s);
+	tier_buf_destroy(b);
+out:
+	tier_store_destroy(s);
+}
+
+/*
  * The host copy costs what it holds: files of every size from 0 to 3 MiB
  * (log-uniform, as real trees are) take at most 5 % over their bytes once
  * placed, and as much after a spill and a fetch back. An empty file costs
@@ -1766,6 +1832,7 @@ int main(void)
 	TAP_RUN(test_page_holes_and_seek);
 	TAP_RUN(test_sim_sparse);
 	TAP_RUN(test_fallocate_enospc);
+	TAP_RUN(test_punch_needs_no_room);
 	TAP_RUN(test_host_overhead);
 	{
 		char cmd[128];
