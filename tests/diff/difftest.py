@@ -6,8 +6,8 @@ and across chunk boundaries, truncates that grow and shrink, reads, renames,
 unlinks, hard links, operations through held-open descriptors, fsync,
 chattr flags (immutable, append-only, nodump, noatime), O_TMPFILE files
 named or not by linkat, fallocate (allocate, KEEP_SIZE, PUNCH_HOLE),
-SEEK_DATA/SEEK_HOLE, and explicit moves through user.tierfs.tier) are
-applied to a directory on a
+SEEK_DATA/SEEK_HOLE, copy_file_range, user xattrs, and explicit moves
+through user.tierfs.tier) are applied to a directory on a
 tierfs mount with tiny limits and to a reference directory on tmpfs, side by
 side. Every operation must give the same result (value or errno) on both,
 and after every step the files compare equal: existence, size and link
@@ -26,6 +26,14 @@ and the exit status is 1.
 
 With --tierfs the mount uses device_backend=sim,device_limit=256K,
 host_limit=512K,disk_chunk_size=64K (change with --opts).
+
+--persist N (with --tierfs) mounts with disk_persist=yes and, every N
+steps and at the end, closes every descriptor, unmounts (a clean stop),
+mounts again and compares every file as it came back, before anything
+reads it: size, links, mode, flags, user xattrs, data extents, every
+byte, and the room fallocate took (see check_restart()); the start must
+have dropped, mended and rolled back nothing. --max-size (1536K) bounds
+the files; 16M puts most bytes on the disk tier.
 """
 import argparse
 import ctypes
@@ -131,6 +139,13 @@ def extents(path):
         os.close(fd)
 
 
+def user_xattrs(path):
+    """A file's user.* attributes, names and values."""
+    return sorted((k, os.getxattr(path, k, follow_symlinks=False))
+                  for k in os.listxattr(path, follow_symlinks=False)
+                  if k.startswith("user."))
+
+
 def call(fn, *args):
     """('ok', value) or ('err', errno name)."""
     try:
@@ -149,9 +164,21 @@ class Daemon:
         self.log = keep_log or os.path.join(self.tmp, "tierfs.log")
         os.mkdir(self.mnt)
         os.mkdir(self.spill)
-        allopts = "disk_path=%s,%s" % (self.spill, opts)
+        self.binary = binary
+        self.allopts = "disk_path=%s,%s" % (self.spill, opts)
         self.logf = open(self.log, "w")
-        self.proc = subprocess.Popen([binary, self.mnt, "-f", "-o", allopts],
+        self.start()
+
+    def restart(self):
+        """A clean stop, and a start on what it left; the log goes on."""
+        self.stop()
+        self.logf = open(self.log, "a")
+        self.start()
+
+    def start(self):
+        self.log_at = self.logf.tell()
+        self.proc = subprocess.Popen([self.binary, self.mnt, "-f", "-o",
+                                      self.allopts],
                                      stdout=self.logf, stderr=self.logf)
         for _ in range(400):
             if os.path.ismount(self.mnt):
@@ -178,6 +205,11 @@ class Daemon:
             sys.stderr.write("difftest: tierfs did not exit after unmount\n")
         self.logf.close()
 
+    def log_since_start(self):
+        with open(self.log, errors="replace") as f:
+            f.seek(self.log_at)
+            return f.read()
+
     def sanitizer_report(self):
         with open(self.log, errors="replace") as f:
             text = f.read()
@@ -194,6 +226,12 @@ class Daemon:
 class Test:
     def __init__(self, args, seed, mnt, ref, own_mount):
         self.args = args
+        self.daemon = None  # set for --persist: restarted every N steps
+        self.restarts = 0
+        # inodes (tmpfs's numbers) whose pages past the end may hold
+        # data: fallocate took pages there a second time
+        self.keep_twice = set()
+        self.keep_past = set()
         self.seed = seed
         self.rng = random.Random(seed)
         self.mnt = mnt  # the tierfs directory we work in
@@ -545,8 +583,14 @@ class Test:
                                 FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                                 FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
         self.note("fallocate %s mode=%d off=%d len=%d" % (name, mode, off, n))
-        self.both("fallocate", lambda: fallocate(self.t(name), mode, off, n),
-                  lambda: fallocate(self.r(name), mode, off, n))
+        res = self.both("fallocate",
+                        lambda: fallocate(self.t(name), mode, off, n),
+                        lambda: fallocate(self.r(name), mode, off, n))
+        if res[0] == "ok" and mode == FALLOC_FL_KEEP_SIZE and off + n > size:
+            ino = os.stat(self.r(name)).st_ino
+            if ino in self.keep_past:
+                self.keep_twice.add(ino)
+            self.keep_past.add(ino)
         self.touched.add(name)
 
     def op_seek(self):
@@ -565,12 +609,68 @@ class Test:
                 os.close(fd)
         self.both("lseek", lambda: sk(self.t(name)), lambda: sk(self.r(name)))
 
+    def op_copy(self):
+        """copy_file_range between two files (or within one), until it
+        is done or the source ends, as cp does."""
+        src = self.pick_name(0.95)
+        dst = self.pick_name(0.8)
+        size = self.size_of(src)
+        soff = self.rng.randint(0, size + 100)
+        doff, n = self.gen_off_len(self.size_of(dst))
+        if src == dst and abs(soff - doff) < n:
+            doff = soff + n  # one file's ranges may not overlap
+        self.note("copy_file_range %s off=%d -> %s off=%d len=%d" %
+                  (src, soff, dst, doff, n))
+
+        def cp(base):
+            fs = os.open(os.path.join(base, src), os.O_RDONLY)
+            try:
+                fd = os.open(os.path.join(base, dst), os.O_WRONLY)
+            except OSError:
+                os.close(fs)
+                raise
+            try:
+                done = 0
+                while done < n:
+                    k = os.copy_file_range(fs, fd, n - done, soff + done,
+                                           doff + done)
+                    if not k:
+                        break
+                    done += k
+                return done
+            finally:
+                os.close(fs)
+                os.close(fd)
+        self.both("copy_file_range", lambda: cp(self.mnt),
+                  lambda: cp(self.ref))
+        self.touched.add(dst)
+
+    XATTRS = ("user.a", "user.b", "user.long")
+
+    def op_xattr(self):
+        name = self.pick_name(0.9)
+        key = self.rng.choice(self.XATTRS)
+        if self.rng.random() < 0.3:
+            self.note("removexattr %s %s" % (name, key))
+            self.both("removexattr",
+                      lambda: os.removexattr(self.t(name), key),
+                      lambda: os.removexattr(self.r(name), key))
+        else:
+            val = self.rng.randbytes(self.rng.choice((0, 1, 10, 300)))
+            self.note("setxattr %s %s len=%d" % (name, key, len(val)))
+            self.both("setxattr",
+                      lambda: os.setxattr(self.t(name), key, val),
+                      lambda: os.setxattr(self.r(name), key, val))
+        self.touched.add(name)
+
     OPS = (
         (op_write, 26), (op_truncate, 8), (op_read, 12), (op_rename, 6),
         (op_unlink, 4), (op_link, 4), (op_move, 14), (op_open, 5),
         (op_close, 4), (op_fd, 17), (op_chattr, 4), (op_tmpfile, 3),
         (op_fallocate, 6), (op_seek, 6),
     )
+    # with --persist or --extra-ops
+    EXTRA_OPS = ((op_copy, 4), (op_xattr, 3))
 
     def count(self, what):
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -595,6 +695,8 @@ class Test:
             self.same("mode of %s" % n, oct(sa.st_mode), oct(sb.st_mode))
             self.same("flags of %s" % n, call(get_flags, self.t(n)),
                       call(get_flags, self.r(n)))
+            self.same("user xattrs of %s" % n, call(user_xattrs, self.t(n)),
+                      call(user_xattrs, self.r(n)))
         # hard links: the same names share an inode on both sides
         groups_t, groups_r = {}, {}
         for n in self.existing():
@@ -651,6 +753,63 @@ class Test:
         self.fail("stats files=%d, expected %d buffers" %
                   (files, len(inodes) + self.base_files))
 
+    def data_pages(self, path, size):
+        """Pages of @path within @size that SEEK_DATA finds."""
+        return sum((min(h, size) + 4095) // 4096 - d // 4096
+                   for d, h in extents(path))
+
+    def check_restart(self):
+        """Right after a restart, before anything reads a file (which
+        would bring it up from the disk tier it came back on): names,
+        links, modes, flags and xattrs, and the room fallocate took. On
+        tmpfs that is the pages it holds (st_blocks) less those it has
+        data in; tierfs stores such pages whole on disk (the host copy is
+        cut at the file's end and the device copy is its bytes alone, so
+        only on disk does the bound hold), so its st_blocks is at least
+        that. A file that fallocate took pages past its end of twice is
+        left out: those pages are data (zeroes) on tmpfs, which tierfs's
+        disk tier stores as a header alone."""
+        st = self.stats()
+        for k, want in (("recovery", "clean"), ("recovery_dropped", "0"),
+                        ("recovery_rolled_back", "0"),
+                        ("recovery_lost_found", "0")):
+            self.same("after restart %d: %s" % (self.restarts, k),
+                      st.get(k, "0" if k != "recovery" else None), want)
+        log = self.daemon.log_since_start()
+        if "recovery:" in log:
+            self.fail("restart %d: the start says: %s" % (
+                self.restarts, "; ".join(
+                    ln for ln in log.splitlines() if "recovery:" in ln)))
+        self.check_names()
+        for n in sorted(self.existing()):
+            sr = os.lstat(self.r(n))
+            if not os.path.isfile(self.r(n)) or sr.st_ino in self.keep_twice:
+                continue
+            st_t = os.lstat(self.t(n))
+            tier = call(lambda: os.getxattr(self.t(n), XA_TIER))
+            if tier != ("ok", b"disk"):
+                self.fail("%s came back on %r, not on disk" % (n, tier))
+            room = sr.st_blocks * 512 - 4096 * self.data_pages(
+                self.r(n), sr.st_size)
+            if st_t.st_blocks * 512 < room:
+                self.fail("st_blocks of %s after restart %d: %d bytes, "
+                          "less than the %d bytes fallocate took on tmpfs"
+                          % (n, self.restarts, st_t.st_blocks * 512, room))
+            self.count("restart-room-checked")
+        self.check_content(self.existing())
+
+    def restart(self):
+        self.step += 1
+        self.note("close all, restart %d" % (self.restarts + 1))
+        while self.fds:
+            name, ft, fr, _ = self.fds.pop()
+            self.both("close", lambda: os.close(ft), lambda: os.close(fr))
+        self.daemon.restart()
+        self.restarts += 1
+        self.count("restarts")
+        self.check_restart()
+        self.touched = set()
+
     def check(self, full):
         self.check_names()
         self.check_content(self.touched if not full else self.existing())
@@ -667,14 +826,21 @@ class Test:
         os.makedirs(self.r("d1"))
         if self.root:
             self.base_files = int(self.stats()["files"])
-        ops = [o for o, w in self.OPS for _ in range(w)]
-        for self.step in range(1, self.args.ops + 1):
+        mix = self.OPS + (self.EXTRA_OPS if self.args.extra_ops or
+                          self.args.persist else ())
+        ops = [o for o, w in mix for _ in range(w)]
+        for step in range(1, self.args.ops + 1):
+            self.step = step + self.restarts
             op = self.rng.choice(ops)
             op(self)
             self.count(op.__name__)
             full = (self.args.full_every and
-                    self.step % self.args.full_every == 0)
+                    step % self.args.full_every == 0)
             self.check(full)
+            if self.args.persist and step % self.args.persist == 0:
+                self.restart()
+        if self.args.persist and self.args.ops % self.args.persist:
+            self.restart()
         self.step += 1
         self.note("close all, full check")
         while self.fds:
@@ -722,6 +888,7 @@ def on_alarm(signum, frame):
 
 
 def main():
+    global MAX_SIZE
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--ops", type=int, default=2000)
@@ -734,6 +901,15 @@ def main():
     p.add_argument("--full-every", type=int, default=25,
                    help="compare every file's content every N steps "
                         "(0: only at the end; touched files every step)")
+    p.add_argument("--persist", type=int, default=0, metavar="N",
+                   help="disk_persist=yes, and unmount and mount again "
+                        "every N steps and at the end (with --tierfs)")
+    p.add_argument("--max-size", default=str(MAX_SIZE),
+                   help="the largest file (default %(default)s bytes; "
+                        "K, M suffixes)")
+    p.add_argument("--extra-ops", action="store_true",
+                   help="copy_file_range and user xattrs in the mix too "
+                        "(always with --persist)")
     p.add_argument("--step-timeout", type=int, default=60)
     p.add_argument("--tail", type=int, default=60,
                    help="op log lines to print on a mismatch (0: all)")
@@ -742,13 +918,20 @@ def main():
         args.seed = random.SystemRandom().randrange(1 << 31)
     if not args.tierfs and not args.mount:
         p.error("give --tierfs BIN, or --mount DIR and --ref DIR")
+    if args.persist and not args.tierfs:
+        p.error("--persist restarts the daemon: give --tierfs BIN")
+    mult = {"K": 1 << 10, "M": 1 << 20}
+    m = args.max_size
+    MAX_SIZE = int(m[:-1]) * mult[m[-1]] if m[-1] in mult else int(m)
 
     daemon = None
     made = []
     rc = 1
     try:
         if args.tierfs:
-            daemon = Daemon(args.tierfs, args.opts, args.log)
+            daemon = Daemon(args.tierfs, args.opts +
+                            (",disk_persist=yes" if args.persist else ""),
+                            args.log)
             mnt_root = daemon.mnt
         else:
             mnt_root = args.mount
@@ -765,6 +948,7 @@ def main():
         os.mkdir(ref)
         made.append(ref)
         test = Test(args, args.seed, mnt, ref, bool(daemon))
+        test.daemon = daemon
         test.root = mnt_root if (daemon or _is_tierfs_root(mnt_root)) \
             else None
         signal.signal(signal.SIGALRM, on_alarm)
@@ -784,10 +968,13 @@ def main():
                                           len(test.log)))
             for line in lines:
                 print("  " + line)
-            print("reproduce: %s --seed %d --ops %d%s" %
+            print("reproduce: %s --seed %d --ops %d%s%s%s" %
                   (sys.argv[0], args.seed, args.ops,
                    " --tierfs %s --opts '%s'" % (args.tierfs, args.opts)
-                   if args.tierfs else ""))
+                   if args.tierfs else "",
+                   " --persist %d" % args.persist if args.persist else "",
+                   " --max-size %s" % args.max_size
+                   if MAX_SIZE != 1536 * 1024 else ""))
             if test.root:
                 try:
                     print("stats: " + " ".join(

@@ -2,8 +2,10 @@
 # The randomized differential test (tests/diff/difftest.py): random writes,
 # truncates, reads, renames, links, unlinks, held descriptors and tier moves
 # on tierfs with tiny limits and on tmpfs side by side. A short seed set
-# here; TFS_LONG=1 (tests/run --long) runs the long one. A failure prints
-# the seed, the step and the op log; rerun one seed with
+# here; TFS_LONG=1 (tests/run --long) runs the long one. The persistent
+# variant (--persist N) unmounts and mounts again every N steps and compares
+# every file as it came back. A failure prints the seed, the step and the
+# op log; rerun one seed with
 #   tests/diff/difftest.py --tierfs build/fs/tierfs --seed N --ops N
 
 load helpers
@@ -26,7 +28,7 @@ run_seeds() {
 	for seed in "$@"; do
 		timeout 600 /usr/bin/python3 "$DIFFTEST" --tierfs "$TIERFS_BIN" \
 			--seed "$seed" --ops "$ops" --log "$LOG.$seed" \
-			${DIFF_OPTS:+--opts "$DIFF_OPTS"} || rc=1
+			${DIFF_OPTS:+--opts "$DIFF_OPTS"} $DIFF_ARGS || rc=1
 		cat "$LOG.$seed" >>"$LOG"
 		[ $rc = 0 ] || break
 	done
@@ -46,6 +48,26 @@ run_seeds() {
 	[ "${TFS_LONG:-0}" = 1 ] || skip "set TFS_LONG=1 (tests/run --long)"
 	DIFF_OPTS="device_backend=none,host_limit=512K,disk_chunk_size=64K,policy_unspill=host" \
 		run_seeds 5000 $(seq 201 205)
+}
+
+# Issue 31: files up to 16 MiB (most bytes on the disk tier), fallocate's
+# modes, punch holes, copy_file_range and xattrs in the mix; after every
+# restart each file's size, bytes, extents, links, mode, flags, xattrs and
+# the room fallocate took are what tmpfs has.
+@test "difftest --persist: unmount and mount again every 200 steps, every file as it came back (short)" {
+	DIFF_ARGS="--persist 200 --max-size 16M" run_seeds 600 1 2
+}
+
+@test "difftest --persist: long seed set, a restart every 2500 steps (TFS_LONG=1)" {
+	[ "${TFS_LONG:-0}" = 1 ] || skip "set TFS_LONG=1 (tests/run --long)"
+	DIFF_ARGS="--persist 2500 --max-size 16M" run_seeds 20000 $(seq 301 305)
+}
+
+@test "difftest --persist: larger tiers, so that the stops sync from host and device (TFS_LONG=1)" {
+	[ "${TFS_LONG:-0}" = 1 ] || skip "set TFS_LONG=1 (tests/run --long)"
+	DIFF_OPTS="device_backend=sim,device_limit=8M,host_limit=16M" \
+		DIFF_ARGS="--persist 2000 --max-size 16M" \
+		run_seeds 10000 $(seq 311 313)
 }
 
 @test "difftest: the same seed gives the same op log" {

@@ -203,15 +203,17 @@ EOF
 	wait "$py"
 }
 
-# random_io.py: reads, writes, mmaps, truncates, reopens and tier moves
-# checked byte for byte against the same operations on a local file.
+# random_io.py: reads, writes, mmaps, truncates, fallocate (KEEP_SIZE,
+# punch hole), copy_file_range, reopens and tier moves checked byte for
+# byte against the same operations on a local file. random_io [MAX]: files
+# of up to MAX bytes (3 MiB).
 random_io() {
-	mkdir "$TFS_TMP/ref"
+	mkdir -p "$TFS_TMP/ref"
 	local seed
 	for seed in 1 2; do
 		rm -f "$MNT"/f* "$TFS_TMP"/ref/*
 		python3 "$BATS_TEST_DIRNAME/random_io.py" "$MNT" "$TFS_TMP/ref" \
-			"$seed" 1500
+			"$seed" 1500 ${1:+"$1"}
 	done
 }
 
@@ -223,6 +225,17 @@ random_io() {
 @test "the same with the kernel's writeback cache" {
 	tfs_mount -o device_backend=sim,device_limit=8M,host_limit=8M,fs_writeback_cache=yes
 	random_io
+}
+
+# Issue 31: files of 3 MiB stay in device and host; of 8 MiB against a
+# 2 MiB host limit their bytes live on the disk tier, written in place,
+# where punch holes and KEEP_SIZE take other paths.
+@test "the same with 8 MiB files against a 2 MiB host limit: the bytes on the disk tier" {
+	tfs_mount -o device_backend=sim,device_limit=1M,host_limit=2M
+	random_io 8M
+	[ "$(tfs_stat disk.written_bytes)" -gt $((8 * 1048576)) ]
+	[ "$(tfs_stat host.enospc)" -eq 0 ]
+	[ "$(tfs_stat disk.enospc)" -eq 0 ]
 }
 
 # race_rw.py: readers against growing writers, rewriters and tier moves,
