@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
  * tierfsctl recover --list: what the last start of a persistent mount
- * dropped or rolled back, from the root's user.tierfs.recovery, with how
- * that start went from the stats.
+ * dropped, rolled back, repaired or put in lost+found, from the root's
+ * user.tierfs.recovery, with how that start went from the stats.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -44,7 +44,8 @@ static void print_json(const char *mount, const struct ctl_stats *s,
 	static const char *const keys[] = { "recovery", "recovery_ms",
 					    "recovered_files",
 					    "recovery_dropped",
-					    "recovery_rolled_back" };
+					    "recovery_rolled_back",
+					    "recovery_lost_found" };
 	bool first = true;
 
 	printf("{\"mount\":");
@@ -86,12 +87,13 @@ static void print_human(const char *mount, const struct ctl_stats *s,
 			char *notes)
 {
 	const char *how = ctl_stats_get(s, "recovery");
-	uint64_t files = 0, dropped = 0, rolled = 0, ms = 0;
+	uint64_t files = 0, dropped = 0, rolled = 0, found = 0, ms = 0;
 	bool any = false;
 
 	ctl_stats_u64(s, "recovered_files", &files);
 	ctl_stats_u64(s, "recovery_dropped", &dropped);
 	ctl_stats_u64(s, "recovery_rolled_back", &rolled);
+	ctl_stats_u64(s, "recovery_lost_found", &found);
 	ctl_stats_u64(s, "recovery_ms", &ms);
 	if (how && !strcmp(how, "fresh"))
 		printf("%s: a new persistent mount, nothing to recover\n",
@@ -99,9 +101,9 @@ static void print_human(const char *mount, const struct ctl_stats *s,
 	else
 		printf("%s: started after a %s stop in %" PRIu64 " ms: %" PRIu64
 		       " files back, %" PRIu64 " dropped, %" PRIu64
-		       " rolled back\n",
+		       " rolled back, %" PRIu64 " in lost+found\n",
 		       mount, how && !strcmp(how, "clean") ? "clean" : "crash or unclean",
-		       ms, files, dropped, rolled);
+		       ms, files, dropped, rolled, found);
 	for (char *line = strtok(notes, "\n"); line;
 	     line = strtok(NULL, "\n")) {
 		char *path = strchr(line, '\t'), *why;

@@ -7,6 +7,8 @@
 
 load helpers
 
+bats_require_minimum_version 1.5.0
+
 setup() {
 	tfs_setup
 	MNT2=$TFS_TMP/mnt2
@@ -37,6 +39,74 @@ pdir() {
 	for d in "$SPILL"/tierfs-persist.*; do
 		echo "$d"
 	done
+}
+
+# shape_cycle SHAPE: tests/integration/shapes.py's file of that shape on
+# each tier (the sim device, host, disk, and written in place on disk),
+# and its twin on the test's own file system; unmount, mount: each comes
+# back, its size, bytes, data extents and the room fallocate took as
+# tmpfs keeps them, and nothing was dropped or mended; changed (written
+# where it was allocated, punched, allocated past its end again), unmount,
+# mount: the same again.
+shape_cycle() {
+	local opts=disk_persist=yes,device_backend=sim,device_limit=16M,host_limit=8M
+	local py=$BATS_TEST_DIRNAME/shapes.py tiers=device,host,disk,inplace
+	mkdir "$TFS_TMP/ref"
+	tfs_mount -o "$opts"
+	python3 "$py" "$MNT" "$TFS_TMP/ref" "$1" "$tiers" make
+	remount -o "$opts"
+	grep -q "persist: 4 files .* after a clean stop" "$LOG"
+	run ! grep "recovery:" "$LOG"
+	python3 "$py" "$MNT" "$TFS_TMP/ref" "$1" "$tiers" check
+	python3 "$py" "$MNT" "$TFS_TMP/ref" "$1" "$tiers" more
+	remount -o "$opts"
+	grep -q "persist: 4 files .* after a clean stop" "$LOG"
+	run ! grep "recovery:" "$LOG"
+	python3 "$py" "$MNT" "$TFS_TMP/ref" "$1" "$tiers" check2
+	run "$CTL" recover --list "$MNT"
+	[[ "$output" == *"nothing was dropped"* ]]
+}
+
+# Issue 31: a file whose allocation reached past its size was written to
+# the image in a form that recovery called damaged, and dropped.
+@test "shape: 300,000 bytes and fallocate -n of 1 MiB past them, unmount, mount" {
+	shape_cycle keep-past-eof
+}
+
+@test "shape: an empty file with fallocate -n of 64 KiB, unmount, mount" {
+	shape_cycle empty-keep
+}
+
+@test "shape: 3,000,000 bytes and fallocate -n of 4 MiB past them, unmount, mount" {
+	shape_cycle keep-past-eof-big
+}
+
+@test "shape: 3,000 bytes and fallocate -n of 8 KiB over them, unmount, mount" {
+	shape_cycle keep-inside
+}
+
+@test "shape: pages allocated past the end in a chunk of their own, unmount, mount" {
+	shape_cycle keep-far
+}
+
+@test "shape: holes at both ends, unmount, mount" {
+	shape_cycle holes-both-ends
+}
+
+@test "shape: a size past the last chunk, unmount, mount" {
+	shape_cycle size-past-chunks
+}
+
+@test "shape: fallocate -n past the end, then truncated up over it, unmount, mount" {
+	shape_cycle keep-then-grow
+}
+
+@test "shape: punched chunks, pages and part of a page, unmount, mount" {
+	shape_cycle punched
+}
+
+@test "shape: fallocate of 2 MiB, a write inside, unmount, mount" {
+	shape_cycle allocated
 }
 
 # kill9: the daemon dies where it stands; its mount is cleared.
@@ -435,10 +505,10 @@ PY
 		kill -0 "$TFS_PID" 2>/dev/null || break
 		sleep 0.05
 	done
-	! kill -0 "$TFS_PID" 2>/dev/null
+	run ! kill -0 "$TFS_PID"
 	wait "$TFS_PID" || true
 	TFS_PID=
-	! mountpoint -q "$MNT"
+	run ! mountpoint -q "$MNT"
 	tfs_mount -o "$opts"
 	grep -q "persist: 2 files .* after a clean stop" "$LOG"
 	cmp "$TFS_TMP/src" "$MNT/f"
@@ -532,6 +602,128 @@ PY
 	[ "$(cat "$MNT/new")" = new ]
 }
 
+PJSNAP=$BATS_TEST_DIRNAME/pjsnap.py
+
+# Issue 31: recovery never drops a file whose bytes it can read. A table
+# that would lose some (here one entry saying a chunk no disk tier can
+# have, every CRC good: what a writer's bug makes) keeps every chunk that
+# reads back, in lost+found, which only root may enter.
+@test "a chunk table that would lose bytes: what reads back goes to lost+found, root's alone, and is listed" {
+	local opts=disk_persist=yes,allow_other ino
+	tfs_user alice
+	tfs_mount -o "$opts"
+	head -c 3M /dev/urandom >"$TFS_TMP/src"
+	mkdir -m 0777 "$MNT/d"
+	cp "$TFS_TMP/src" "$MNT/d/f"
+	chmod 0644 "$MNT/d/f"
+	echo ok >"$MNT/g"
+	ino=$(stat -c %i "$MNT/d/f")
+	tfs_unmount
+	python3 "$PJSNAP" "$(ls "$(pdir)"/snap.*)" bad-entry "$ino" 1
+	tfs_mount -o "$opts"
+	[ ! -e "$MNT/d/f" ]
+	[ -d "$MNT/d" ]
+	[ "$(cat "$MNT/g")" = ok ]
+	[ "$(stat -c '%a %U %h' "$MNT/lost+found")" = "700 root 2" ]
+	[ "$(stat -c '%s %a %h' "$MNT/lost+found/#$ino")" = "3145728 644 1" ]
+	cmp -n 1M "$TFS_TMP/src" "$MNT/lost+found/#$ino"
+	cmp -i 2M:2M "$TFS_TMP/src" "$MNT/lost+found/#$ino"
+	[ "$(dd if="$MNT/lost+found/#$ino" bs=1M skip=1 count=1 status=none |
+		tr -d '\0' | wc -c)" -eq 0 ]
+	grep -q "recovery: lost+found '/d/f': 1 of its chunks are lost, holes now (chunk 1: its entry in the chunk table says no chunk this disk tier can have): what reads back is kept as '/lost+found/#$ino'" "$LOG"
+	[ "$(tfs_stat recovery_lost_found)" -eq 1 ]
+	[ "$(tfs_stat recovery_dropped)" -eq 0 ]
+	run "$CTL" recover --list "$MNT"
+	echo "$output"
+	[[ "$output" == *"0 dropped, 0 rolled back, 1 in lost+found"* ]]
+	[[ "$output" == *"lost+found   $MNT/d/f "*"kept as '/lost+found/#$ino'"* ]]
+	# the file would be anyone's to read: the directory is root's alone
+	run tfs_as "$alice" cat "$MNT/lost+found/#$ino"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"Permission denied"* ]]
+	# the next clean start keeps it there and has nothing to say
+	remount -o "$opts"
+	grep -q "after a clean stop" "$LOG"
+	cmp -n 1M "$TFS_TMP/src" "$MNT/lost+found/#$ino"
+	run "$CTL" recover --list "$MNT"
+	[[ "$output" == *"nothing was dropped"* ]]
+}
+
+@test "files whose names a damaged snapshot lost come back in lost+found, bytes and mode" {
+	tfs_mount -o disk_persist=yes
+	python3 - "$MNT" <<'PY'
+import os, sys
+m = sys.argv[1]
+for d in range(3):
+    os.mkdir(f"{m}/d{d}")
+    for k in range(700):
+        with open(f"{m}/d{d}/f{k}", "wb") as f:
+            f.write(b"%d.%d\n" % (d, k) * (1 + k % 7))
+        os.chmod(f"{m}/d{d}/f{k}", 0o600 + k % 8)
+PY
+	tfs_unmount
+	local s
+	s=$(ls "$(pdir)"/snap.*)
+	# the last record holds names only: inodes come first
+	flip "$s" $(($(stat -c %s "$s") - 20))
+	tfs_mount -o disk_persist=yes
+	run "$CTL" recover --list "$MNT"
+	echo "${output:0:2000}"
+	[[ "$output" == *"snapshot     $(basename "$s")"*"fails its checksum"* ]]
+	[[ "$output" == *"lost+found   inode "*"kept as '/lost+found/#"* ]]
+	[ "$(tfs_stat recovery_lost_found)" -gt 0 ]
+	python3 - "$MNT" <<'PY'
+import os, re, sys
+m = sys.argv[1]
+seen, bad = set(), 0
+def want(d, k):
+    return b"%d.%d\n" % (d, k) * (1 + k % 7)
+for dp, dirs, files in os.walk(m):
+    for f in files:
+        p = os.path.join(dp, f)
+        got = open(p, "rb").read()
+        d, k = (int(x) for x in got.split(b"\n")[0].split(b"."))
+        if got != want(d, k) or os.stat(p).st_mode & 0o777 != 0o600 + k % 8:
+            print("wrong:", p); bad += 1
+        if os.path.basename(dp) != "lost+found" and (dp, f) != (f"{m}/d{d}", f"f{k}"):
+            print("misplaced:", p); bad += 1
+        if (d, k) in seen:
+            print("twice:", p); bad += 1
+        seen.add((d, k))
+print(len(seen), "files back,", bad, "bad")
+sys.exit(1 if bad or len(seen) != 2100 else 0)
+PY
+}
+
+@test "a directory an earlier tierfs wrote (format 1: chunk tables alone) comes back, rewritten in format 2" {
+	tfs_mount -o disk_persist=yes
+	head -c 3M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/f"
+	head -c 300000 "$TFS_TMP/src" >"$MNT/k"
+	fallocate -n -o 300000 -l 1M "$MNT/k"
+	truncate -s 5M "$MNT/sparse"
+	printf x | dd of="$MNT/sparse" bs=1 seek=2M conv=notrunc status=none
+	tfs_unmount
+	local s
+	s=$(ls "$(pdir)"/snap.*)
+	python3 "$PJSNAP" "$s" v1
+	[ "$(python3 "$PJSNAP" "$s" version)" = 1 ]
+	tfs_mount -o disk_persist=yes
+	grep -q "persist: 3 files .* after a clean stop" "$LOG"
+	run ! grep "recovery:" "$LOG"
+	cmp "$TFS_TMP/src" "$MNT/f"
+	cmp <(head -c 300000 "$TFS_TMP/src") "$MNT/k"
+	[ "$(($(stat -c %b "$MNT/k") * 512))" -ge 1048576 ]
+	[ "$(stat -c %s "$MNT/sparse")" -eq 5242880 ]
+	[ "$(dd if="$MNT/sparse" bs=1 skip=2M count=1 status=none)" = x ]
+	# rewritten at start: an earlier tierfs refuses it from now on
+	s=$(ls "$(pdir)"/snap.*)
+	[ "$(python3 "$PJSNAP" "$s" version)" = 2 ]
+	remount -o disk_persist=yes
+	cmp "$TFS_TMP/src" "$MNT/f"
+	cmp <(head -c 300000 "$TFS_TMP/src") "$MNT/k"
+}
+
 # crc32c FILE OFF LEN: the CRC32C of LEN bytes of FILE at OFF.
 py_crc32c='
 def crc32c(b):
@@ -568,8 +760,8 @@ PY
 	run "$TIERFS_BIN" "$MNT" -f -o "disk_path=$SPILL,disk_persist=yes,disk_name=v"
 	echo "$output"
 	[ "$status" -ne 0 ]
-	[[ "$output" == *"is of format version 99; this tierfs reads version 1"* ]]
-	! mountpoint -q "$MNT"
+	[[ "$output" == *"is of format version 99; this tierfs reads versions 1 to 2"* ]]
+	run ! mountpoint -q "$MNT"
 	# Nothing of it was touched: the original header brings it back.
 	cp "$TFS_TMP/snap.orig" "$snap"
 	tfs_mount -o disk_persist=yes,disk_name=v
@@ -595,7 +787,7 @@ PY
 	echo "$output"
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"spill directory '$SPILL/tierfs-persist.shared' is in use by another tierfs (pid $TFS_PID)"* ]]
-	! mountpoint -q "$MNT2"
+	run ! mountpoint -q "$MNT2"
 	# Another name is another directory.
 	"$TIERFS_BIN" "$MNT2" -f -o "disk_path=$SPILL,disk_persist=yes,disk_name=other" 2>"$TFS_TMP/log2" &
 	PIDS2+=($!)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""shapes.py MNT REF SHAPE TIER STEP: one file of a given shape on a tierfs
-mount, and its twin on an ordinary file system, for the persistent-mount
+"""shapes.py MNT REF SHAPE TIER[,TIER...] STEP: a file of a given shape on a tierfs
+mount per TIER, and its twin on an ordinary file system, for the persistent-mount
 tests (persist.bats). Shapes are sequences of writes, truncates and
 fallocate calls: allocation past the end (KEEP_SIZE), holes at either end,
 a size past the last chunk, a file of no bytes with pages allocated,
@@ -9,7 +9,9 @@ punched ranges.
 
 STEP is one of
   make    create MNT/SHAPE.TIER and REF/SHAPE.TIER, apply the shape's
-          operations to both, move the tierfs file to TIER
+          operations to both, move the tierfs file to TIER (device, host,
+          disk; inplace: to disk before the operations too, so that a file
+          too large to be brought up is written in place there)
   check   compare what the mount has with the twin and with a page model
           of what tmpfs keeps: size, every byte, the data extents
           (SEEK_DATA/SEEK_HOLE), and at least the room fallocate took and
@@ -23,6 +25,7 @@ Exit 1 with what differs.
 import ctypes
 import errno
 import os
+import random
 import sys
 
 PG = 4096
@@ -64,11 +67,10 @@ MORE = [("w", "end", 5000), ("f", PUNCH | KEEP, 4096, 8192),
 
 def data(off, n):
     """Bytes that depend on where they are: a shift or a loss shows."""
-    out = bytearray(n)
-    for k in range(0, n, 8):
-        out[k:k + 8] = ((off + k) * 2654435761 & (2 ** 64 - 1)).to_bytes(
-            8, "little")
-    return bytes(out[:n])
+    first, last = off // PG, (off + n - 1) // PG
+    pages = b"".join(random.Random(p).randbytes(PG)
+                     for p in range(first, last + 1))
+    return pages[off - first * PG:off - first * PG + n]
 
 
 def fallocate(fd, mode, off, n):
@@ -189,7 +191,12 @@ def ops_of(shape, rounds):
 
 
 def main():
-    mnt, ref, shape, tier, step = sys.argv[1:6]
+    mnt, ref, shape, tiers, step = sys.argv[1:6]
+    return max(one(mnt, ref, shape, tier, step)
+               for tier in tiers.split(","))
+
+
+def one(mnt, ref, shape, tier, step):
     name = "%s.%s" % (shape, tier)
     t, r = os.path.join(mnt, name), os.path.join(ref, name)
     if step in ("make", "more"):
@@ -198,10 +205,12 @@ def main():
             ops = ops_of(shape, 2)[0][len(ops):]
         for path in (t, r):
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if path == t and tier == "inplace":
+                move(t, "disk")
             for op in ops:
                 do(fd, op)
             os.close(fd)
-        move(t, tier)
+        move(t, "disk" if tier == "inplace" else tier)
         return 0
     _, model = ops_of(shape, 2 if step == "check2" else 1)
     bad = []

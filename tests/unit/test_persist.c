@@ -526,6 +526,198 @@ static void test_resolve(void)
 	pj_image_free(img);
 }
 
+/* Files 33 and 34: salvaged (some chunks lost) and mended (every byte
+ * kept); id 666 has no spill file. */
+static const char *adopt_lf(void *ctx, struct pj_inode *i)
+{
+	(void)ctx;
+	if (i->d.id == 666)
+		return "spill file missing";
+	if (i->a.ino == 33)
+		i->salvaged = "2 of its chunks are lost";
+	if (i->a.ino == 34)
+		i->mended = "its page map is lost";
+	i->user = i;
+	return NULL;
+}
+
+static const struct pj_dentry *named(const struct pj_image *img,
+				     uint64_t parent, const char *name)
+{
+	for (size_t k = 0; k < img->ndentries; k++)
+		if (img->dentries[k]->parent == parent &&
+		    !strcmp(img->dentries[k]->name, name))
+			return img->dentries[k];
+	return NULL;
+}
+
+/* Files whose bytes are kept but that no kept name reaches go to
+ * lost+found, each noted with where it went (issue 31). */
+static void test_lost_found(void)
+{
+	struct pj_image *img;
+	const struct pj_dentry *d;
+	struct pj_inode *lf, *i;
+	struct pj_rec r;
+	char err[256];
+	int rc;
+
+	fresh_dir();
+	img = load(&rc, err, sizeof(err));
+	CHECK_EQ(rc, 0);
+	if (!img)
+		return;
+	img->fresh = false;
+	img->meta.next_ino = 40;
+	pj_rec_init(&r);
+	{
+		struct pj_attr root = attr(1, 040755), other = attr(2, 040755);
+		struct pj_attr f30 = attr(30, 0100640), f31 = attr(31, 0100644);
+		struct pj_attr f33 = attr(33, 0100644), f34 = attr(34, 0100644);
+		struct pj_attr f35 = attr(35, 0100644);
+		struct pj_data d30 = { .ino = 30, .id = 30 };
+		struct pj_data d31 = { .ino = 31, .id = 31 };
+		struct pj_data d32 = { .ino = 32, .id = 32, .size = 5 };
+		struct pj_data d33 = { .ino = 33, .id = 33 };
+		struct pj_data d34 = { .ino = 34, .id = 34 };
+		struct pj_data d35 = { .ino = 35, .id = 666 };
+
+		pj_rec_attr(&r, &root);
+		/* someone's own lost+found: not one to put files in */
+		pj_rec_attr(&r, &other);
+		pj_rec_attr(&r, &f30);
+		pj_rec_attr(&r, &f31);
+		pj_rec_attr(&r, &f33);
+		pj_rec_attr(&r, &f34);
+		pj_rec_attr(&r, &f35);
+		pj_rec_data(&r, &d30);
+		pj_rec_data(&r, &d31);
+		pj_rec_data(&r, &d32); /* its attributes lost */
+		pj_rec_data(&r, &d33);
+		pj_rec_data(&r, &d34);
+		pj_rec_data(&r, &d35);
+		pj_rec_dset(&r, 1, "lost+found", 10, 2);
+		pj_rec_dset(&r, 20, "x", 1, 30); /* directory 20 lost */
+		pj_rec_dset(&r, 1, "s", 1, 33);
+		pj_rec_dset(&r, 1, "m", 1, 34);
+		/* 31 and 35: no name at all */
+	}
+	CHECK_EQ(pj_image_apply(img, r.buf, r.len), 0);
+	pj_rec_release(&r);
+	CHECK_EQ(pj_image_resolve(img, adopt_lf, NULL, 42, 43), 0);
+	d = named(img, 1, "lost+found.1");
+	CHECK(d != NULL);
+	if (!d)
+		goto out;
+	CHECK(d->ino >= 40);
+	CHECK(img->meta.next_ino > d->ino);
+	lf = pj_image_inode(img, d->ino);
+	CHECK(lf && lf->keep && lf->a.mode == 040700 && lf->a.uid == 42 &&
+	      lf->a.gid == 43 && lf->a.nlink == 2 && lf->parent == 1);
+	/* root: ., .., lost+found and lost+found.1 */
+	CHECK_EQ(pj_image_inode(img, 1)->a.nlink, 4);
+	CHECK(named(img, d->ino, "#30") && named(img, d->ino, "#31") &&
+	      named(img, d->ino, "#32") && named(img, d->ino, "#33"));
+	CHECK(!named(img, 1, "s"));
+	CHECK(named(img, 1, "m"));
+	CHECK(!named(img, d->ino, "#35"));
+	i = pj_image_inode(img, 30);
+	CHECK(i && i->keep && i->found && i->a.nlink == 1 &&
+	      i->a.mode == 0100640 && i->user == i);
+	i = pj_image_inode(img, 32);
+	CHECK(i && i->keep && i->a.mode == 0100600 && i->a.uid == 42);
+	CHECK_EQ(img->found, 4);
+	CHECK(has_note(img, "lost+found", "inode 30\tthe directory that "
+		       "named it 'x' is lost: kept as "
+		       "'/lost+found.1/#30'"));
+	CHECK(has_note(img, "lost+found", "inode 31\tits names are lost"));
+	CHECK(has_note(img, "lost+found", "inode 32\tits attributes are "
+		       "lost"));
+	CHECK(has_note(img, "lost+found", "/s\t2 of its chunks are lost: "
+		       "what reads back is kept as '/lost+found.1/#33'"));
+	CHECK(has_note(img, "repaired", "/m\tits page map is lost"));
+	CHECK(has_note(img, "dropped", "inode 35\tspill file missing"));
+	CHECK(img->need_snapshot);
+	/* every directory before what it holds */
+	for (size_t k = 0; k < img->ndentries; k++) {
+		size_t p;
+
+		if (img->dentries[k]->parent == 1)
+			continue;
+		for (p = 0; p < k; p++)
+			if (img->dentries[p]->ino == img->dentries[k]->parent)
+				break;
+		CHECK(p < k);
+	}
+out:
+	pj_image_free(img);
+
+	/* A lost+found an earlier recovery made is used again; a name
+	 * taken there gets another. */
+	img = load(&rc, err, sizeof(err));
+	if (!img)
+		return;
+	img->fresh = false;
+	pj_rec_init(&r);
+	{
+		struct pj_attr root = attr(1, 040755), lfa = attr(5, 040700);
+		struct pj_attr f6 = attr(6, 0100644), f30 = attr(30, 0100644);
+		struct pj_data d6 = { .ino = 6, .id = 6 };
+		struct pj_data d30 = { .ino = 30, .id = 30 };
+
+		lfa.uid = 42;
+		pj_rec_attr(&r, &root);
+		pj_rec_attr(&r, &lfa);
+		pj_rec_attr(&r, &f6);
+		pj_rec_attr(&r, &f30);
+		pj_rec_data(&r, &d6);
+		pj_rec_data(&r, &d30);
+		pj_rec_dset(&r, 1, "lost+found", 10, 5);
+		pj_rec_dset(&r, 5, "#30", 3, 6);
+	}
+	CHECK_EQ(pj_image_apply(img, r.buf, r.len), 0);
+	pj_rec_release(&r);
+	CHECK_EQ(pj_image_resolve(img, adopt_lf, NULL, 42, 43), 0);
+	CHECK(named(img, 5, "#30") && named(img, 5, "#30")->ino == 6);
+	CHECK(named(img, 5, "#30.1") && named(img, 5, "#30.1")->ino == 30);
+	CHECK(!named(img, 1, "lost+found.1"));
+	CHECK_EQ(img->found, 1);
+	pj_image_free(img);
+}
+
+/* A directory of format version 1 is read, and marked for a snapshot in
+ * this version before anything is appended. */
+static void test_old_version(void)
+{
+	struct pj *j = start_fresh();
+	struct pj_file_hdr h;
+	struct pj_image *img;
+	char err[256];
+	int rc, fd;
+
+	add_file(j, 1, "f", 10, true);
+	CHECK_EQ(pj_flush(j), 0);
+	pj_stop(j);
+	img = load(&rc, err, sizeof(err));
+	CHECK_EQ(rc, 0);
+	CHECK(img && !img->upgrade);
+	pj_image_free(img);
+	fd = openat(dirfd_, "snap.1", O_RDWR);
+	CHECK_EQ(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	pj_hdr_decode(&h);
+	CHECK_EQ(h.version, PJ_FORMAT_VERSION);
+	h.version = 1;
+	pj_hdr_encode(&h);
+	CHECK_EQ(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	close(fd);
+	img = load(&rc, err, sizeof(err));
+	CHECK_EQ(rc, 0);
+	CHECK(img && img->upgrade);
+	if (img)
+		CHECK(pj_image_inode(img, 10) != NULL);
+	pj_image_free(img);
+}
+
 struct commit_arg {
 	struct pj *j;
 	uint64_t base;
@@ -651,6 +843,8 @@ int main(void)
 	TAP_RUN(test_snapshot_chain);
 	TAP_RUN(test_refusals);
 	TAP_RUN(test_resolve);
+	TAP_RUN(test_lost_found);
+	TAP_RUN(test_old_version);
 	TAP_RUN(test_group_commit);
 	TAP_RUN(test_malformed);
 	TAP_RUN(test_escape);

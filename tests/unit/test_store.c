@@ -1686,6 +1686,265 @@ out:
 	tier_store_destroy(s);
 }
 
+/* Whether [off, off + len) of @b is file @n's bytes there. */
+static bool same_bytes(struct tier_buf *b, int n, uint64_t off, size_t len)
+{
+	uint8_t *got = malloc(len), *want = malloc(len);
+	bool ok = tier_buf_read(b, got, len, (off_t)off) == (ssize_t)len;
+
+	fill(want, len, n, off);
+	ok = ok && !memcmp(got, want, len);
+	free(got);
+	free(want);
+	return ok;
+}
+
+/* The disk tier's chunk table alone of an image: what a tierfs before
+ * issue 31 recorded. */
+static size_t table_len(const struct recorded *r)
+{
+	uint32_t n;
+
+	memcpy(&n, r->map, 4);
+	return 4 + (size_t)le32toh(n) * 12;
+}
+
+/*
+ * Every shape a file can have comes back from its image as it was synced
+ * (issue 31): pages fallocate kept past the end, an empty file with pages,
+ * holes inside chunks, punched pages, a size past the last chunk; from
+ * the host and from the disk tier. An image of an earlier tierfs (the
+ * table alone) still adopts, pages past the end taken as fallocate's.
+ */
+static void test_adopt_shapes(void)
+{
+	struct tier_store *s = mk_pstore(64 * MiB, "shapes");
+	struct tier_adopt_note note;
+	struct tier_buf *b, *a;
+	struct recorded r = { 0 };
+	uint8_t got[4 * 4096], want[4 * 4096];
+
+	if (!s)
+		return;
+	for (int t = TFS_TIER_HOST; t <= TFS_TIER_DISK; t++) {
+		/* 300,000 bytes, then 1 MiB past them kept (two chunks) */
+		b = mk_file(s, 11, 300000);
+		CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_KEEP_SIZE, 300000,
+					    MiB),
+			 0);
+		/* a punched page, a part of one */
+		CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_PUNCH_HOLE |
+						       TIER_FALLOC_KEEP_SIZE,
+					    8 * PG, PG),
+			 0);
+		CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_PUNCH_HOLE |
+						       TIER_FALLOC_KEEP_SIZE,
+					    100, 50),
+			 0);
+		CHECK_EQ(tier_buf_move(b, (enum tfs_tier)t, 0), 0);
+		CHECK_EQ(tier_buf_sync(b, 0, record, &r), 0);
+		a = adopt_rec(s, &r);
+		if (a) {
+			CHECK_EQ(tier_buf_size(a), 300000);
+			CHECK(seeks(a, 0, 0, 8 * PG));
+			CHECK(seeks(a, 8 * PG, 9 * PG, 8 * PG));
+			CHECK(seeks(a, 299999, 299999, 300000));
+			CHECK_EQ(tier_buf_read(a, got, sizeof(got), 6 * PG),
+				 (ssize_t)sizeof(got));
+			fill(want, sizeof(want), 11, 6 * PG);
+			memset(want + 2 * PG, 0, PG);
+			CHECK(!memcmp(got, want, sizeof(want)));
+			/* the room fallocate took is on disk */
+			CHECK(stored(a) >= MiB);
+			/* and the pages past the end are still allocated
+			 * there: truncated up over them, they are holes
+			 * that read zero, as on tmpfs */
+			CHECK_EQ(tier_buf_truncate(a, 600000), 0);
+			CHECK(seeks(a, 299999, 299999, 303104));
+			CHECK(seeks(a, 303104, -ENXIO, 303104));
+			tier_buf_destroy(a);
+		}
+		/* The table alone, as an earlier tierfs recorded it. */
+		CHECK_EQ(tier_buf_adopt(s, r.id, r.size, r.map, table_len(&r),
+					0, &note, &a),
+			 0);
+		CHECK_EQ(note.lost + note.mended, 0);
+		if (a) {
+			CHECK(same_bytes(a, 11, 0, 100));
+			CHECK(same_bytes(a, 11, 150, 8 * PG - 150));
+			CHECK(stored(a) >= MiB);
+			tier_buf_destroy(a);
+		}
+		tier_buf_destroy(b);
+	}
+	/* An empty file with 64 KiB kept, and a size past the last
+	 * chunk. */
+	CHECK_EQ(tier_buf_new(s, &b), 0);
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_KEEP_SIZE, 0, 64 * 1024), 0);
+	CHECK_EQ(tier_buf_sync(b, 0, record, &r), 0);
+	a = adopt_rec(s, &r);
+	if (a) {
+		CHECK_EQ(tier_buf_size(a), 0);
+		CHECK(stored(a) >= 64 * 1024);
+		CHECK_EQ(tier_buf_truncate(a, 70000), 0);
+		CHECK(seeks(a, 0, -ENXIO, 0));
+		tier_buf_destroy(a);
+	}
+	tier_buf_destroy(b);
+	b = mk_file(s, 12, 5000);
+	CHECK_EQ(tier_buf_truncate(b, 10 * MiB + 3), 0);
+	CHECK_EQ(tier_buf_sync(b, 0, record, &r), 0);
+	a = adopt_rec(s, &r);
+	if (a) {
+		CHECK_EQ(tier_buf_size(a), 10 * MiB + 3);
+		CHECK(same_bytes(a, 12, 0, 5000));
+		CHECK(seeks(a, 0, 0, 2 * PG));
+		CHECK(seeks(a, 2 * PG, -ENXIO, 2 * PG));
+		tier_buf_destroy(a);
+	}
+	tier_buf_destroy(b);
+	free(r.map);
+	tier_store_destroy(s);
+}
+
+/* Flip one byte of @path at @off. */
+static void flip_byte(const char *path, off_t off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t c = 0;
+
+	CHECK(fd >= 0);
+	CHECK_EQ(pread(fd, &c, 1, off), 1);
+	c ^= 0x40;
+	CHECK_EQ(pwrite(fd, &c, 1, off), 1);
+	close(fd);
+}
+
+/*
+ * An image that disagrees with itself without losing a byte is mended;
+ * one that would lose bytes is refused, and salvaged on request: every
+ * chunk that reads back is kept, the others are holes, each said.
+ */
+static void test_adopt_salvage(void)
+{
+	struct tier_store *s = mk_pstore(64 * MiB, "salvage");
+	struct tier_adopt_note note;
+	struct recorded r = { 0 };
+	struct tier_buf *b, *a = NULL;
+	uint8_t got[4096], want[4096];
+	char path[512];
+	uint32_t e[3];
+	char *m;
+
+	if (!s)
+		return;
+	b = mk_file(s, 13, 4 * MiB);
+	CHECK_EQ(tier_buf_fallocate(b, TIER_FALLOC_KEEP_SIZE, 4 * MiB, MiB),
+		 0);
+	CHECK_EQ(tier_buf_move(b, TFS_TIER_DISK, 0), 0);
+	CHECK_EQ(tier_buf_sync(b, 0, record, &r), 0);
+	m = malloc(r.len);
+	memcpy(m, r.map, r.len);
+
+	/* The page section damaged: every byte kept, the allocation past
+	 * the end rebuilt from the table. */
+	m[table_len(&r)] ^= 1;
+	CHECK_EQ(tier_buf_adopt(s, r.id, r.size, m, r.len, 0, &note, &a), 0);
+	printf("# mended: %s\n", note.text);
+	CHECK_EQ(note.lost, 0);
+	CHECK(note.mended >= 1);
+	CHECK(strstr(note.text, "page maps are damaged") != NULL);
+	if (a) {
+		CHECK(verify(a, 13, 4 * MiB));
+		CHECK(stored(a) >= 5 * MiB);
+		tier_buf_destroy(a);
+	}
+	memcpy(m, r.map, r.len);
+	/* A page map for a chunk the table lacks, none for one it has. */
+	m[table_len(&r) + 13] ^= 1;
+	CHECK_EQ(tier_buf_adopt(s, r.id, r.size, m, r.len, 0, &note, &a), 0);
+	printf("# mended: %s\n", note.text);
+	CHECK_EQ(note.lost, 0);
+	CHECK(strstr(note.text, "chunk 4: its page map is lost") != NULL);
+	CHECK(strstr(note.text, "chunk 260: the chunk table lacks the pages "
+			       "fallocate took") != NULL);
+	if (a) {
+		CHECK(verify(a, 13, 4 * MiB));
+		tier_buf_destroy(a);
+	}
+	memcpy(m, r.map, r.len);
+
+	/* Chunk 2's entry says no chunk there can be: refused, then
+	 * salvaged with chunk 2 a hole. */
+	memcpy(e, m + 4 + 2 * 12, sizeof(e));
+	CHECK_EQ(le32toh(e[0]), 2);
+	e[2] = htole32(1); /* no encoding */
+	memcpy(m + 4 + 2 * 12, e, sizeof(e));
+	CHECK_EQ(tier_buf_adopt(s, r.id, r.size, m, r.len, 0, &note, &a),
+		 -EINVAL);
+	CHECK_EQ(tier_buf_adopt(s, r.id, r.size, m, r.len, TIER_ADOPT_SALVAGE,
+				&note, &a),
+		 0);
+	printf("# salvaged: %s\n", note.text);
+	CHECK_EQ(note.lost, 1);
+	CHECK(strstr(note.text, "chunk 2: its entry in the chunk table") !=
+	      NULL);
+	if (a) {
+		CHECK_EQ(tier_buf_size(a), 4 * MiB);
+		CHECK(same_bytes(a, 13, 0, 2 * MiB));
+		CHECK_EQ(tier_buf_read(a, got, sizeof(got), 2 * MiB + 100),
+			 (ssize_t)sizeof(got));
+		memset(want, 0, sizeof(want));
+		CHECK(!memcmp(got, want, sizeof(want)));
+		CHECK_EQ(tier_buf_read(a, got, sizeof(got), 3 * MiB),
+			 (ssize_t)sizeof(got));
+		fill(want, sizeof(want), 13, 3 * MiB);
+		CHECK(!memcmp(got, want, sizeof(want)));
+		tier_buf_destroy(a);
+	}
+	memcpy(m, r.map, r.len);
+
+	/* Chunk 1's bytes damaged on disk: the table checks out, so a
+	 * plain adopt keeps it (a read of it is EIO); a salvage reads
+	 * every chunk and leaves that one out. And two chunks in one
+	 * slot: the one whose header names it keeps it. */
+	snprintf(path, sizeof(path), "%s/%llu", tier_store_dir(s),
+		 (unsigned long long)r.id);
+	flip_byte(path, (off_t)(MiB + 4096) + 200);
+	memcpy(e, m + 4 + 3 * 12, sizeof(e));
+	CHECK_EQ(le32toh(e[0]), 3);
+	e[1] = htole32(0); /* chunk 3 says it is in chunk 0's slot */
+	memcpy(m + 4 + 3 * 12, e, sizeof(e));
+	CHECK_EQ(tier_buf_adopt(s, r.id, r.size, m, r.len, 0, &note, &a),
+		 -EINVAL);
+	CHECK_EQ(tier_buf_adopt(s, r.id, r.size, m, r.len, TIER_ADOPT_SALVAGE,
+				&note, &a),
+		 0);
+	printf("# salvaged: %s\n", note.text);
+	CHECK_EQ(note.lost, 2);
+	CHECK(strstr(note.text, "chunk 1: its bytes do not check out") !=
+	      NULL);
+	CHECK(strstr(note.text, "chunk 3: its slot in the chunk table is "
+			       "another chunk's") != NULL);
+	if (a) {
+		CHECK(same_bytes(a, 13, 0, MiB));
+		CHECK_EQ(tier_buf_read(a, got, sizeof(got), 2 * MiB),
+			 (ssize_t)sizeof(got));
+		fill(want, sizeof(want), 13, 2 * MiB);
+		CHECK(!memcmp(got, want, sizeof(want)));
+		CHECK_EQ(tier_buf_read(a, got, sizeof(got), MiB),
+			 (ssize_t)sizeof(got));
+		memset(want, 0, sizeof(want));
+		CHECK(!memcmp(got, want, sizeof(want)));
+		tier_buf_destroy(a);
+	}
+	free(m);
+	tier_store_keep_files(s);
+	tier_buf_destroy(b);
+	free(r.map);
+	tier_store_destroy(s);
+}
+
 /*
  * The host copy costs what it holds: files of every size from 0 to 3 MiB
  * (log-uniform, as real trees are) take at most 5 % over their bytes once
@@ -1833,6 +2092,8 @@ int main(void)
 	TAP_RUN(test_sim_sparse);
 	TAP_RUN(test_fallocate_enospc);
 	TAP_RUN(test_punch_needs_no_room);
+	TAP_RUN(test_adopt_shapes);
+	TAP_RUN(test_adopt_salvage);
 	TAP_RUN(test_host_overhead);
 	{
 		char cmd[128];
