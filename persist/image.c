@@ -1249,9 +1249,9 @@ static int lost_found(struct pj_image *img, struct pj_dentry **all, size_t n,
 		} else if (c->named) {
 			pj_escape(c->named->name, c->named->len, esc,
 				  sizeof(esc));
-			snprintf(why, sizeof(why), "the directory that named "
-				 "it '%s' is lost: kept as '/%s'%s%s", esc,
-				 where, c->lost_why ? "; " : "",
+			snprintf(why, sizeof(why), "it was '%s' in a "
+				 "directory that is lost: kept as '/%s'%s%s",
+				 esc, where, c->lost_why ? "; " : "",
 				 c->lost_why ? c->lost_why : "");
 		} else {
 			snprintf(why, sizeof(why), "its names are lost: kept "

@@ -627,8 +627,8 @@ static void test_lost_found(void)
 	i = pj_image_inode(img, 32);
 	CHECK(i && i->keep && i->a.mode == 0100600 && i->a.uid == 42);
 	CHECK_EQ(img->found, 4);
-	CHECK(has_note(img, "lost+found", "inode 30\tthe directory that "
-		       "named it 'x' is lost: kept as "
+	CHECK(has_note(img, "lost+found", "inode 30\tit was 'x' in a "
+		       "directory that is lost: kept as "
 		       "'/lost+found.1/#30'"));
 	CHECK(has_note(img, "lost+found", "inode 31\tits names are lost"));
 	CHECK(has_note(img, "lost+found", "inode 32\tits attributes are "
