@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # Persistent mounts and the shapes a file can have (issue 31): each comes
-# back from a clean restart as it was, on every tier. persist.bats has the
-# rest of what persistent mounts do.
+# back from a clean restart as it was, on every tier, and from a kill -9
+# once fsynced. persist.bats has the rest of what persistent mounts do.
 
 load helpers
 
@@ -13,7 +13,19 @@ setup() {
 }
 
 teardown() {
+	# A daemon killed by a test leaves a mount that answers ENOTCONN.
+	if grep -q " $MNT fuse" /proc/self/mounts && ! mountpoint -q "$MNT"; then
+		fusermount3 -uz "$MNT"
+	fi
 	tfs_teardown
+}
+
+# kill9: the daemon dies where it stands; its mount is cleared.
+kill9() {
+	kill -9 "$TFS_PID"
+	wait "$TFS_PID" 2>/dev/null || true
+	TFS_PID=
+	fusermount3 -uz "$MNT"
 }
 
 # remount [OPTS]: a clean unmount, then a mount with the same options.
@@ -88,4 +100,28 @@ shape_cycle() {
 
 @test "shape: fallocate of 2 MiB, a write inside, unmount, mount" {
 	shape_cycle allocated
+}
+
+# Every shape above on every tier, each file fsynced once made and then
+# moved; kill -9, mount: each comes back as of its fsync, as after a clean
+# stop; changed, fsynced, kill -9 again: the same.
+@test "shape: every shape on every tier, fsynced, kill -9, mount, twice" {
+	local opts=disk_persist=yes,device_backend=sim,device_limit=16M,host_limit=8M
+	local py=$BATS_TEST_DIRNAME/shapes.py tiers=device,host,disk,inplace
+	mkdir "$TFS_TMP/ref"
+	tfs_mount -o "$opts"
+	python3 "$py" "$MNT" "$TFS_TMP/ref" all "$tiers" make fsync
+	kill9
+	tfs_mount -o "$opts"
+	grep -q "persist: 40 files .* after a crash or unclean stop" "$LOG"
+	run ! grep "recovery:" "$LOG"
+	python3 "$py" "$MNT" "$TFS_TMP/ref" all "$tiers" check
+	python3 "$py" "$MNT" "$TFS_TMP/ref" all "$tiers" more fsync
+	kill9
+	tfs_mount -o "$opts"
+	grep -q "persist: 40 files .* after a crash or unclean stop" "$LOG"
+	run ! grep "recovery:" "$LOG"
+	python3 "$py" "$MNT" "$TFS_TMP/ref" all "$tiers" check2
+	run "$CTL" recover --list "$MNT"
+	[[ "$output" == *"nothing was dropped"* ]]
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: GPL-2.0-or-later
-"""shapes.py MNT REF SHAPE TIER[,TIER...] STEP: a file of a given shape on a tierfs
-mount per TIER, and its twin on an ordinary file system, for the persistent-mount
-tests (persist.bats). Shapes are sequences of writes, truncates and
+"""shapes.py MNT REF SHAPE[,SHAPE...] TIER[,TIER...] STEP [fsync]: a file of a
+given shape on a tierfs mount per TIER, and its twin on an ordinary file system,
+for the persistent-mount tests (persist_shapes.bats). SHAPE "all" is every
+shape. Shapes are sequences of writes, truncates and
 fallocate calls: allocation past the end (KEEP_SIZE), holes at either end,
 a size past the last chunk, a file of no bytes with pages allocated,
 punched ranges.
@@ -19,6 +20,8 @@ STEP is one of
   more    apply a second round of operations (writes into the allocated
           range, a punch, a grow) and move the file to TIER again
   check2  check after both rounds
+With fsync, make and more fsync each tierfs file once its operations are
+done, before it moves: what a kill -9 after that must keep.
 Exit 1 with what differs.
 """
 
@@ -191,12 +194,16 @@ def ops_of(shape, rounds):
 
 
 def main():
-    mnt, ref, shape, tiers, step = sys.argv[1:6]
-    return max(one(mnt, ref, shape, tier, step)
-               for tier in tiers.split(","))
+    mnt, ref, shapes, tiers, step = sys.argv[1:6]
+    sync = sys.argv[6:] == ["fsync"]
+    if len(sys.argv) > 7 or sys.argv[6:] not in ([], ["fsync"]):
+        sys.exit("usage: shapes.py MNT REF SHAPE TIER STEP [fsync]")
+    shapes = list(SHAPES) if shapes == "all" else shapes.split(",")
+    return max(one(mnt, ref, shape, tier, step, sync)
+               for shape in shapes for tier in tiers.split(","))
 
 
-def one(mnt, ref, shape, tier, step):
+def one(mnt, ref, shape, tier, step, sync=False):
     name = "%s.%s" % (shape, tier)
     t, r = os.path.join(mnt, name), os.path.join(ref, name)
     if step in ("make", "more"):
@@ -209,6 +216,8 @@ def one(mnt, ref, shape, tier, step):
                 move(t, "disk")
             for op in ops:
                 do(fd, op)
+            if sync and path == t:
+                os.fsync(fd)
             os.close(fd)
         move(t, "disk" if tier == "inplace" else tier)
         return 0
