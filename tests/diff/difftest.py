@@ -197,8 +197,12 @@ class Daemon:
             if subprocess.call(["fusermount3", "-u", self.mnt],
                                stderr=subprocess.DEVNULL):
                 subprocess.call(["fusermount3", "-uz", self.mnt])
+        # A persistent mount writes out what it holds before it exits:
+        # files of 16 MiB in 64 KiB chunks take a while on a loaded
+        # machine, and a kill here would be a crash, not a clean stop.
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=120 if "disk_persist=yes" in
+                           self.allopts else 10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
