@@ -56,12 +56,14 @@ static const struct cfg_key keys[] = {
 	  .max = CFG_GPU_ORD_MAX, .def = NULL, .arg = "all|N:N...",
 	  .help = "GPUs to use, a device tier each: all, or ordinals (0,1 in "
 		  "the file, 0:1 in -o; default: the one gpu names)" },
-	{ "device", "limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
+	{ "device", "limit", CFG_SIZE,
+	  CFG_F_PERCENT | CFG_F_NONZERO | CFG_F_AMOUNT,
 	  FIELD(device, limit), .max = UINT64_MAX, .def = NULL,
 	  .arg = "SIZE|N%",
 	  .help = "device tier limit (default: 80% of free GPU memory, "
 		  "sim: 1G)" },
-	{ "device", "reserve", CFG_SIZE, CFG_F_PERCENT, FIELD(device, reserve),
+	{ "device", "reserve", CFG_SIZE, CFG_F_PERCENT | CFG_F_AMOUNT,
+	  FIELD(device, reserve),
 	  .max = UINT64_MAX, .def = "10%", .arg = "SIZE|N%",
 	  .help = "device memory kept free for other processes: tierfs "
 		  "spills when they leave less free, % of the GPU's memory" },
@@ -69,12 +71,13 @@ static const struct cfg_key keys[] = {
 	  .max = 60000, .def = "100", .arg = "MS",
 	  .help = "how often free device memory is checked against the "
 		  "reserve, in milliseconds" },
-	{ "device", "user_share", CFG_SIZE, CFG_F_PERCENT,
+	{ "device", "user_share", CFG_SIZE, CFG_F_PERCENT | CFG_F_AMOUNT,
 	  FIELD(device, user_share), .max = UINT64_MAX, .def = NULL,
 	  .arg = "SIZE|N%",
 	  .help = "device bytes one user's pins and exports may hold, % of "
 		  "the device limit (default: no share)" },
-	{ "host", "limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
+	{ "host", "limit", CFG_SIZE,
+	  CFG_F_PERCENT | CFG_F_NONZERO | CFG_F_AMOUNT,
 	  FIELD(host, limit), .max = UINT64_MAX, .def = NULL,
 	  .arg = "SIZE|N%",
 	  .help = "host tier limit, % of RAM (default: 25% of RAM, at most "
@@ -83,7 +86,8 @@ static const struct cfg_key keys[] = {
 	  .arg = "yes|no", .help = "page-lock host copies when CUDA is used" },
 	{ "disk", "path", CFG_PATH, 0, FIELD(disk, path), .def = "/var/tmp",
 	  .arg = "DIR", .help = "where the disk tier keeps its spill files" },
-	{ "disk", "limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
+	{ "disk", "limit", CFG_SIZE,
+	  CFG_F_PERCENT | CFG_F_NONZERO | CFG_F_AMOUNT,
 	  FIELD(disk, limit), .max = UINT64_MAX, .def = NULL,
 	  .arg = "SIZE|N%",
 	  .help = "disk tier limit, % of the filesystem (default: 50% of it, "
@@ -124,8 +128,10 @@ static const struct cfg_key keys[] = {
 	{ "fs", "read_ahead_kb", CFG_UINT, 0, FIELD(fs, read_ahead_kb),
 	  .max = 65536, .def = "1024", .arg = "N",
 	  .help = "kernel read-ahead of the mount in KiB; 0: leave it" },
-	{ "fs", "metadata_limit", CFG_SIZE, CFG_F_PERCENT | CFG_F_NONZERO,
-	  FIELD(fs, metadata_limit), .max = UINT64_MAX, .def = "10%",
+	{ "fs", "metadata_limit", CFG_SIZE,
+	  CFG_F_PERCENT | CFG_F_NONZERO | CFG_F_AMOUNT,
+	  FIELD(fs, metadata_limit), .min = CFG_METADATA_MIN,
+	  .max = UINT64_MAX, .def = "10%",
 	  .arg = "SIZE|N%",
 	  .help = "memory for inodes, names and xattrs, % of the host limit" },
 	{ "fs", "writeback_cache", CFG_BOOL, 0, FIELD(fs, writeback_cache),
@@ -257,6 +263,28 @@ static const char *human(uint64_t v, char *buf, size_t len)
 	return buf;
 }
 
+/* @s without the blanks around it, in a static buffer (for messages). */
+static const char *trimmed(const char *s)
+{
+	static __thread char buf[32];
+	size_t n;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	n = strlen(s);
+	while (n && isspace((unsigned char)s[n - 1]))
+		n--;
+	snprintf(buf, sizeof(buf), "%.*s", (int)n, s);
+	return buf;
+}
+
+/* True when @s is digits alone (blanks around them aside): no suffix. */
+static bool bare_number(const char *s)
+{
+	s = trimmed(s);
+	return *s && strspn(s, "0123456789") == strlen(s);
+}
+
 static int parse_choice(const struct cfg_key *k, const char *s, int *out,
 			char *why, size_t whylen)
 {
@@ -329,6 +357,22 @@ static int key_set(struct tfs_config *cfg, const struct cfg_key *k,
 		if (!sz.is_percent && !sz.bytes && (k->flags & CFG_F_NONZERO)) {
 			say(why, whylen, "'%s': a limit of zero is not allowed",
 			    value);
+			return -EINVAL;
+		}
+		if ((k->flags & CFG_F_AMOUNT) && !sz.is_percent && sz.bytes &&
+		    sz.bytes < CFG_BARE_MIN && bare_number(value)) {
+			say(why, whylen, "'%s' is %llu bytes: did you mean "
+					 "'%sM' or '%sG'? (a size without K, M, "
+					 "G or T is in bytes)",
+			    value, (unsigned long long)sz.bytes, trimmed(value),
+			    trimmed(value));
+			return -EINVAL;
+		}
+		if (!sz.is_percent && sz.bytes < k->min && k->max == UINT64_MAX) {
+			char lo[24];
+
+			say(why, whylen, "'%s' is too small, at least %s", value,
+			    human(k->min, lo, sizeof(lo)));
 			return -EINVAL;
 		}
 		if (!sz.is_percent && (sz.bytes < k->min || sz.bytes > k->max)) {
@@ -614,6 +658,8 @@ struct file_ctx {
 	size_t errlen;
 	uint32_t err_line; /* first bad line, 0 while none */
 	int rc;
+	/* The line that set each key (key_index()), 0 while none has. */
+	uint32_t seen[CFG_MAX_KEYS];
 };
 
 static __attribute__((format(printf, 2, 3))) void
@@ -635,11 +681,23 @@ file_error(struct file_ctx *ctx, const char *fmt, ...)
 static void file_set(struct file_ctx *ctx, const char *section,
 		     const char *name, const char *value)
 {
+	const struct cfg_key *k;
 	char msg[1280];
 	int rc;
 
 	if (!*name) {
 		file_error(ctx, "missing key before '='");
+		return;
+	}
+	/*
+	 * A key given twice is ambiguous: which one did the operator mean?
+	 * Taking the last, as inih would, once hid a limit two screens up.
+	 */
+	k = section_known(section) ? find_key(section, name) : NULL;
+	if (k && ctx->seen[key_index(k)]) {
+		file_error(ctx, "%s: set again in [%s], first on line %u; "
+				"keep one", k->name, k->section,
+			   ctx->seen[key_index(k)]);
 		return;
 	}
 	rc = set_at(ctx->cfg, section, name, value, ctx->lineno, msg,
@@ -648,7 +706,9 @@ static void file_set(struct file_ctx *ctx, const char *section,
 		file_error(ctx, "%s", msg);
 		/* -ENOENT would read as "no such config file". */
 		ctx->rc = rc == -ENOMEM ? rc : -EINVAL;
+		return;
 	}
+	ctx->seen[key_index(k)] = ctx->lineno;
 }
 
 static int file_handler(void *user, const char *section, const char *name,

@@ -54,6 +54,21 @@ enum cfg_persist {
 	CFG_PERSIST_CLOSE = 2, /* yes, and the last close syncs too */
 };
 
+/*
+ * A limit, reserve or share written as a bare number below this many bytes
+ * is refused as a forgotten suffix ("host_limit=50" meant 50G): nothing of
+ * a GPU, a host or a disk is that small, and 50 bytes would take a mount
+ * that then refuses every file.
+ */
+#define CFG_BARE_MIN 4096
+
+/*
+ * The least [fs] metadata_limit: the root directory and a few files. A
+ * tier's limit must hold one chunk ([disk] chunk_size) at least:
+ * cfg_validate() checks that, and the store the limits it resolves.
+ */
+#define CFG_METADATA_MIN (16u * 1024)
+
 /* [disk] name: what persist names its directory by instead of the mount
  * point. */
 #define CFG_NAME_MAX 64

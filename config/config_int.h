@@ -30,6 +30,9 @@ enum cfg_type {
 #define CFG_F_PERCENT 0x1u /* a size may be a percentage */
 #define CFG_F_NONZERO 0x2u /* a size of zero makes no sense */
 #define CFG_F_POW2 0x4u /* a size must be a power of two */
+/* A size that a bare number of bytes this small is surely a slip for
+ * ("host_limit=50" meant 50G): refused with the suffix it lacks. */
+#define CFG_F_AMOUNT 0x8u
 
 struct cfg_key {
 	const char *section;

@@ -211,6 +211,103 @@ int cfg_gpus_resolve(const struct tfs_config *cfg, int count,
 	return -EINVAL;
 }
 
+/* @v as "64K", "1.5M": short, for messages about sizes. */
+static void size_words(uint64_t v, char *buf, size_t len)
+{
+	static const char units[] = "KMGT";
+	double d = (double)v;
+	int u = -1;
+
+	while (d >= 1024 && u < 3) {
+		d /= 1024;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, len, "%llu bytes", (unsigned long long)v);
+	else if (d == (double)(uint64_t)d)
+		snprintf(buf, len, "%llu%c", (unsigned long long)d, units[u]);
+	else
+		snprintf(buf, len, "%.1f%c", d, units[u]);
+}
+
+/*
+ * A tier holds whole chunks: a limit below one cannot take a file's first
+ * chunk, and the mount would refuse every file past its first page.
+ */
+static int check_limits(const struct tfs_config *cfg, char *err,
+			size_t errlen)
+{
+	static const char *const sect[] = { "device", "host", "disk" };
+	const struct cfg_size *lim[] = { &cfg->device.limit, &cfg->host.limit,
+					 &cfg->disk.limit };
+	char where[PATH_MAX + 32], a[32], b[32];
+
+	for (size_t i = 0; i < sizeof(sect) / sizeof(sect[0]); i++) {
+		if (lim[i]->is_percent || !lim[i]->bytes ||
+		    lim[i]->bytes >= cfg->disk.chunk_size)
+			continue;
+		key_where(cfg, find_key(sect[i], "limit"), where,
+			  sizeof(where));
+		size_words(lim[i]->bytes, a, sizeof(a));
+		size_words(cfg->disk.chunk_size, b, sizeof(b));
+		say(err, errlen, "%s: %s is less than one chunk (%s, "
+				 "disk_chunk_size), the least a tier holds",
+		    where, a, b);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* True when keys @a and @b got their values from the same place: both
+ * from the config file, or both from -o. */
+static bool same_source(const struct tfs_config *cfg, const struct cfg_key *a,
+			const struct cfg_key *b)
+{
+	uint32_t oa = cfg->origin[key_index(a)], ob = cfg->origin[key_index(b)];
+
+	if (oa == ORIGIN_DEFAULT || ob == ORIGIN_DEFAULT)
+		return false;
+	return (oa == ORIGIN_OPTION) == (ob == ORIGIN_OPTION);
+}
+
+/*
+ * backend = none and a setting of the device tier it turns off, given
+ * together: one of them is a mistake, and silently mounting without a GPU
+ * is the worse guess. A -o device_backend=none over a config file that
+ * sets the device up is a deliberate override, and passes.
+ */
+static int check_device_off(const struct tfs_config *cfg, char *err,
+			    size_t errlen)
+{
+	static const char *const keys[] = { "limit", "gpus", "gpu",
+					    "reserve", "user_share",
+					    "poll_ms" };
+	const struct cfg_key *kb = find_key("device", "backend");
+	char where[PATH_MAX + 32], bwhere[PATH_MAX + 32];
+
+	if (strcmp(cfg->device.backend, "none"))
+		return 0;
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		const struct cfg_key *k = find_key("device", keys[i]);
+
+		if (!same_source(cfg, k, kb))
+			continue;
+		key_where(cfg, k, where, sizeof(where));
+		if (cfg->origin[key_index(kb)] == ORIGIN_OPTION)
+			snprintf(bwhere, sizeof(bwhere), "-o device_backend=none");
+		else if (cfg->origin[key_index(kb)] == ORIGIN_SET ||
+			 !cfg->config_file)
+			snprintf(bwhere, sizeof(bwhere), "device_backend=none");
+		else
+			snprintf(bwhere, sizeof(bwhere), "backend = none on line %u",
+				 cfg->origin[key_index(kb)]);
+		say(err, errlen, "%s: set for a device tier, but %s turns it "
+				 "off: drop one of them", where, bwhere);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
 		 char *err, size_t errlen)
 {
@@ -220,6 +317,12 @@ int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
 	int rc;
 
 	rc = check_disk_path(cfg, mountpoint, err, errlen);
+	if (rc)
+		return rc;
+	rc = check_limits(cfg, err, errlen);
+	if (rc)
+		return rc;
+	rc = check_device_off(cfg, err, errlen);
 	if (rc)
 		return rc;
 	if (cfg->disk.name[0] && cfg->disk.persist == CFG_PERSIST_NO) {

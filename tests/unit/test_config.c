@@ -945,8 +945,17 @@ static void test_file_errors(void)
 		{ "[device]\nbackend = opencl\n", -EINVAL,
 		  "2: backend: 'opencl' is not one of auto, cuda, sim or none" },
 		/* The first error wins. */
-		{ "[host]\nlimit = 1\nlimit = x\nbogus = 1\n[nope]\n", -EINVAL,
-		  "3: limit: 'x' is not a size" },
+		{ "[host]\nlimit = 1G\npinned = x\nbogus = 1\n[nope]\n", -EINVAL,
+		  "3: pinned: 'x'" },
+		/* A key given twice names both lines, whatever the case or
+		 * the spacing of its name and section. */
+		{ "[host]\nlimit = 1G\n[disk]\nlimit = 2G\n[HOST]\n Limit=3G\n",
+		  -EINVAL,
+		  "6: limit: set again in [host], first on line 2; keep one" },
+		/* A bare number of bytes too small for a limit. */
+		{ "[host]\nlimit = 50\n", -EINVAL,
+		  "2: limit: '50' is 50 bytes: did you mean '50M' or '50G'? "
+		  "(a size without K, M, G or T is in bytes)" },
 	};
 	struct tfs_config cfg;
 	char want[512];
@@ -1001,10 +1010,20 @@ static void test_precedence(void)
 	CHECK(cfg.disk.limit.bytes == 5 * GiB);
 	CHECK(cfg.policy.target == 0.85);
 	CHECK(!strcmp(cfg.disk.path, "/var/tmp"));
-	/* A later line of the file wins over an earlier one. */
+	/* A key the file gives twice is an error (which one was meant?),
+	 * not the later one silently. */
 	cfg_free(&cfg);
-	CHECK_EQ(load(&cfg, "[host]\nlimit = 1G\n[host]\nlimit = 3G\n"), 0);
+	CHECK_EQ(load(&cfg, "[host]\nlimit = 1G\n[host]\nlimit = 3G\n"),
+		 -EINVAL);
+	CHECK(has(err, "t.conf:4: limit: set again in [host], first on line "
+		       "2; keep one"));
+	cfg_free(&cfg);
+	CHECK_EQ(load(&cfg, "[host]\nlimit = 3G\n"), 0);
 	CHECK(cfg.host.limit.bytes == 3 * GiB);
+	/* -o options given twice: the later wins, as on a mount line. */
+	CHECK_EQ(cfg_set_option(&cfg, "fs_threads", "2", err, sizeof(err)), 0);
+	CHECK_EQ(cfg_set_option(&cfg, "fs_threads", "3", err, sizeof(err)), 0);
+	CHECK_EQ(cfg.fs.threads, 3);
 	/* Loading a second file layers it on the first. */
 	CHECK_EQ(cfg_load_file(&cfg, write_file("u.conf", "[fs]\nthreads=4\n",
 						15),
@@ -1012,6 +1031,11 @@ static void test_precedence(void)
 		 0);
 	CHECK(cfg.host.limit.bytes == 3 * GiB);
 	CHECK_EQ(cfg.fs.threads, 4);
+	CHECK_EQ(cfg_load_file(&cfg, write_file("u.conf", "[fs]\nthreads=5\n",
+						15),
+			       err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg.fs.threads, 5);
 	CHECK(!strcmp(cfg.config_file, tmp_path("u.conf")));
 	cfg_free(&cfg);
 }
@@ -1089,6 +1113,116 @@ static void test_example_file(void)
 }
 
 /* cfg_validate() */
+
+/*
+ * Sizes so small they are surely a slip: a bare number of bytes under
+ * 4096 for a limit, reserve or share names the suffix it lacks; a limit
+ * below one chunk is refused once every key is known; metadata needs room
+ * for the root.
+ */
+static void test_validate_small_sizes(void)
+{
+	static const char *const bare[] = { "host_limit", "device_limit",
+					    "disk_limit", "device_reserve",
+					    "device_user_share",
+					    "fs_metadata_limit" };
+	struct tfs_config cfg;
+	char want[256];
+
+	cfg_defaults(&cfg);
+	for (size_t i = 0; i < sizeof(bare) / sizeof(bare[0]); i++) {
+		CHECK_EQ(cfg_set_option(&cfg, bare[i], " 50 ", err,
+					sizeof(err)),
+			 -EINVAL);
+		snprintf(want, sizeof(want), "-o %s: ' 50 ' is 50 bytes: did "
+			 "you mean '50M' or '50G'?", bare[i]);
+		CHECK(starts(err, want));
+	}
+	/* With a suffix, or 4096 and more, a number of bytes is meant. */
+	CHECK_EQ(cfg_set_option(&cfg, "device_reserve", "0", err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_set_option(&cfg, "device_reserve", "4096", err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_set_option(&cfg, "device_user_share", "50K", err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_set_option(&cfg, "fs_metadata_limit", "8K", err,
+				sizeof(err)),
+		 -EINVAL);
+	CHECK(starts(err, "-o fs_metadata_limit: '8K' is too small, at least "
+			  "16K"));
+	CHECK_EQ(cfg_set_option(&cfg, "fs_metadata_limit", "16K", err,
+				sizeof(err)),
+		 0);
+	/* A limit below one chunk, named with where it came from. */
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_set_option(&cfg, "host_limit", "512K", err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(starts(err, "-o host_limit: 512K is less than one chunk (1M, "
+			  "disk_chunk_size), the least a tier holds"));
+	CHECK_EQ(cfg_set_option(&cfg, "disk_chunk_size", "64K", err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_limit", "4100", err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(starts(err, "-o disk_limit: 4.0K is less than one chunk (64K"));
+	cfg_free(&cfg);
+	CHECK_EQ(load(&cfg, "[disk]\nchunk_size = 4M\n[device]\nlimit = 2M\n"),
+		 0);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(has(err, "t.conf:4: limit: 2M is less than one chunk (4M"));
+	cfg_free(&cfg);
+}
+
+/*
+ * backend = none with another [device] setting from the same place is a
+ * contradiction; -o device_backend=none over a file's device settings is
+ * an override.
+ */
+static void test_validate_device_off(void)
+{
+	struct tfs_config cfg;
+
+	CHECK_EQ(load(&cfg, "[device]\nbackend = none\nlimit = 1G\n"), 0);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(has(err, "t.conf:3: limit: set for a device tier, but backend "
+		       "= none on line 2 turns it off: drop one of them"));
+	cfg_free(&cfg);
+
+	CHECK_EQ(load(&cfg, "[device]\nlimit = 1G\ngpus = 0,1\n"), 0);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_set_option(&cfg, "device_backend", "none", err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
+	CHECK_EQ(cfg_set_option(&cfg, "device_user_share", "1G", err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(has(err, "-o device_user_share: set for a device tier, but -o "
+		       "device_backend=none turns it off"));
+	cfg_free(&cfg);
+
+	/* The defaults of [device] with none are no contradiction. */
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_set_option(&cfg, "device_backend", "none", err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
+	cfg_free(&cfg);
+}
 
 static void test_validate_ok(void)
 {
@@ -1342,6 +1476,8 @@ int main(void)
 		tap_skip("test_example_file", "config/tierfs.conf not found "
 					      "under " TFS_SOURCE_ROOT);
 	TAP_RUN(test_validate_ok);
+	TAP_RUN(test_validate_small_sizes);
+	TAP_RUN(test_validate_device_off);
 	TAP_RUN(test_validate_path);
 	TAP_RUN(test_validate_inside_mount);
 	if (make_unwritable(tmp_path("ro")))
