@@ -24,6 +24,8 @@ static _Atomic enum tfs_log_dest log_dest = TFS_LOG_STDERR;
 /* The log file; replaced by dup2() so that writers never see it closed. */
 static int log_fd = -1;
 static bool syslog_open;
+/* "MOUNTPOINT: ", or "": what starts a line in a log daemons share. */
+static char log_tag[512];
 
 void tfs_log_set_sink(tfs_log_sink_fn sink)
 {
@@ -87,6 +89,14 @@ int tfs_log_open(const char *path)
 	return rc;
 }
 
+void tfs_log_set_tag(const char *tag)
+{
+	if (!tag || !*tag)
+		log_tag[0] = '\0';
+	else
+		snprintf(log_tag, sizeof(log_tag), "%s: ", tag);
+}
+
 void tfs_log_use(enum tfs_log_dest dest)
 {
 	if (dest == TFS_LOG_SYSLOG && !syslog_open) {
@@ -131,7 +141,7 @@ static void write_all(int fd, const char *buf, size_t len)
 void tfs_log_vemit(enum tfs_log_level level, const char *fmt, va_list ap)
 {
 	enum tfs_log_dest dest = atomic_load(&log_dest);
-	char msg[2048], line[2200], stamp[40];
+	char msg[2048], line[2800], stamp[40];
 	struct timespec ts;
 	struct tm tm;
 	size_t n;
@@ -150,7 +160,7 @@ void tfs_log_vemit(enum tfs_log_level level, const char *fmt, va_list ap)
 		msg[--n] = '\0';
 	switch (dest) {
 	case TFS_LOG_SYSLOG:
-		syslog((int)level, "%s", msg);
+		syslog((int)level, "%s%s", log_tag, msg);
 		return;
 	case TFS_LOG_JOURNAL:
 		len = snprintf(line, sizeof(line), "<%d>%s\n", (int)level,
@@ -160,8 +170,9 @@ void tfs_log_vemit(enum tfs_log_level level, const char *fmt, va_list ap)
 		clock_gettime(CLOCK_REALTIME, &ts);
 		localtime_r(&ts.tv_sec, &tm);
 		strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S%z", &tm);
-		len = snprintf(line, sizeof(line), "%s tierfs[%ld]: %s%s\n",
-			       stamp, (long)getpid(), level_word(level), msg);
+		len = snprintf(line, sizeof(line), "%s tierfs[%ld]: %s%s%s\n",
+			       stamp, (long)getpid(), log_tag,
+			       level_word(level), msg);
 		break;
 	default:
 		len = snprintf(line, sizeof(line), "tierfs: %s\n", msg);
@@ -184,4 +195,24 @@ void tfs_log_emit(enum tfs_log_level level, const char *fmt, ...)
 	va_start(ap, fmt);
 	tfs_log_vemit(level, fmt, ap);
 	va_end(ap);
+}
+
+static tfs_tell_fn tell_fn;
+
+void tfs_log_set_tell(tfs_tell_fn fn)
+{
+	tell_fn = fn;
+}
+
+void tfs_tell(const char *fmt, ...)
+{
+	char msg[2048];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	tfs_log(TFS_LOG_NOTICE, "%s", msg);
+	if (tell_fn)
+		tell_fn(msg);
 }

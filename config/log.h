@@ -28,8 +28,9 @@ enum tfs_log_level {
 enum tfs_log_dest {
 	TFS_LOG_STDERR, /* "tierfs: MSG" (the default) */
 	TFS_LOG_JOURNAL, /* "<LEVEL>MSG": stderr is a journald stream */
-	TFS_LOG_FILE, /* "TIME tierfs[PID]: MSG", see tfs_log_open() */
-	TFS_LOG_SYSLOG, /* syslog(3), ident "tierfs", facility daemon */
+	TFS_LOG_FILE, /* "TIME tierfs[PID]: TAG: MSG", see tfs_log_open() */
+	TFS_LOG_SYSLOG, /* syslog(3) "TAG: MSG", ident "tierfs", facility
+			 * daemon */
 	TFS_LOG_NONE, /* nowhere: a daemon that has nowhere to write */
 };
 
@@ -64,6 +65,14 @@ enum tfs_log_dest tfs_log_pick(bool daemon, bool have_file);
  */
 int tfs_log_open(const char *path);
 
+/*
+ * Start every line that goes to a log file or to syslog with "@tag: " (the
+ * mount point: several daemons of a node share those; NULL or "" for
+ * none). Standard error and the journal, one daemon's own, get no tag.
+ * Call before any thread logs.
+ */
+void tfs_log_set_tag(const char *tag);
+
 /* Send messages to @dest from now on (TFS_LOG_FILE needs tfs_log_open()). */
 void tfs_log_use(enum tfs_log_dest dest);
 
@@ -81,6 +90,15 @@ void tfs_log_emit(enum tfs_log_level level, const char *fmt, ...)
 		if ((level) <= tfs_log_max)                   \
 			tfs_log_emit((level), __VA_ARGS__);   \
 	} while (0)
+
+/*
+ * A notice the person who started tierfs should see now, not only in the
+ * log: a wait at start-up, say. It goes to the log, and to @fn when one is
+ * set (fs/ sends it to the terminal a daemon has not detached from yet).
+ */
+typedef void (*tfs_tell_fn)(const char *msg);
+void tfs_log_set_tell(tfs_tell_fn fn);
+void tfs_tell(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define tfs_err(...) tfs_log(TFS_LOG_ERR, __VA_ARGS__)
 #define tfs_warn(...) tfs_log(TFS_LOG_WARNING, __VA_ARGS__)

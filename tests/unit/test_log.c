@@ -146,6 +146,32 @@ static void test_file(void)
 	CHECK(!strstr(text, "third"));
 }
 
+/* Several daemons share a log file or syslog: each line names its mount;
+ * stderr and the journal, one daemon's own, do not. */
+static void test_tag(void)
+{
+	int old = stderr_to(path("err"));
+	char *text;
+
+	CHECK_EQ(tfs_log_open(path("t.log")), 0);
+	tfs_log_set_tag("/mnt/a b");
+	tfs_log_use(TFS_LOG_FILE);
+	tfs_warn("spilling");
+	tfs_log_use(TFS_LOG_STDERR);
+	tfs_notice("plain");
+	tfs_log_use(TFS_LOG_JOURNAL);
+	tfs_notice("journal");
+	tfs_log_set_tag(NULL);
+	tfs_log_use(TFS_LOG_FILE);
+	tfs_notice("untagged");
+	tfs_log_use(TFS_LOG_STDERR);
+	stderr_back(old);
+	text = slurp(path("t.log"));
+	CHECK(strstr(text, "]: /mnt/a b: warning: spilling\n") != NULL);
+	CHECK(strstr(text, "]: untagged\n") != NULL);
+	CHECK(!strcmp(slurp(path("err")), "tierfs: plain\n<5>journal\n"));
+}
+
 static void test_long_line(void)
 {
 	static char big[4000];
@@ -172,6 +198,7 @@ int main(void)
 	TAP_RUN(test_pick);
 	TAP_RUN(test_stderr_and_journal);
 	TAP_RUN(test_file);
+	TAP_RUN(test_tag);
 	TAP_RUN(test_long_line);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
 	if (system(cmd))
