@@ -67,16 +67,26 @@ int tier_disk_init(struct tier_disk **out, const char *path, const char *tag,
 		   uint32_t chunk_size, enum cfg_compression compression,
 		   char *err, size_t errlen);
 
+/* How the daemon before this one left a persistent directory. */
+enum tier_disk_prev {
+	TIER_PREV_UNKNOWN, /* new, or a tierfs that did not say */
+	TIER_PREV_CLEAN, /* it saved everything and stopped */
+	TIER_PREV_CRASHED, /* it died while it ran (kill -9, a crash) */
+};
+
 /*
  * A persistent mount's spill directory: like tier_disk_init() (the same
  * checks of @path, the same private parent, the same sweep of stale
  * non-persistent directories), but with the fixed name
  * tierfs-persist.<@name>, opened when it exists and made when it does not,
  * and refused unless it is private (tier_private_dir_open()). Its lock
- * file is held with flock for the daemon's life and holds its pid: a
- * second daemon gets -EBUSY with that pid in @err. @name must pass
+ * file is held with flock for the daemon's life and holds its pid and
+ * state (tier_disk_set_state()): a second daemon gets -EBUSY with that pid
+ * in @err, after waiting, at most TIER_DISK_WAIT_S seconds, for one that
+ * is going away (saving after an unmount). @name must pass
  * tier_disk_name_valid().
  */
+#define TIER_DISK_WAIT_S 600
 int tier_disk_init_persistent(struct tier_disk **out, const char *path,
 			      const char *name, uint32_t chunk_size,
 			      enum cfg_compression compression, char *err,
@@ -84,6 +94,22 @@ int tier_disk_init_persistent(struct tier_disk **out, const char *path,
 
 /* 1 to 64 of [A-Za-z0-9._-], not starting with a dot. */
 bool tier_disk_name_valid(const char *name);
+
+/*
+ * A persistent directory's lock file says, after its holder's pid, what
+ * the holder does, for the next daemon: "starting", "serving MOUNTPOINT"
+ * (the mount point escaped as in mountinfo), "saving" (it was unmounted
+ * and writes its files out) and "stopped" (saved, about to exit; synced
+ * to disk). A daemon refused the lock waits for a holder that is saving,
+ * or whose mount point is gone from its mountinfo (unmounted, not yet
+ * saving), instead of failing at once. @mnt is for "serving", else NULL.
+ * No-op for a directory that is not persistent. 0 or -errno.
+ */
+int tier_disk_set_state(struct tier_disk *d, const char *state,
+			const char *mnt);
+
+/* How the daemon before this one left the persistent directory. */
+enum tier_disk_prev tier_disk_prev(const struct tier_disk *d);
 
 /* Free @d. A non-persistent directory is removed with everything in it; a
  * persistent one stays as it is (only its lock is released). */

@@ -3,6 +3,8 @@
  * The disk tier's spill directory: creating it safely under disk_path,
  * the persistent one, listing and removing spill files, init and destroy.
  */
+#include <time.h>
+
 #include "tiers/disk_i.h"
 
 /* --- the spill directory --- */
@@ -341,6 +343,194 @@ bool tier_disk_name_valid(const char *name)
 			    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
 }
 
+/* What a persistent directory's lock file says (tier_disk_set_state()). */
+struct lock_note {
+	long pid; /* 0: none written */
+	char state[16]; /* "" for a tierfs that wrote only its pid */
+	char mnt[4 * PATH_MAX]; /* for "serving", escaped as in mountinfo */
+};
+
+static void lock_read(int fd, struct lock_note *n)
+{
+	char buf[4 * PATH_MAX + 64], *nl, *sp;
+	ssize_t len;
+
+	memset(n, 0, sizeof(*n));
+	len = pread(fd, buf, sizeof(buf) - 1, 0);
+	buf[len > 0 ? len : 0] = '\0';
+	if (sscanf(buf, "%ld", &n->pid) != 1)
+		n->pid = 0;
+	nl = strchr(buf, '\n');
+	if (!nl)
+		return;
+	nl++;
+	nl[strcspn(nl, "\n")] = '\0';
+	sp = strchr(nl, ' ');
+	if (sp)
+		*sp++ = '\0';
+	snprintf(n->state, sizeof(n->state), "%s", nl);
+	snprintf(n->mnt, sizeof(n->mnt), "%s", sp ? sp : "");
+}
+
+/* 1 when @pid's mountinfo has a mount at @mnt (escaped as there), 0 when
+ * not, -1 when it cannot be read (another pid namespace). */
+static int holder_mounted(long pid, const char *mnt)
+{
+	char path[64], *line = NULL, *p;
+	size_t cap = 0;
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/mountinfo", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (!found && getline(&line, &cap, f) > 0) {
+		/* "ID PARENT MAJ:MIN ROOT POINT ..." */
+		p = line;
+		for (int i = 0; i < 4 && p; i++) {
+			p = strchr(p, ' ');
+			p = p ? p + 1 : NULL;
+		}
+		if (p && !strncmp(p, mnt, strlen(mnt)) &&
+		    p[strlen(mnt)] == ' ')
+			found = 1;
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/* The holder is going away: saving its files, done, or no longer serving
+ * the mount it named (unmounted, not saving yet). */
+static bool holder_leaving(const struct lock_note *n)
+{
+	if (!n->pid)
+		return false;
+	if (!strcmp(n->state, "saving") || !strcmp(n->state, "stopped"))
+		return true;
+	return !strcmp(n->state, "serving") && n->mnt[0] &&
+	       holder_mounted(n->pid, n->mnt) == 0;
+}
+
+static uint64_t mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec;
+}
+
+/*
+ * The lock of a persistent directory, held by another daemon: wait while
+ * it is going away, for at most TIER_DISK_WAIT_S seconds. `fusermount3 -u
+ * MNT && tierfs MNT ...` would otherwise fail for as long as the old
+ * daemon saves (4-10 s, once 65 s for 50,000 files), although it is on its
+ * way out. 0 once the lock is ours, -EBUSY with the reason in @err.
+ */
+static int lock_wait(struct tier_disk *d, const char *path, char *err,
+		     size_t errlen)
+{
+	const struct timespec tick = { .tv_nsec = 100 * 1000 * 1000 };
+	struct lock_note n;
+	uint64_t start = mono_s(), said = start;
+	long pid;
+
+	lock_read(d->lockfd, &n);
+	pid = n.pid;
+	if (holder_leaving(&n))
+		tfs_tell("spill directory '%s' is held by tierfs pid %ld, "
+			 "which is %s: waiting for it to finish (at most %d s)",
+			 path, pid, !strcmp(n.state, "serving") ?
+				 "unmounted and stopping" : "saving its files",
+			 TIER_DISK_WAIT_S);
+	while (holder_leaving(&n)) {
+		uint64_t now;
+
+		nanosleep(&tick, NULL);
+		if (!flock(d->lockfd, LOCK_EX | LOCK_NB))
+			return 0;
+		if (errno != EWOULDBLOCK) {
+			int rc = -errno;
+
+			snprintf(err, errlen, "cannot lock '%s/" LOCK_NAME "': %s",
+				 path, strerror(-rc));
+			return rc;
+		}
+		now = mono_s();
+		if (now - start >= TIER_DISK_WAIT_S) {
+			snprintf(err, errlen, "spill directory '%s' is still in "
+				 "use by tierfs pid %ld after %d s of waiting "
+				 "for it to save", path, pid, TIER_DISK_WAIT_S);
+			return -EBUSY;
+		}
+		lock_read(d->lockfd, &n);
+		if (n.pid != pid)
+			break; /* another took it meanwhile */
+		if (now - said >= 30) {
+			said = now;
+			tfs_tell("still waiting for tierfs pid %ld to finish "
+				 "with '%s' (%" PRIu64 " s)", pid, path,
+				 now - start);
+		}
+	}
+	if (n.pid)
+		snprintf(err, errlen, "spill directory '%s' is in use by "
+			 "another tierfs (pid %ld)", path, n.pid);
+	else
+		snprintf(err, errlen, "spill directory '%s' is in use by "
+			 "another tierfs", path);
+	return -EBUSY;
+}
+
+/* The mount point escaped as mountinfo shows it: space, tab, newline and
+ * backslash as \ooo. */
+static void escape_mnt(const char *in, char *out, size_t len)
+{
+	size_t n = 0;
+
+	for (; *in && n + 5 < len; in++) {
+		if (strchr(" \t\n\\", *in))
+			n += (size_t)snprintf(out + n, len - n, "\\%03o",
+					      (unsigned char)*in);
+		else
+			out[n++] = *in;
+	}
+	out[n] = '\0';
+}
+
+int tier_disk_set_state(struct tier_disk *d, const char *state,
+			const char *mnt)
+{
+	char buf[4 * PATH_MAX + 64], esc[4 * PATH_MAX];
+	int n;
+
+	if (!d->persistent)
+		return 0;
+	esc[0] = '\0';
+	if (mnt)
+		escape_mnt(mnt, esc, sizeof(esc));
+	n = snprintf(buf, sizeof(buf), "%ld\n%s%s%s\n", (long)getpid(), state,
+		     esc[0] ? " " : "", esc);
+	if (n < 0 || (size_t)n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	/* One pwrite of the whole note, then the end cut: a reader sees the
+	 * old note or the new one, past a short window of a longer tail. */
+	if (pwrite(d->lockfd, buf, (size_t)n, 0) != n ||
+	    ftruncate(d->lockfd, n))
+		return -errno;
+	/* "stopped" is what the next start reads to tell a clean stop from
+	 * a crash: it must outlive a power cut after the snapshot. */
+	if (!strcmp(state, "stopped") && fdatasync(d->lockfd))
+		return -errno;
+	return 0;
+}
+
+enum tier_disk_prev tier_disk_prev(const struct tier_disk *d)
+{
+	return d->prev;
+}
+
 /*
  * Open or create the persistent directory tierfs-persist.<@pname> under
  * d->basefd (@base_path, for messages) and take its lock, writing our pid
@@ -350,9 +540,9 @@ static int open_persist_dir(struct tier_disk *d, const char *base_path,
 			    const char *pname, char *name, size_t namelen,
 			    char *err, size_t errlen)
 {
-	char buf[32];
+	char path[PATH_MAX + NAME_MAX + 2];
+	struct lock_note note;
 	struct stat st;
-	ssize_t n;
 	int rc;
 
 	snprintf(name, namelen, PERSIST_PREFIX "%s", pname);
@@ -385,24 +575,26 @@ static int open_persist_dir(struct tier_disk *d, const char *base_path,
 		rc = -EPERM;
 		goto out_lock;
 	}
+	snprintf(path, sizeof(path), "%s/%s", base_path, name);
 	if (flock(d->lockfd, LOCK_EX | LOCK_NB)) {
-		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		n = pread(d->lockfd, buf, sizeof(buf) - 1, 0);
-		buf[n > 0 ? n : 0] = '\0';
-		buf[strcspn(buf, "\n")] = '\0';
-		if (rc == -EBUSY)
-			snprintf(err, errlen, "spill directory '%s/%s' is in "
-				 "use by another tierfs%s%s%s", base_path, name,
-				 buf[0] ? " (pid " : "", buf, buf[0] ? ")" : "");
-		else
-			snprintf(err, errlen, "cannot lock '%s/%s/" LOCK_NAME
-				 "': %s", base_path, name, strerror(-rc));
-		goto out_lock;
+		rc = errno == EWOULDBLOCK ? lock_wait(d, path, err, errlen) :
+					    -errno;
+		if (rc && rc != -EBUSY)
+			snprintf(err, errlen, "cannot lock '%s/" LOCK_NAME
+				 "': %s", path, strerror(-rc));
+		if (rc)
+			goto out_lock;
 	}
-	n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
-	if (ftruncate(d->lockfd, 0) || pwrite(d->lockfd, buf, (size_t)n, 0) != n)
-		tfs_warn("cannot write the pid into '%s/%s/" LOCK_NAME "': %s",
-			 base_path, name, strerror(errno));
+	/* A tierfs that ran here and left no "stopped" died running. */
+	lock_read(d->lockfd, &note);
+	d->prev = !note.state[0]		  ? TIER_PREV_UNKNOWN :
+		  !strcmp(note.state, "stopped") ? TIER_PREV_CLEAN :
+						   TIER_PREV_CRASHED;
+	d->persistent = true;
+	rc = tier_disk_set_state(d, "starting", NULL);
+	if (rc)
+		tfs_warn("cannot write the pid into '%s/" LOCK_NAME "': %s",
+			 path, strerror(-rc));
 	return 0;
 
 out_lock:

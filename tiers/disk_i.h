@@ -101,6 +101,9 @@ struct tier_disk {
 	int dirfd; /* the spill directory */
 	int lockfd; /* its lock file, held while the daemon lives */
 	bool persistent; /* kept at destroy; see tier_disk_init_persistent() */
+	/* Persistent: how the daemon before this one left the directory,
+	 * read from the lock file before it was taken. */
+	enum tier_disk_prev prev;
 	const char *name; /* the spill directory's name in basefd, in dir */
 	uint32_t chunk_size;
 	/* Slots start on this boundary and a chunk costs whole units of it:

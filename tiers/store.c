@@ -249,6 +249,33 @@ void tier_store_destroy(struct tier_store *s)
 	free(s);
 }
 
+void tier_store_set_state(struct tier_store *s, const char *state,
+			  const char *mnt)
+{
+	int rc;
+
+	if (!s->persistent)
+		return;
+	rc = tier_disk_set_state(s->disk, state, mnt);
+	if (rc)
+		tfs_warn("persist: cannot note '%s' in the lock file of '%s': "
+			 "%s", state, tier_disk_path(s->disk), strerror(-rc));
+}
+
+int tier_store_prev_stop(struct tier_store *s)
+{
+	if (!s->persistent)
+		return 0;
+	switch (tier_disk_prev(s->disk)) {
+	case TIER_PREV_CLEAN:
+		return 1;
+	case TIER_PREV_CRASHED:
+		return -1;
+	default:
+		return 0;
+	}
+}
+
 int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg,
 			   char *err, size_t errlen)
 {

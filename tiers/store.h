@@ -83,6 +83,12 @@ struct tier_store_stats {
 	uint64_t spill_write_errors; /* writes of spill files that failed */
 	uint64_t spill_punch_errors; /* room a rewrite freed, not given back */
 	uint64_t host_alloc_failures; /* host chunks the system refused */
+	/* The disk tier is full now (a move down found no room), and how
+	 * many times it became so. */
+	bool disk_full;
+	uint64_t disk_full_count;
+	/* Bytes of free chunks the host pool keeps for the next writes. */
+	uint64_t host_pool;
 	/* The device's memory at the reserve watcher's last poll (0 before
 	 * one, or without a device that can tell), the reserve, and the
 	 * room other processes leave the device tier (at most its limit),
@@ -425,6 +431,20 @@ int tier_buf_alloc_device(struct tier_buf *b, uint64_t size);
  * (tier_dobj_map()) and the page maps that the table and the size alone
  * do not say (st_pages_image()). See doc/design.md.
  */
+
+/*
+ * What the daemon does, for a daemon that finds the persistent directory
+ * locked (tier_disk_set_state()): "serving" with the mount point once
+ * mounted, "saving" once unmounted, "stopped" once everything is saved.
+ * No-op unless persistent; a failure is logged.
+ */
+void tier_store_set_state(struct tier_store *s, const char *state,
+			  const char *mnt);
+
+/* Persistent: 1 when the daemon before this one stopped cleanly, -1 when
+ * it died running, 0 when it did not say (a new directory, an older
+ * tierfs). */
+int tier_store_prev_stop(struct tier_store *s);
 
 /* Whether the store was made persistent; then the spill directory's
  * descriptor and path (owned by the store) for the journal's files. */

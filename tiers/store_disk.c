@@ -118,6 +118,8 @@ out:
 		st_chunk_put(s, scratch[k]);
 	if (rc)
 		st_disk_drop(b);
+	else
+		st_disk_room(s, b->size);
 	return rc;
 }
 

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/statvfs.h>
@@ -166,6 +167,111 @@ void st_count_written(struct tier_store *s, int t, uint64_t bytes)
 	pthread_mutex_unlock(&s->lock);
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* s->lock held. Whether room was made on the disk tier since it filled:
+ * its use fell or its limit rose. */
+static bool disk_room_made(struct tier_store *s)
+{
+	const struct tier_usage *d = &s->use[TFS_TIER_DISK];
+
+	return d->used < s->disk_full_used || d->limit > s->disk_full_limit;
+}
+
+/* s->lock held. While the disk tier is full and nothing changed, moves
+ * that need it are not even tried until the back-off ends. */
+static bool disk_full_skip(struct tier_store *s)
+{
+	return s->disk_full && !disk_room_made(s) &&
+	       mono_ns() < s->disk_full_retry_ns;
+}
+
+/* s->lock held. A victim whose move out of @t would write the disk tier:
+ * from host without another copy, from the device when host has no room
+ * for it either. */
+static bool needs_disk(struct tier_store *s, const struct tier_buf *v, int t)
+{
+	const struct tier_usage *h = &s->use[TFS_TIER_HOST];
+	/* The [S] mirror: the victim is not locked yet. */
+	uint8_t lower = t == TFS_TIER_HOST ?
+				(1u << TFS_TIER_DEVICE) | (1u << TFS_TIER_DISK) :
+				(1u << TFS_TIER_HOST) | (1u << TFS_TIER_DISK);
+
+	if (v->present & lower)
+		return false;
+	return t == TFS_TIER_HOST || h->used + v->pi.size > h->limit;
+}
+
+/* s->lock held; returns with it held, dropping it to log. The disk tier
+ * is full from now on, if it was not: say so once. */
+static void disk_full_enter(struct tier_store *s, struct tier_buf *v, int t)
+{
+	const struct tier_usage *d = &s->use[TFS_TIER_DISK];
+	char used[32], limit[32], need[32], free_b[32] = "";
+	struct statvfs sv;
+
+	if (s->disk_full) {
+		s->disk_full_refused++;
+		return;
+	}
+	s->disk_full = true;
+	s->disk_full_count++;
+	s->disk_full_refused = 1;
+	s->disk_full_ns = mono_ns();
+	s->disk_full_used = d->used;
+	s->disk_full_limit = d->limit;
+	s->disk_full_need = v->pi.size;
+	s->disk_full_backoff_s = 1;
+	s->disk_full_retry_ns = s->disk_full_ns + 1000000000ull;
+	st_fmt_size(used, sizeof(used), d->used);
+	st_fmt_size(limit, sizeof(limit), d->limit);
+	st_fmt_size(need, sizeof(need), v->pi.size);
+	uint64_t id = v->id;
+
+	pthread_mutex_unlock(&s->lock);
+	if (!statvfs(s->disk_path, &sv))
+		st_fmt_size(free_b, sizeof(free_b),
+			    (uint64_t)sv.f_bavail * sv.f_frsize);
+	tfs_warn("disk tier full: cannot spill buffer %" PRIu64 " (%s) out "
+		 "of %s (disk.used %s of %s%s%s%s%s%s); spilling pauses until "
+		 "there is room, retried with a back-off", id, need,
+		 tier_name((enum tfs_tier)t), used, limit,
+		 free_b[0] ? ", " : "", free_b, free_b[0] ? " free in '" : "",
+		 free_b[0] ? s->disk_path : "", free_b[0] ? "'" : "");
+	pthread_mutex_lock(&s->lock);
+}
+
+/* s->lock held; returns with it held, dropping it to log. */
+static void disk_full_leave(struct tier_store *s, const char *why)
+{
+	uint64_t secs, refused;
+
+	if (!s->disk_full)
+		return;
+	s->disk_full = false;
+	secs = (mono_ns() - s->disk_full_ns) / 1000000000ull;
+	refused = s->disk_full_refused;
+	pthread_mutex_unlock(&s->lock);
+	tfs_notice("disk tier has room again (%s) after %" PRIu64 " s full, "
+		   "%" PRIu64 " move%s refused: spilling resumes", why, secs,
+		   refused, refused == 1 ? "" : "s");
+	pthread_mutex_lock(&s->lock);
+}
+
+void st_disk_room(struct tier_store *s, uint64_t bytes)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->disk_full && bytes >= s->disk_full_need)
+		disk_full_leave(s, "a spill went through");
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* Log a failed move of @v out of @t, at most once a second. */
 static void log_move_error(struct tier_store *s, struct tier_buf *v, int t,
 			   int rc)
@@ -205,6 +311,7 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 	 * is half written costs its writer a fetch back or a write on disk,
 	 * while a placed buffer's lower copy is often clean already. */
 	bool take_staging = false, move_failed = false;
+	bool skip_disk = disk_full_skip(s);
 
 	while (*used > goal) {
 		struct pol_item *it = pol_victim(&s->pol, t, prev);
@@ -225,6 +332,12 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 
 		/* An empty buffer frees nothing; skip it rather than write an
 		 * empty spill file. */
+		if (skip_disk && needs_disk(s, v, t)) {
+			/* The full disk tier's refusal, counted once. */
+			move_failed = true;
+			prev = it;
+			continue;
+		}
 		if (v == self || !v->charged[t] || v->io_refs ||
 		    (t == TFS_TIER_DEVICE && v->dgi != g) ||
 		    (v->staging && !take_staging) ||
@@ -237,9 +350,11 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 		pthread_mutex_unlock(&s->lock);
 		int rc = evict_copy(v, t);
 
-		if (rc < 0)
+		if (rc < 0 && rc != -ENOSPC)
 			log_move_error(s, v, t, rc);
 		pthread_mutex_lock(&s->lock);
+		if (rc == -ENOSPC)
+			disk_full_enter(s, v, t);
 		if (rc < 0) {
 			s->evict_move_errors++;
 			move_failed = true;
@@ -249,6 +364,11 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 		/* Unlocking under s->lock keeps @v alive: destroy marks it
 		 * dead under s->lock before it waits for v->lock. */
 		pthread_rwlock_unlock(&v->lock);
+		/* One refusal is the disk tier's answer for this scan: the
+		 * rest passes over the victims that need the disk and takes
+		 * those it can drop. */
+		if (rc == -ENOSPC && s->disk_full)
+			skip_disk = true;
 		if (rc < 0) {
 			if (v->dead || !pol_linked(&v->pi, t))
 				prev = NULL;
@@ -457,14 +577,48 @@ int st_promote(struct tier_buf *b, int t, unsigned int g)
 	return rc;
 }
 
+/*
+ * s->lock held, dropped while memory goes back. Once a second with nothing
+ * to spill: the idle pool's surplus, and the heap's free pages once the
+ * host tier let go of enough since the last time. glibc keeps what the
+ * packed blocks of freed or spilled files took: 126 MiB stayed resident
+ * after 800 files of 1.3 MB were deleted. malloc_trim() walks every arena
+ * under its lock, so never on a request's path.
+ */
+static void give_back(struct tier_store *s)
+{
+	uint64_t floor = s->use[TFS_TIER_HOST].limit / 8, used;
+	bool trim;
+
+	if (floor > POOL_IDLE_KEEP)
+		floor = POOL_IDLE_KEEP;
+	used = s->use[TFS_TIER_HOST].used;
+	if (used > s->trim_mark)
+		s->trim_mark = used;
+	trim = s->trim_mark - used >= HEAP_TRIM_MIN;
+	if (trim)
+		s->trim_mark = used;
+	pthread_mutex_unlock(&s->lock);
+	host_pool_trim(s->pool, floor);
+	if (trim)
+		malloc_trim(0);
+	pthread_mutex_lock(&s->lock);
+}
+
 void *st_spiller_main(void *arg)
 {
 	struct tier_store *s = arg;
 
 	pthread_mutex_lock(&s->lock);
 	while (!s->stop) {
-		bool work = false;
+		bool work = false, was_full;
 
+		if (s->disk_full && disk_room_made(s))
+			disk_full_leave(s, "room was made");
+		/* A full disk tier: wait out the back-off. */
+		if (disk_full_skip(s))
+			goto wait;
+		was_full = s->disk_full;
 		/* Each GPU's device tier, then the host tier. */
 		for (unsigned int i = 0; i <= s->ngpus; i++) {
 			int t = i < s->ngpus ? TFS_TIER_DEVICE : TFS_TIER_HOST;
@@ -489,20 +643,26 @@ void *st_spiller_main(void *arg)
 			if (!st_shrink(s, t, i, goal, NULL, false))
 				work = true;
 		}
+		if (s->disk_full) {
+			/* Still full after a try (or newly full): back off. */
+			if (was_full && s->disk_full_backoff_s < 64)
+				s->disk_full_backoff_s *= 2;
+			s->disk_full_retry_ns = mono_ns() +
+				s->disk_full_backoff_s * 1000000000ull;
+			s->disk_full_used = s->use[TFS_TIER_DISK].used;
+			s->disk_full_limit = s->use[TFS_TIER_DISK].limit;
+			work = false;
+		}
 		if (work)
 			continue;
+wait:;
 		struct timespec ts;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += 1;
 		if (pthread_cond_timedwait(&s->spill_wake, &s->lock, &ts) ==
-		    ETIMEDOUT) {
-			uint64_t floor = s->use[TFS_TIER_HOST].limit / 8;
-
-			pthread_mutex_unlock(&s->lock);
-			host_pool_trim(s->pool, floor);
-			pthread_mutex_lock(&s->lock);
-		}
+		    ETIMEDOUT)
+			give_back(s);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return NULL;

@@ -123,10 +123,14 @@ int st_gpus_open(struct tier_store *s, const struct tfs_config *cfg,
 			snprintf(s->backend, sizeof(s->backend), "none");
 			return 0;
 		}
-		if (rc == -ENOENT)
+		/* What to do, in one line; the CUDA error is for -d. */
+		if (rc == -ENOENT) {
+			tfs_debug("device: %s", why);
 			snprintf(err, errlen, "device_backend=%s: no NVIDIA "
-					      "driver (%s)", want, why);
-		else
+					      "driver here; install it, or "
+					      "mount with device_backend=auto "
+					      "or none", want);
+		} else
 			snprintf(err, errlen, "%s", why);
 		return rc;
 	}

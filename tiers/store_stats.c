@@ -71,6 +71,8 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 	out->logical_bytes = s->logical;
 	out->evict_nothing_movable = s->evict_nothing_movable;
 	out->evict_move_errors = s->evict_move_errors;
+	out->disk_full = s->disk_full;
+	out->disk_full_count = s->disk_full_count;
 	for (unsigned int g = 0; g < s->ngpus; g++) {
 		const struct st_gpu *gp = &s->gpus[g];
 		struct tier_gpu_stats *o = &out->gpus[g];
@@ -108,6 +110,7 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 	pthread_mutex_unlock(&s->lock);
 	out->host_alloc_failures =
 		__atomic_load_n(&s->host_alloc_failures, __ATOMIC_RELAXED);
+	out->host_pool = host_pool_free_bytes(s->pool);
 	if (s->disk) {
 		struct tier_disk_stats ds;
 
@@ -152,6 +155,9 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 		EMIT("%s.written_bytes=%" PRIu64 "\n", nm, u->written_bytes);
 		EMIT("%s.enospc=%" PRIu64 "\n", nm, u->enospc);
 	}
+	EMIT("host.pool=%" PRIu64 "\n", st.host_pool);
+	EMIT("disk.full=%d\n", st.disk_full);
+	EMIT("disk.full_count=%" PRIu64 "\n", st.disk_full_count);
 	/* Giving memory back to GPU programs; "room" is what others leave
 	 * the device tier, shown as the limit while nobody else uses it. */
 	EMIT("device.reserve=%" PRIu64 "\n", st.device_reserve);
