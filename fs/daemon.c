@@ -9,9 +9,13 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs/fs_i.h"
@@ -31,13 +35,37 @@ void tfs_log_setup(void)
 static int ready_fd = -1;
 
 /*
+ * What the child says before it is ready (tfs_tell(): a wait at start-up)
+ * reaches the terminal the parent still holds: "2MESSAGE\n" on the status
+ * pipe, ahead of the final status. A log on stderr has it already.
+ */
+static void tell_parent(const char *msg)
+{
+	char buf[2048];
+	int len;
+
+	if (ready_fd < 0 || tfs_log_dest() == TFS_LOG_STDERR ||
+	    tfs_log_dest() == TFS_LOG_JOURNAL)
+		return;
+	len = snprintf(buf, sizeof(buf), "2%s", msg);
+	if (len >= (int)sizeof(buf))
+		len = sizeof(buf) - 1;
+	for (int k = 1; k < len; k++)
+		if (buf[k] == '\n')
+			buf[k] = ' ';
+	buf[len++] = '\n';
+	if (write(ready_fd, buf, (size_t)len) < 0)
+		tfs_debug("cannot tell the parent: %s", strerror(errno));
+}
+
+/*
  * The parent stays until the child has mounted, so that "tierfs MNT" in a
  * script or unit returns only once the mount is usable, and fails with the
  * child's reason when it is not.
  */
 int tfs_daemonize(void)
 {
-	char msg[2048];
+	char msg[2048], *nl;
 	ssize_t n, got = 0;
 	int p[2];
 	pid_t pid;
@@ -62,6 +90,15 @@ int tfs_daemonize(void)
 			if (n <= 0)
 				break;
 			got += n;
+			msg[got] = '\0';
+			/* Notes first, each a line; the status ends it all. */
+			while (msg[0] == '2' && (nl = memchr(msg, '\n',
+							      (size_t)got))) {
+				fprintf(stderr, "tierfs: %.*s\n",
+					(int)(nl - msg - 1), msg + 1);
+				got -= nl + 1 - msg;
+				memmove(msg, nl + 1, (size_t)got);
+			}
 		}
 		msg[got] = '\0';
 		if (got > 0 && msg[0] == '0')
@@ -76,6 +113,7 @@ int tfs_daemonize(void)
 	}
 	close(p[0]);
 	ready_fd = p[1];
+	tfs_log_set_tell(tell_parent);
 	if (setsid() < 0)
 		tfs_warn("setsid failed: %s", strerror(errno));
 	return 0;
@@ -97,6 +135,7 @@ void tfs_daemon_ready(int status, const char *msg)
 		len = sizeof(buf) - 1;
 	if (write(ready_fd, buf, (size_t)len) < 0)
 		tfs_warn("cannot report to the parent: %s", strerror(errno));
+	tfs_log_set_tell(NULL);
 	close(ready_fd);
 	ready_fd = -1;
 	if (status)
@@ -114,6 +153,86 @@ void tfs_daemon_ready(int status, const char *msg)
 		if (fd > 2)
 			close(fd);
 	}
+}
+
+void tfs_notify(const char *fmt, ...)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char msg[512];
+	size_t plen;
+	va_list ap;
+	int fd, len;
+
+	if (!path || (path[0] != '/' && path[0] != '@'))
+		return;
+	plen = strlen(path);
+	if (plen >= sizeof(sa.sun_path))
+		return;
+	memcpy(sa.sun_path, path, plen);
+	/* "@name": an abstract socket, whose name starts with a NUL. */
+	if (path[0] == '@')
+		sa.sun_path[0] = '\0';
+	va_start(ap, fmt);
+	len = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (len < 0 || len >= (int)sizeof(msg))
+		return;
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	if (sendto(fd, msg, (size_t)len, MSG_NOSIGNAL, (struct sockaddr *)&sa,
+		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + plen)) <
+	    0)
+		tfs_debug("cannot notify '%s': %s", path, strerror(errno));
+	close(fd);
+}
+
+/* What the kernel has yet to write back, Dirty + Writeback, in KiB. */
+static unsigned long long dirty_kb(void)
+{
+	unsigned long long v, sum = 0;
+	char line[128];
+	FILE *f = fopen("/proc/meminfo", "re");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Dirty: %llu", &v) == 1 ||
+		    sscanf(line, "Writeback: %llu", &v) == 1)
+			sum += v;
+	fclose(f);
+	return sum;
+}
+
+void tfs_save_progress(size_t done, size_t total)
+{
+	static struct timespec last;
+	unsigned long long secs = 60;
+	struct timespec now;
+	char what[48];
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (done && done < total && now.tv_sec == last.tv_sec)
+		return;
+	last = now;
+	/*
+	 * A save takes what its bytes take to compress and write: minutes
+	 * for a host tier of many GiB on a slow disk, more than any fixed
+	 * TimeoutStopSec. Each second of progress buys the next 60 s; a
+	 * save that stalls is killed once they run out. The syncfs() at the
+	 * end writes back what is dirty, at 16 MiB/s on a slow disk.
+	 */
+	if (done >= total) {
+		secs += dirty_kb() / 16384;
+		if (secs > 3600)
+			secs = 3600;
+	}
+	tfs_notify("EXTEND_TIMEOUT_USEC=%llu\nSTATUS=saving files: %zu of %zu",
+		   secs * 1000 * 1000, done, total);
+	snprintf(what, sizeof(what), "%zu/%zu", done, total);
+	if (tfs.store)
+		tier_store_set_state(tfs.store, "saving", what);
 }
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo. */

@@ -503,6 +503,49 @@ struct tfs_mountinfo {
 int tfs_mountinfo_find(const char *path, int id, struct tfs_mountinfo *out);
 
 /*
+ * systemd's notify protocol: send the "KEY=VALUE" lines of @fmt to
+ * $NOTIFY_SOCKET (READY=1 once mounted, STOPPING=1, EXTEND_TIMEOUT_USEC
+ * while saving). Nothing without the variable.
+ */
+void tfs_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * A persistent mount saves its files after the unmount: @done of @total.
+ * About once a second it tells systemd that the stop is still moving
+ * (EXTEND_TIMEOUT_USEC), and the next daemon how far it got (the lock
+ * file's state).
+ */
+void tfs_save_progress(size_t done, size_t total);
+
+/* record.c: the mount's record under /run/tierfs. */
+struct tfs_record {
+	long pid;
+	int mount_id;
+	unsigned int major, minor;
+	char invocation[64]; /* $INVOCATION_ID of its systemd run, or "" */
+	char mount[4 * 4096]; /* the mount point, newlines escaped */
+};
+
+/* Once mounted at @mnt (canonical): note which mount this daemon made.
+ * 0 or -errno (-EPERM when not root: no record then). */
+int tfs_record_write(const char *mnt);
+/* The record of the daemon that last mounted at @mnt: 0 or -ENOENT. */
+int tfs_record_read(const char *mnt, struct tfs_record *r);
+/* Whether @r is the record of the mount @mi (not of an earlier one). */
+bool tfs_record_names(const struct tfs_record *r,
+		      const struct tfs_mountinfo *mi);
+/* At exit: remove the record of @mnt if it is this daemon's. */
+void tfs_record_drop(const char *mnt);
+/*
+ * tierfs --unmount-dead MNT, the unit's ExecStopPost: unmount MNT only if
+ * it is a tierfs mount made by a daemon of this systemd run (the record's
+ * $INVOCATION_ID is ours) that is dead; otherwise leave it, and say why
+ * on stderr. Nothing mounted there is not an error and says nothing.
+ * Returns the exit status: 0, or 1 when it left a mount.
+ */
+int tfs_unmount_dead(const char *mnt);
+
+/*
  * The daemon's own user.tierfs.stats lines ("pid=N\n"...), appended after
  * the store's. Returns the length needed, like snprintf.
  */

@@ -430,7 +430,8 @@ static int log_prepare(bool daemon, enum tfs_log_dest *dest)
 	return log_path ? 0 : -ENOMEM;
 }
 
-/* The pid that the user.tierfs.stats of the mount at @mnt names, or 0. */
+/* The pid that the user.tierfs.stats of the mount at @mnt names, 0 when
+ * it does not say, -1 when its daemon is gone (ENOTCONN). */
 static long mount_pid(const char *mnt)
 {
 	char buf[16384], *p;
@@ -438,6 +439,8 @@ static long mount_pid(const char *mnt)
 	long pid;
 
 	n = getxattr(mnt, TFS_XATTR_STATS, buf, sizeof(buf) - 1);
+	if (n < 0 && (errno == ENOTCONN || errno == ECONNABORTED))
+		return -1;
 	if (n <= 0)
 		return 0;
 	buf[n] = '\0';
@@ -446,6 +449,29 @@ static long mount_pid(const char *mnt)
 			return pid;
 	}
 	return 0;
+}
+
+/*
+ * A tierfs mount whose daemon is gone (kill -9, a crash): the kernel keeps
+ * it, answering ENOTCONN, until it is unmounted. Say so, with the pid the
+ * mount's record names (@mi, when the caller found the mount), and what to
+ * run.
+ */
+static void dead_mount(const char *mnt, const struct tfs_mountinfo *mi)
+{
+	struct tfs_record r;
+	struct tfs_mountinfo here;
+
+	if (!mi && !tfs_mountinfo_find(mnt, 0, &here))
+		mi = &here;
+	if (mi && !tfs_record_read(mnt, &r) && tfs_record_names(&r, mi))
+		fprintf(stderr, "tierfs: %s: the tierfs mounted here is dead "
+				"(its daemon, pid %ld, is gone); unmount it "
+				"first: fusermount3 -u %s\n", mnt, r.pid, mnt);
+	else
+		fprintf(stderr, "tierfs: %s: the FUSE mount here is dead (its "
+				"daemon is gone); unmount it first: "
+				"fusermount3 -u %s\n", mnt, mnt);
 }
 
 /*
@@ -467,6 +493,10 @@ static int check_mountpoint(const char *mnt, bool nonempty)
 	if (!tfs_mountinfo_find(mnt, 0, &mi) &&
 	    !strcmp(mi.fstype, "fuse.tierfs")) {
 		pid = mount_pid(mnt);
+		if (pid < 0) {
+			dead_mount(mnt, &mi);
+			return -ENOTCONN;
+		}
 		if (pid > 0)
 			fprintf(stderr, "tierfs: %s: already a tierfs mount "
 					"(pid %ld); unmount it first\n",
@@ -505,10 +535,52 @@ static int check_mountpoint(const char *mnt, bool nonempty)
 	return 0;
 }
 
+/* Cut @word off the end of the comma-separated @opts, if it ends it. */
+static bool cut_last(char *opts, const char *word)
+{
+	size_t n = strlen(opts), w = strlen(word);
+
+	if (n < w || strcmp(opts + n - w, word) ||
+	    (n > w && opts[n - w - 1] != ','))
+		return false;
+	opts[n > w ? n - w - 1 : 0] = '\0';
+	return true;
+}
+
+/*
+ * mount(8) means dev,suid unless told nodev,nosuid, and mount.fuse3 says
+ * so: it appends "dev" and "suid" to the options of every mount that does
+ * not negate them, and runs "tierfs SOURCE MOUNTPOINT -o OPTIONS". A
+ * direct mount is nosuid,nodev (libfuse's default), which on a shared node
+ * with allow_other is the one to have: a file a user made setuid or a
+ * device node he made must not work through the mount. So in the SOURCE
+ * MOUNTPOINT form, the two words mount.fuse3 appended are dropped; a dev or
+ * suid the operator wrote comes before them and stays.
+ */
+static void drop_helper_defaults(int argc, char **argv)
+{
+	char *opts = NULL;
+	int plain = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-o") && i + 1 < argc)
+			opts = argv[++i];
+		else if (!strncmp(argv[i], "-o", 2))
+			opts = argv[i] + 2;
+		else if (argv[i][0] != '-')
+			plain++;
+	}
+	if (plain != 2 || !opts)
+		return;
+	cut_last(opts, "suid");
+	cut_last(opts, "dev");
+}
+
 static void usage(const char *prog)
 {
 	printf("usage: %s MOUNTPOINT [-o opt,...] [-f] [-d] [-s]\n"
 	       "       %s SOURCE MOUNTPOINT -o opt,...   (mount.fuse3, fstab)\n"
+	       "       %s --unmount-dead MOUNTPOINT      (tierfs.service)\n"
 	       "\n"
 	       "Present tiered GPU/host/disk buffers as files.\n"
 	       "\n"
@@ -524,8 +596,11 @@ static void usage(const char *prog)
 	       "                           when reads update access times\n"
 	       "                           (default: relatime)\n"
 	       "\n"
+	       "    --unmount-dead MNT     unmount MNT if it is the dead mount of\n"
+	       "                           a daemon of this systemd unit's run\n"
+	       "\n"
 	       "Configuration (also [section] key in the config file):\n",
-	       prog, prog, TFS_DEFAULT_CONFIG);
+	       prog, prog, prog, TFS_DEFAULT_CONFIG);
 	cfg_print_help(stdout, 4);
 	printf("\nFUSE options:\n");
 	fflush(stdout);
@@ -606,6 +681,14 @@ int main(int argc, char **argv)
 	sigaddset(&hup, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &hup, NULL);
 	tfs_log_setup();
+	if (argc > 1 && !strcmp(argv[1], "--unmount-dead")) {
+		if (argc == 3)
+			return tfs_unmount_dead(argv[2]);
+		fprintf(stderr, "usage: %s --unmount-dead MOUNTPOINT\n",
+			argv[0]);
+		return 2;
+	}
+	drop_helper_defaults(argc, argv);
 
 	if (fuse_opt_parse(&args, &cl, NULL, opt_proc) || cl.bad)
 		goto out_args;
@@ -636,9 +719,7 @@ int main(int argc, char **argv)
 	}
 	mountpoint = realpath(cl.nonopt[cl.nnonopt - 1], NULL);
 	if (!mountpoint && errno == ENOTCONN) {
-		fprintf(stderr, "tierfs: %s: a FUSE mount whose daemon is gone; "
-				"unmount it first (fusermount3 -u)\n",
-			cl.nonopt[cl.nnonopt - 1]);
+		dead_mount(cl.nonopt[cl.nnonopt - 1], NULL);
 		goto out_opts;
 	}
 	if (!mountpoint) {
@@ -650,6 +731,8 @@ int main(int argc, char **argv)
 		ret = tfs_remount(mountpoint) ? 1 : 0;
 		goto out_cfg;
 	}
+	/* Several daemons of a node share a log file or syslog. */
+	tfs_log_set_tag(mountpoint);
 	err[0] = '\0';
 	rc = load_config(&cfg, mountpoint, err, sizeof(err));
 	if (rc) {
@@ -760,8 +843,14 @@ int main(int argc, char **argv)
 		fail("cannot start the reload thread: %s", strerror(-rc));
 		goto out_session;
 	}
+	rc = tfs_record_write(mountpoint);
+	if (rc && rc != -EPERM)
+		tfs_warn("cannot record the mount in /run/tierfs: %s",
+			 strerror(-rc));
+	tier_store_set_state(tfs.store, "serving", mountpoint);
 	tfs_notice("mounted on '%s'", mountpoint);
 	tfs_daemon_ready(0, NULL);
+	tfs_notify("READY=1\nSTATUS=mounted on %s", mountpoint);
 
 	if (opts.singlethread) {
 		rc = fuse_session_loop(tfs.se);
@@ -788,13 +877,18 @@ int main(int argc, char **argv)
 		tfs_err("session loop failed: %s", strerror(-rc));
 	else
 		tfs_notice("unmounting '%s'", mountpoint);
+	tfs_notify("STOPPING=1\nSTATUS=unmounting %s", mountpoint);
+	/* A daemon starting on the persistent directory now waits. */
+	tier_store_set_state(tfs.store, "saving", NULL);
 out_hup:
 	tfs_sighup_stop();
 out_session:
 	tfs_inval_stop();
 	tfs_atime_stop();
-	if (mounted)
+	if (mounted) {
 		fuse_session_unmount(tfs.se);
+		tfs_record_drop(mountpoint);
+	}
 	if (handlers)
 		fuse_remove_signal_handlers(tfs.se);
 	fuse_session_destroy(tfs.se);

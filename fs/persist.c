@@ -766,7 +766,12 @@ int tfs_pj_start(enum cfg_persist mode, char *err, size_t errlen)
 		      errlen);
 	if (rc)
 		goto out_img;
-	P.recovery = img->fresh ? "fresh" : img->clean ? "clean" : "crash";
+	/* No record after the snapshot is no proof of a clean stop: a daemon
+	 * that changed nothing and was killed leaves none either. The lock
+	 * file says "stopped" only after a save. */
+	bool clean = img->clean && tier_store_prev_stop(s) >= 0;
+
+	P.recovery = img->fresh ? "fresh" : clean ? "clean" : "crash";
 	P.dropped = img->dropped;
 	P.rolled_back = img->rolled_back;
 	P.found = img->found;
@@ -797,7 +802,7 @@ int tfs_pj_start(enum cfg_persist mode, char *err, size_t errlen)
 		tfs_notice("persist: %" PRIu64 " files (%" PRIu64 " bytes) "
 			   "back from '%s' in %" PRIu64 " ms after a %s "
 			   "stop%s", r.files, r.bytes, dir, P.start_ms,
-			   img->clean ? "clean" : "crash or unclean",
+			   clean ? "clean" : "crash or unclean",
 			   img->notes ? "; what recovery dropped: "
 					"tierfsctl recover --list" : "");
 	free(r.ids);
@@ -869,6 +874,8 @@ static int save_all(struct saving *sv)
 		struct sync_ctx c = { .i = i, .ino = i->ino, .mtime = i->mtime,
 				      .ctime = i->ctime, .defer = true };
 
+		tfs_save_progress(k, sv->n);
+
 		rc = tier_buf_sync(i->buf, TIER_SYNC_DEFER, sync_record, &c);
 		if (rc < 0) {
 			tfs_err("cannot save inode %llu: %s; it comes back "
@@ -896,6 +903,7 @@ void tfs_pj_stop(void)
 		P.thread_started = false;
 	}
 	bad = save_all(&sv);
+	tfs_save_progress(sv.n, sv.n);
 	/* One syncfs for every spill file written, then the records that
 	 * name them, then the old versions may go. */
 	if (syncfs(tier_store_dirfd(tfs.store))) {
@@ -911,11 +919,13 @@ void tfs_pj_stop(void)
 		rc = snapshot();
 	}
 	free(sv.list);
-	if (rc || bad)
+	if (rc || bad) {
 		tfs_err("persist: the stop was not clean; the next mount "
 			"recovers from the journal");
-	else
+	} else {
 		tfs_notice("persist: saved in '%s'", tier_store_dir(tfs.store));
+		tier_store_set_state(tfs.store, "stopped", NULL);
+	}
 	/* Whatever happened, the files stay for the next mount. */
 	tier_store_keep_files(tfs.store);
 }

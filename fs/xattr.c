@@ -124,6 +124,29 @@ static ssize_t virtual_get(struct tfs_inode *i, const char *name, char *buf,
 	return (ssize_t)n;
 }
 
+/*
+ * setfattr's "No such device" says nothing of why: the log does, once. A
+ * mount without a GPU gets its device tier from device_backend=sim.
+ */
+static void no_device_hint(void)
+{
+	static atomic_bool said;
+	struct tier_store_stats st;
+
+	if (atomic_exchange(&said, true))
+		return;
+	tier_store_stats(tfs.store, &st);
+	if (!strcmp(st.device_state, "failed"))
+		tfs_notice("a move to the device was refused (ENODEV): the "
+			   "GPU failed (device.state=failed); a remount "
+			   "brings it back");
+	else
+		tfs_notice("a move to the device was refused (ENODEV): this "
+			   "mount has no device tier (backend %s); without a "
+			   "GPU, device_backend=sim gives one in host memory",
+			   st.backend);
+}
+
 static int virtual_set(struct tfs_inode *i, const char *name,
 		       const char *value, size_t size, uid_t uid)
 {
@@ -143,8 +166,12 @@ static int virtual_set(struct tfs_inode *i, const char *name,
 		 * the copy is there; ENXIO for a GPU the mount does not
 		 * serve. */
 		if (gpu >= 0)
-			return tier_buf_move_gpu(i->buf, gpu, 0, uid);
-		return tier_buf_move_as(i->buf, tier, 0, uid);
+			rc = tier_buf_move_gpu(i->buf, gpu, 0, uid);
+		else
+			rc = tier_buf_move_as(i->buf, tier, 0, uid);
+		if (rc == -ENODEV)
+			no_device_hint();
+		return rc;
 	}
 	if (!strcmp(name, TFS_XATTR_PIN)) {
 		rc = tfs_xattr_parse_pin(value, size, &pin);
