@@ -3,6 +3,8 @@
 # options, where the logs go, the atime flags, the installed files.
 
 load helpers
+# run ! CMD (a check that CMD fails, which set -e would not make).
+bats_require_minimum_version 1.5.0
 
 SRC=$BATS_TEST_DIRNAME/../..
 
@@ -11,7 +13,14 @@ setup() {
 }
 
 teardown() {
+	local r
 	tfs_teardown
+	# Records of the daemons this test killed (tierfs --unmount-dead or
+	# a clean exit removes the others).
+	for r in /run/tierfs/mount.*; do
+		[ -f "$r" ] && grep -qxF "mount=$MNT" "$r" && rm -f "$r"
+	done
+	return 0
 }
 
 # mount_fails MESSAGE [ARGS...]: the daemon, run with ARGS after the mount
@@ -131,7 +140,8 @@ daemon_mount() {
 @test "a daemon says nothing on success; its log file records the mount" {
 	daemon_mount -o "disk_path=$SPILL,log_file=$TFS_TMP/daemon.log"
 	[ -z "$OUT" ]
-	grep -q "tierfs\[$TFS_PID\]: mounted on '$MNT'" "$TFS_TMP/daemon.log"
+	# Each line names the mount: several daemons share a log.
+	grep -q "tierfs\[$TFS_PID\]: $MNT: mounted on '$MNT'" "$TFS_TMP/daemon.log"
 	# So does mount(8) through mount.fuse3.
 	tfs_unmount
 	command -v mount.fuse3 >/dev/null || skip "no mount.fuse3"
@@ -274,7 +284,7 @@ ns_teardown() {
 		'"$NS_MOUNT" || { ns_teardown; false; }
 	cat "$TFS_TMP/got.log"
 	[ ! -s "$TFS_TMP/out" ]
-	grep -q "tierfs\[[0-9]*\]: mounted on '$MNT'" "$TFS_TMP/got.log"
+	grep -q "tierfs\[[0-9]*\]: $MNT: mounted on '$MNT'" "$TFS_TMP/got.log"
 }
 
 @test "a daemon logs to syslog when /dev/log is there" {
@@ -304,7 +314,7 @@ with open(sys.argv[2], \"a\") as out:
 		kill $listener' || { ns_teardown; false; }
 	cat "$TFS_TMP/got.log"
 	[ ! -s "$TFS_TMP/out" ]
-	grep -q "tierfs\[[0-9]*\]: mounted on '$MNT'" "$TFS_TMP/got.log"
+	grep -q "tierfs\[[0-9]*\]: $MNT: mounted on '$MNT'" "$TFS_TMP/got.log"
 }
 
 OLD=946684800 # 2000-01-01 00:00:00 UTC
@@ -631,17 +641,18 @@ while not os.path.exists(sys.argv[2]):
 	tfs_mount
 	cat "$LOG"
 	[ "$(sed -n 1p "$LOG")" = "tierfs: no NVIDIA driver: running without a device tier" ]
-	! grep -qi cuda "$LOG"
+	run ! grep -qi cuda "$LOG"
 	[ "$(tfs_stat backend)" = none ]
 	tfs_unmount
 	tfs_mount -o device_backend=none
-	! grep -qi "nvidia\|cuda" "$LOG"
+	run ! grep -qi "nvidia\|cuda" "$LOG"
 	tfs_unmount
 	# Asked for by name, it is an error that says why.
 	run timeout 20 "$TIERFS_BIN" "$MNT" -f -o "disk_path=$SPILL,device_backend=cuda"
 	echo "$output"
 	[ "$status" -eq 1 ]
-	[[ "$output" == "tierfs: cannot start the store: device_backend=cuda: no NVIDIA driver (cuda: cudaGetDeviceCount: "* ]]
+	# One line that says what to do; the CUDA error is for -d.
+	[ "$output" = "tierfs: cannot start the store: device_backend=cuda: no NVIDIA driver here; install it, or mount with device_backend=auto or none" ]
 	# A daemon that fails after forking says it on the terminal and in
 	# its log.
 	run env -u INVOCATION_ID -u JOURNAL_STREAM timeout 20 "$TIERFS_BIN" \
@@ -665,4 +676,365 @@ while not os.path.exists(sys.argv[2]):
 	run setfattr -n user.tierfs.tier -v disks "$MNT/f"
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"Invalid argument"* ]]
+}
+
+# unit_cmd KEY: the command of KEY= in the unit this build installs (the
+# "-" that makes systemd ignore a failure dropped), run on $MNT with this
+# build's tierfs, as systemd would run it.
+unit_cmd() {
+	local line
+	line=$(sed -n "s/^$1=-\{0,1\}//p" "$TFS_BUILD/config/tierfs.service")
+	[ -n "$line" ] || return 1
+	line=${line//\/mnt\/tierfs/$MNT}
+	sed "s|^[^ ]*/tierfs |$TIERFS_BIN |" <<<"$line"
+}
+
+# unit_start INVOCATION: ExecStart in the background, as the unit's run
+# INVOCATION ($INVOCATION_ID); waits for the mount. Its stderr (the
+# journal) is $TFS_TMP/journal.INVOCATION.
+unit_start() {
+	local cmd i
+	cmd=$(unit_cmd ExecStart)
+	env -u JOURNAL_STREAM INVOCATION_ID="$1" ${NOTIFY:+NOTIFY_SOCKET=$NOTIFY} \
+		$cmd -o "disk_path=$SPILL${UNIT_OPTS:+,$UNIT_OPTS}" \
+		2>"$TFS_TMP/journal.$1" &
+	TFS_PID=$!
+	for i in $(seq 1 200); do
+		mountpoint -q "$MNT" && return 0
+		kill -0 "$TFS_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	cat "$TFS_TMP/journal.$1" >&2
+	return 1
+}
+
+# unit_stop_post INVOCATION: ExecStopPost, as that run would; OUT and RC
+# hold what it printed and its status.
+unit_stop_post() {
+	local cmd
+	cmd=$(unit_cmd ExecStopPost)
+	RC=0
+	OUT=$(env -u JOURNAL_STREAM INVOCATION_ID="$1" $cmd 2>&1) || RC=$?
+	echo "ExecStopPost ($1): exit $RC: $OUT"
+}
+
+@test "the unit never unmounts a mount it did not make, and says why it refused" {
+	# A tierfs from fstab (or by hand) holds the mount point.
+	daemon_mount -o "disk_path=$SPILL"
+	local fstab_pid=$TFS_PID
+	echo precious >"$MNT/f"
+	# The unit starts: ExecStart refuses, then systemd runs ExecStopPost.
+	run env -u JOURNAL_STREAM INVOCATION_ID=run1 $(unit_cmd ExecStart) \
+		-o "disk_path=$SPILL"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	[ "$output" = "tierfs: $MNT: already a tierfs mount (pid $fstab_pid); unmount it first" ]
+	unit_stop_post run1
+	[ "$OUT" = "tierfs: $MNT: left mounted: tierfs pid $fstab_pid serves it, and this unit did not start it" ]
+	# The fstab mount lives on, with its file.
+	mountpoint -q "$MNT"
+	[ "$(cat "$MNT/f")" = precious ]
+	[ "$(tfs_stat pid)" = "$fstab_pid" ]
+	kill -0 "$fstab_pid"
+	tfs_unmount
+
+	# Another run's dead mount is left too, with what to do.
+	unit_start run2
+	local dead=$TFS_PID
+	kill -9 "$dead"
+	wait "$dead" 2>/dev/null || true
+	TFS_PID=
+	unit_stop_post run3
+	[ "$OUT" = "tierfs: $MNT: left mounted: a dead tierfs mount (pid $dead is gone) that this unit did not make; unmount it with fusermount3 -u $MNT" ]
+	grep -q " $MNT fuse.tierfs " /proc/mounts
+	# Its own run's dead mount it takes down, so that the restart works.
+	unit_stop_post run2
+	[ "$RC" -eq 0 ]
+	[ "$OUT" = "tierfs: $MNT: unmounted the mount of tierfs pid $dead, which died" ]
+	run ! grep -q " $MNT fuse.tierfs " /proc/mounts
+	unit_start run4
+	echo again >"$MNT/f"
+	[ "$(cat "$MNT/f")" = again ]
+}
+
+@test "a clean stop of the unit logs nothing after the daemon's own lines" {
+	unit_start run1
+	echo x >"$MNT/f"
+	kill -TERM "$TFS_PID"   # systemctl stop
+	wait "$TFS_PID"
+	TFS_PID=
+	run ! mountpoint -q "$MNT"
+	unit_stop_post run1
+	[ "$RC" -eq 0 ]
+	[ -z "$OUT" ]
+	cat "$TFS_TMP/journal.run1"
+	run ! grep -i "failed to unmount\|invalid argument" "$TFS_TMP/journal.run1"
+	# The same after an unmount from outside.
+	unit_start run2
+	fusermount3 -u "$MNT"
+	wait "$TFS_PID"
+	TFS_PID=
+	unit_stop_post run2
+	[ -z "$OUT" ]
+	run ! grep -i "failed to unmount\|invalid argument" "$TFS_TMP/journal.run2"
+}
+
+# notify_listen: a socket at $NOTIFY that writes each datagram systemd's
+# notify protocol would get, a line per field, to $TFS_TMP/notify.log.
+notify_listen() {
+	command -v python3 >/dev/null || skip "no python3"
+	NOTIFY=$TFS_TMP/notify
+	python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+open(sys.argv[1] + ".ready", "w").close()
+with open(sys.argv[2], "a") as out:
+    while True:
+        out.write(s.recv(4096).decode() + "\n")
+        out.flush()
+' "$NOTIFY" "$TFS_TMP/notify.log" &
+	TFS_BG+=($!)
+	wait_for test -e "$NOTIFY.ready"
+}
+
+@test "the unit is told when the mount is ready, and a long save extends the stop" {
+	notify_listen
+	UNIT_OPTS=disk_persist=yes unit_start run1
+	wait_for grep -qx "READY=1" "$TFS_TMP/notify.log"
+	grep -qx "STATUS=mounted on $MNT" "$TFS_TMP/notify.log"
+	local i
+	for i in $(seq 1 40); do head -c 64K /dev/urandom >"$MNT/f$i"; done
+	kill -TERM "$TFS_PID"
+	wait "$TFS_PID"
+	TFS_PID=
+	cat "$TFS_TMP/notify.log"
+	grep -qx "STOPPING=1" "$TFS_TMP/notify.log"
+	grep -qx "EXTEND_TIMEOUT_USEC=[0-9]*" "$TFS_TMP/notify.log"
+	grep -qx "STATUS=saving files: 40 of 40" "$TFS_TMP/notify.log"
+	# The unit says so: notify, and a stop timeout for a stalled save.
+	grep -qx "Type=notify" "$TFS_BUILD/config/tierfs.service"
+	grep -qx "NotifyAccess=main" "$TFS_BUILD/config/tierfs.service"
+}
+
+@test "the unit starts after NVIDIA's units where they exist, and wants rather than requires them" {
+	local unit=$TFS_BUILD/config/tierfs.service
+	grep -q "^After=.*nvidia-persistenced.service" "$unit"
+	grep -q "^Wants=.*nvidia-persistenced.service" "$unit"
+	run ! grep -q "^Requires=.*nvidia" "$unit"
+	# A crash restarts it; a refusal does not loop.
+	grep -qx "Restart=on-abnormal" "$unit"
+}
+
+@test "fusermount3 -u and a new persistent mount at once: the new daemon waits for the old one's save" {
+	tfs_mount -o disk_persist=yes
+	local old=$TFS_PID i
+	# Enough unsynced bytes that the save takes a while: random, so lz4
+	# has them to write whole.
+	head -c 96M /dev/urandom >"$TFS_TMP/big"
+	for i in 1 2 3; do cp "$TFS_TMP/big" "$MNT/big$i"; done
+	for i in $(seq 1 300); do echo "small $i" >"$MNT/s$i"; done
+	fusermount3 -u "$MNT"
+	# At once: the old daemon is still saving.
+	"$TIERFS_BIN" "$MNT" -f -o "disk_path=$SPILL,disk_persist=yes" \
+		2>"$TFS_TMP/second.log" &
+	TFS_PID=$!
+	for i in $(seq 1 1200); do mountpoint -q "$MNT" && break; sleep 0.05; done
+	cat "$TFS_TMP/second.log"
+	mountpoint -q "$MNT"
+	wait "$old"   # it saved and exited cleanly
+	grep -q "is held by tierfs pid $old, which is .*: waiting for it to finish (at most 600 s)" \
+		"$TFS_TMP/second.log"
+	run ! grep -q "in use by another tierfs" "$TFS_TMP/second.log"
+	# Everything the old daemon held is back.
+	for i in 1 2 3; do cmp "$TFS_TMP/big" "$MNT/big$i"; done
+	[ "$(cat "$MNT/s300")" = "small 300" ]
+}
+
+@test "a persistent directory in use by a daemon that serves a mount is refused at once" {
+	tfs_mount -o disk_persist=yes,disk_name=shared
+	mkdir "$TFS_TMP/other"
+	run timeout 20 "$TIERFS_BIN" "$TFS_TMP/other" -f \
+		-o "disk_path=$SPILL,disk_persist=yes,disk_name=shared"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	[[ "$output" == *"is in use by another tierfs (pid $TFS_PID)"* ]]
+	[[ "$output" != *"waiting"* ]]
+}
+
+@test "a full disk tier is a state: logged when it starts and ends, retried with a back-off" {
+	tfs_mount -o device_backend=none,host_limit=16M,disk_limit=16M
+	local i errs
+	# Host full, disk full: nothing more can spill.
+	for i in $(seq 1 8); do
+		head -c 4M /dev/urandom >"$MNT/f$i" 2>/dev/null || break
+	done
+	wait_for tfs_stat_is disk.full -eq 1
+	[ "$(tfs_stat disk.full_count)" -eq 1 ]
+	errs=$(tfs_stat evict_move_errors)
+	# Nothing writes: the spiller backs off (1, 2, 4 s...) instead of
+	# failing each buffer every second.
+	sleep 6
+	cat "$LOG"
+	[ "$(tfs_stat evict_move_errors)" -le $((errs + 4)) ]
+	[ "$(grep -c "disk tier full: cannot spill buffer" "$LOG")" -eq 1 ]
+	run ! grep -q "cannot move buffer" "$LOG"
+	[ "$(tfs_stat disk.full)" -eq 1 ]
+	# Room made: the state ends, once.
+	rm "$MNT/f1" "$MNT/f2" "$MNT/f3"
+	wait_for tfs_stat_is disk.full -eq 0
+	wait_for grep -q "disk tier has room again" "$LOG"
+	[ "$(grep -c "disk tier has room again" "$LOG")" -eq 1 ]
+	[ "$(tfs_stat disk.full_count)" -eq 1 ]
+	head -c 2M /dev/urandom >"$MNT/g"
+}
+
+# beyond_tiers: the daemon's RSS less what its tiers and metadata hold, in
+# MiB.
+beyond_tiers() {
+	local rss used meta dev
+	rss=$(awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$TFS_PID/status")
+	used=$(tfs_stat host.used)
+	meta=$(tfs_stat metadata.used)
+	dev=$(tfs_stat device.used)
+	echo $(((rss - used - meta - dev) >> 20))
+}
+
+@test "memory comes back: write and delete 1 GiB, and the RSS beyond the tiers falls within the bound" {
+	# The default limits (a host tier of a quarter of RAM), two workers.
+	tfs_mount -o device_backend=none,fs_threads=2
+	local i bound
+	head -c 4M /dev/urandom >"$TFS_TMP/src"
+	for i in $(seq 1 256); do cp "$TFS_TMP/src" "$MNT/f$i"; done
+	[ "$(tfs_stat host.used)" -ge $((1 << 30)) ]
+	rm "$MNT"/f*
+	# tierfs(8), MEMORY: 16 MiB of pool + 8 MiB + 1.25 MiB per worker.
+	bound=$((16 + 8 + 2 * 5 / 4))
+	for i in $(seq 1 40); do
+		[ "$(beyond_tiers)" -le "$bound" ] && break
+		sleep 0.5
+	done
+	echo "beyond the tiers: $(beyond_tiers) MiB, pool $(tfs_stat host.pool)"
+	[ "$(beyond_tiers)" -le "$bound" ]
+	[ "$(tfs_stat host.pool)" -le $((16 << 20)) ]
+	# Small files and the tails of large ones go back too (the heap).
+	head -c 1300000 /dev/urandom >"$TFS_TMP/src"
+	for i in $(seq 1 400); do cp "$TFS_TMP/src" "$MNT/g$i"; done
+	rm "$MNT"/g*
+	for i in $(seq 1 40); do
+		[ "$(beyond_tiers)" -le "$bound" ] && break
+		sleep 0.5
+	done
+	echo "beyond the tiers: $(beyond_tiers) MiB, pool $(tfs_stat host.pool)"
+	[ "$(beyond_tiers)" -le "$bound" ]
+}
+
+@test "a size that is surely a slip is refused with the suffix it lacks" {
+	mount_fails "tierfs: -o host_limit: '50' is 50 bytes: did you mean '50M' or '50G'? (a size without K, M, G or T is in bytes)" \
+		-f -o "disk_path=$SPILL,host_limit=50"
+	mount_fails "tierfs: -o host_limit: 512K is less than one chunk (1M, disk_chunk_size), the least a tier holds" \
+		-f -o "disk_path=$SPILL,host_limit=512K"
+	mount_fails "tierfs: -o fs_metadata_limit: '8K' is too small, at least 16K" \
+		-f -o "disk_path=$SPILL,fs_metadata_limit=8K"
+	# A size in bytes that is a size: fine.
+	tfs_mount -o host_limit=8388608
+	[ "$(tfs_stat host.limit)" -eq $((8 << 20)) ]
+}
+
+@test "a key the config file gives twice, and device settings with backend none, are refused" {
+	local conf=$TFS_TMP/t.conf
+	printf '[host]\nlimit = 1G\n[disk]\nlimit = 2G\n[host]\nlimit = 3G\n' >"$conf"
+	mount_fails "tierfs: $conf:6: limit: set again in [host], first on line 2; keep one" \
+		-f -o "disk_path=$SPILL,config=$conf"
+	mount_fails "tierfs: -o device_limit: set for a device tier, but -o device_backend=none turns it off: drop one of them" \
+		-f -o "disk_path=$SPILL,device_limit=1G,device_backend=none"
+	printf '[device]\nbackend = none\nlimit = 1G\n' >"$conf"
+	mount_fails "tierfs: $conf:3: limit: set for a device tier, but backend = none on line 2 turns it off: drop one of them" \
+		-f -o "disk_path=$SPILL,config=$conf"
+	# -o device_backend=none over a file that sets the device up turns
+	# it off: an override, not a contradiction.
+	printf '[device]\nlimit = 1G\n' >"$conf"
+	tfs_mount -o "config=$conf,device_backend=none"
+	[ "$(tfs_stat backend)" = none ]
+}
+
+@test "mount -t fuse.tierfs gives nosuid,nodev by default, as a direct mount does" {
+	command -v mount.fuse3 >/dev/null || skip "no mount.fuse3"
+	# mount(8) runs the helper with its own PATH: a private mount
+	# namespace puts this build's tierfs in /usr/local/sbin for it alone
+	# (where mount.fuse3 below finds it too).
+	mkdir -p "$TFS_TMP/sbin"
+	ln -s "$(readlink -f "$TIERFS_BIN")" "$TFS_TMP/sbin/tierfs"
+	in_private_ns '
+		mount --bind "$TFS_TMP/sbin" /usr/local/sbin
+		export PATH=/usr/local/sbin:$PATH
+		opts() { sed -n "s|^[^ ]* $MNT fuse.tierfs \([^ ]*\) .*|\1|p" /proc/self/mounts; }
+		gone() { for i in $(seq 200); do mountpoint -q "$MNT" || return 0; sleep 0.05; done; return 1; }
+		mount -t fuse.tierfs none "$MNT" -o "disk_path=$SPILL"
+		opts >"$TFS_TMP/default"
+		umount "$MNT"; gone
+		# mount(8) passes no suid or dev on (they are its defaults):
+		# mount.fuse3 itself, which appends both, takes them.
+		mount.fuse3 none "$MNT" -t tierfs -o "disk_path=$SPILL,suid"
+		opts >"$TFS_TMP/suid"
+		umount "$MNT"; gone
+		mount.fuse3 none "$MNT" -t tierfs -o "disk_path=$SPILL,dev,nosuid"
+		opts >"$TFS_TMP/dev"
+		umount "$MNT"; gone
+		# A remount through mount.fuse3 keeps them.
+		mount -t fuse.tierfs none "$MNT" -o "disk_path=$SPILL"
+		mount -o remount,noatime "$MNT"
+		opts >"$TFS_TMP/remount"
+		umount "$MNT"; gone
+	'
+	local o
+	for o in default suid dev remount; do echo "$o: $(cat "$TFS_TMP/$o")"; done
+	[[ ",$(cat "$TFS_TMP/default")," == *,nosuid,nodev,* ]]
+	[[ ",$(cat "$TFS_TMP/suid")," != *,nosuid,* ]]
+	[[ ",$(cat "$TFS_TMP/suid")," == *,nodev,* ]]
+	[[ ",$(cat "$TFS_TMP/dev")," == *,nosuid,* ]]
+	[[ ",$(cat "$TFS_TMP/dev")," != *,nodev,* ]]
+	[[ ",$(cat "$TFS_TMP/remount")," == *,nosuid,nodev,* ]]
+	[[ ",$(cat "$TFS_TMP/remount")," == *,noatime,* ]]
+}
+
+@test "after kill -9, tierfs on the dead mount names the pid that is gone and what to run" {
+	tfs_mount
+	local dead=$TFS_PID
+	kill -9 "$dead"
+	wait "$dead" 2>/dev/null || true
+	TFS_PID=
+	run timeout 20 "$TIERFS_BIN" "$MNT" -f -o "disk_path=$SPILL"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	[ "$output" = "tierfs: $MNT: the tierfs mounted here is dead (its daemon, pid $dead, is gone); unmount it first: fusermount3 -u $MNT" ]
+	fusermount3 -u "$MNT"
+	tfs_mount
+	echo back >"$MNT/f"
+}
+
+@test "recover --list after kill -9 of a persistent daemon that changed nothing says crash" {
+	tfs_mount -o disk_persist=yes
+	echo kept >"$MNT/f"
+	tfs_unmount
+	tfs_mount -o disk_persist=yes
+	run "$TIERFSCTL_BIN" recover --list "$MNT"
+	echo "$output"
+	[[ "${lines[0]}" == "$MNT: started after a clean stop in "* ]]
+	# Nothing changes, then the daemon dies.
+	kill -9 "$TFS_PID"
+	wait "$TFS_PID" 2>/dev/null || true
+	TFS_PID=
+	fusermount3 -u "$MNT"
+	tfs_mount -o disk_persist=yes
+	run "$TIERFSCTL_BIN" recover --list "$MNT"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ "${lines[0]}" == "$MNT: started after a crash or unclean stop in "* ]]
+	[ "$(tfs_stat recovery)" = crash ]
+	[ "$(cat "$MNT/f")" = kept ]
+	# And a clean stop after it is clean again.
+	tfs_unmount
+	tfs_mount -o disk_persist=yes
+	[ "$(tfs_stat recovery)" = clean ]
 }
