@@ -322,6 +322,12 @@ static void status_text(FILE *f, const char *mount,
 		stats_u64_or0(s, "spill_read_errors"),
 		stats_u64_or0(s, "spill_write_errors"),
 		stats_u64_or0(s, "host_alloc_failures"));
+	/* Spilling pauses until room is made: said while it lasts. */
+	if (stats_u64_or0(s, "disk.full"))
+		fprintf(f, "disk     full: spilling waits for room (full %" PRIu64
+			   " time%s since the mount)\n",
+			stats_u64_or0(s, "disk.full_count"),
+			stats_u64_or0(s, "disk.full_count") == 1 ? "" : "s");
 	print_persist(f, s);
 	/* The daemon kept its configuration; the operator should know. */
 	reload = ctl_stats_get(s, "reload_error");

@@ -880,6 +880,10 @@ with open(sys.argv[2], "a") as out:
 	[ "$(grep -c "disk tier full: cannot spill buffer" "$LOG")" -eq 1 ]
 	run ! grep -q "cannot move buffer" "$LOG"
 	[ "$(tfs_stat disk.full)" -eq 1 ]
+	run "$TIERFSCTL_BIN" status --ascii "$MNT"
+	[[ "$output" == *"disk     full: spilling waits for room (full 1 time since the mount)"* ]]
+	run "$TIERFSCTL_BIN" metrics "$MNT"
+	[[ "$output" == *"tierfs_disk_full{mount=\"$MNT\"} 1"* ]]
 	# Room made: the state ends, once.
 	rm "$MNT/f1" "$MNT/f2" "$MNT/f3"
 	wait_for tfs_stat_is disk.full -eq 0
