@@ -40,6 +40,8 @@ void st_charge(struct tier_store *s, struct tier_buf *b, int t,
 	s->use[t].used += (uint64_t)delta;
 	if (t == TFS_TIER_DEVICE)
 		s->gpus[b->dgi].used += (uint64_t)delta;
+	else if (t == TFS_TIER_HOST && s->use[t].used > s->trim_mark)
+		s->trim_mark = s->use[t].used;
 }
 
 /* s->lock held. The bytes tier @t (the device: GPU @g's) uses, and its
@@ -593,8 +595,6 @@ static void give_back(struct tier_store *s)
 	if (floor > POOL_IDLE_KEEP)
 		floor = POOL_IDLE_KEEP;
 	used = s->use[TFS_TIER_HOST].used;
-	if (used > s->trim_mark)
-		s->trim_mark = used;
 	trim = s->trim_mark - used >= HEAP_TRIM_MIN;
 	if (trim)
 		s->trim_mark = used;

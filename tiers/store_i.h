@@ -230,8 +230,8 @@ struct tier_store {
 
 	pthread_t spiller;
 	pthread_cond_t spill_wake; /* with lock */
-	/* The spiller's own: the host tier's use when it last trimmed the
-	 * heap, or its highest since. */
+	/* The host tier's use when the spiller last trimmed the heap, or
+	 * its highest since (st_charge() raises it). [S] */
 	uint64_t trim_mark;
 	pthread_t watcher; /* the reserve watcher, when the device has meminfo */
 	pthread_cond_t watch_wake; /* with lock, on CLOCK_MONOTONIC */
