@@ -1042,3 +1042,36 @@ beyond_tiers() {
 	tfs_mount -o disk_persist=yes
 	[ "$(tfs_stat recovery)" = clean ]
 }
+
+@test "a move to the device of a mount without one says why in the log, once" {
+	tfs_mount -o device_backend=none
+	echo data >"$MNT/f"
+	run setfattr -n user.tierfs.tier -v device "$MNT/f"
+	[ "$status" -ne 0 ]
+	[[ "$output" == *"No such device"* ]]
+	run setfattr -n user.tierfs.tier -v device "$MNT/f"
+	[ "$status" -ne 0 ]
+	cat "$LOG"
+	[ "$(grep -c "a move to the device was refused (ENODEV): this mount has no device tier (backend none); without a GPU, device_backend=sim gives one in host memory" "$LOG")" -eq 1 ]
+	[ "$(tfs_tier "$MNT/f")" = host ]
+}
+
+@test "meson install refreshes the dynamic linker's cache, but not for a DESTDIR install" {
+	command -v unshare >/dev/null || skip "no unshare"
+	grep -q "meson-ldconfig" "$TFS_BUILD/meson-private/install.dat"
+	# The script as meson runs it, with ldconfig replaced by a recorder
+	# in a mount namespace of its own.
+	printf '#!/bin/sh\necho ran >>"%s"\n' "$TFS_TMP/ran" >"$TFS_TMP/ldconfig"
+	chmod +x "$TFS_TMP/ldconfig"
+	run unshare -m --propagation private sh -c '
+		for l in /sbin/ldconfig /usr/sbin/ldconfig; do
+			[ -e "$l" ] && mount --bind "$1" "$l"
+		done
+		DESTDIR=/tmp/staged "$2/scripts/meson-ldconfig"
+		[ ! -e "$3" ] || exit 3
+		env -u DESTDIR "$2/scripts/meson-ldconfig"' \
+		sh "$TFS_TMP/ldconfig" "$SRC" "$TFS_TMP/ran"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(cat "$TFS_TMP/ran")" = ran ]
+}
