@@ -1,6 +1,10 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """Dask workers that spill into tierfs.
 
+GPU objects (cupy, cuDF, anything with a Distributed "cuda" serializer) go
+to ``TierfsDeviceStore`` (tierfs.dask_device): device frames stay on the
+GPU, in tierfs's device tier; workers on one mount pass values by hard link.
+
 Two ways to use it:
 
 - Any worker: ``Worker(data=(TierfsStore, {"root": "/mnt/tierfs/dask"}))``,
@@ -21,10 +25,12 @@ import os
 
 from distributed import Worker
 
+from .dask_device import TierfsDeviceStore, TierfsLinked, mount_options
 from .store import (ENV_DIR, SpilledSize, TierfsStore, cleanup, cleanup_stale,
                     remove_on_sigterm)
 
-__all__ = ["TierfsStore", "TierfsWorker", "SpilledSize", "cleanup", "cleanup_stale"]
+__all__ = ["TierfsStore", "TierfsDeviceStore", "TierfsLinked", "TierfsWorker",
+           "SpilledSize", "cleanup", "cleanup_stale", "mount_options"]
 
 ENV_CACHE = "TIERFS_DASK_CACHE"
 
