@@ -1075,15 +1075,11 @@ class TierfsDeviceStore(TierfsStore):
 
 
 def _commit(buf, gpu: _Gpu, stream: int) -> None:
-    """COMMIT after the copies on stream, waiting for that stream only
-    where tierfs.device takes one."""
-    try:
-        buf.commit(stream=stream)
-    except TypeError:
-        # tierfs.device without commit(stream=): it waits for the whole
-        # device itself; the copies' stream first.
-        gpu.within(lambda: gpu.sync(stream))
-        buf.commit()
+    """COMMIT after the copies on stream: that stream first, so that a
+    failed copy is reported as the copy's; commit() then waits for the
+    device and publishes the bytes."""
+    gpu.within(lambda: gpu.sync(stream))
+    buf.commit()
 
 
 def _mount_root(path: str) -> str:
