@@ -2,10 +2,11 @@
 # End-to-end Dask tests: mount a private tierfs with small tier limits (sim
 # device 32M, host 64M, so data goes through every tier), run on it with
 # Debian's python tests/dask/e2e.py (a real cluster's results), then
-# tests/dask/lifecycle.py (every way a worker ends leaves nothing), then
-# examples/dask_localcluster.py (it must leave no file), unmount. Prints
-# PASS or FAIL last; exit 0 on PASS, 77 when a prerequisite is missing, 1
-# otherwise.
+# tests/dask/lifecycle.py (every way a worker ends leaves nothing), the
+# device store's "sim" case of tests/dask/device_cluster.py (host frames on
+# a mount without a cuda device tier), then examples/dask_localcluster.py
+# (it must leave no file), unmount. Prints PASS or FAIL last; exit 0 on
+# PASS, 77 when a prerequisite is missing, 1 otherwise.
 #
 #   TIERFS_BIN=build/fs/tierfs tests/dask/run.sh
 set -u
@@ -104,6 +105,9 @@ run() {
 
 run e2e timeout 300 "$PYTHON" tests/dask/e2e.py "$MNT"
 run lifecycle timeout 600 "$PYTHON" tests/dask/lifecycle.py "$MNT"
+# The device store on this (sim) mount keeps host frames: numpy, pandas.
+run device-store-sim timeout 300 env PYTHONPATH=$ROOT/python:$ROOT/tests/dask \
+	"$PYTHON" tests/dask/device_cluster.py sim "$MNT"
 
 # The example as a user runs it, smaller; it must leave no file behind.
 run example timeout 300 "$PYTHON" examples/dask_localcluster.py "$MNT" \

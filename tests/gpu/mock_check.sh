@@ -36,6 +36,9 @@
 #    with the mock as its CUDA runtime.
 # 4. tests/gpu/mock_gpus.bats: [device] gpus against the mock's two
 #    devices, the count from cudaGetDeviceCount.
+# 5. tests/gpu/dask_device_mock.bats: tierfs.dask.TierfsDeviceStore in real
+#    Dask clusters on this daemon, the workers loading the mock as their
+#    CUDA runtime (skipped without Debian's python3-distributed).
 #
 # Exit 0 when all of it behaves, 1 otherwise, 77 without CUDA headers.
 set -u
@@ -152,7 +155,7 @@ EOS
 done
 for f in ${only:-tests/integration/export.bats tests/gpu/mock_export.bats \
 	tests/gpu/mock_reclaim.bats tests/gpu/mock_gpus.bats \
-	tests/gpu/mock_lease.bats}; do
+	tests/gpu/mock_lease.bats tests/gpu/dask_device_mock.bats}; do
 	shared=
 	case $f in *mock_reclaim.bats) shared=$out/shared ;; esac
 	if TIERFS_BIN=$out/tierfs EXPORT_CLIENT=$out/export_client \
