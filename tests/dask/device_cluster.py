@@ -16,6 +16,10 @@ with a "cuda" serializer. Cases:
            as a hard link (the mount's stats show no new file or byte)
   nolink   the same with link_transfers=False: Distributed's own transfer
            (the bytes through host memory, a second file)
+  kill     zero_copy=True: a get is a view of the read map with the
+           bytes; a worker SIGKILLed while a task holds such a view (a
+           read export's lease) and another value sits in a hand-off
+           link: its directory, files and device memory go
   gpus     two workers on the fake runtime's two GPUs, one mount: each
            worker's values on its own GPU's tier, one host tier for both;
            a transfer between them is a link, moved GPU to GPU by tierfs
@@ -334,6 +338,64 @@ def case_nolink(mount: str, root: str) -> None:
         client.close()
         c.close()
     check(not wait_empty(root), "nothing left on the mount after the cluster")
+
+
+def hold(x, seconds: float):
+    """Keep x (a zero-copy view of the read map) while sleeping."""
+    time.sleep(seconds)
+    return type(x).__name__
+
+
+def case_kill(mount: str, root: str) -> None:
+    import signal
+
+    from distributed import wait
+
+    from tierfs import xattr
+
+    n, size = 4, 6 * MiB
+    c, client = cluster(root, 1, {"zero_copy": True})
+    try:
+        futs = [client.submit(make, size, i, pure=False) for i in range(n)]
+        wait(futs)
+        rep = next(iter(client.run(worker_report).values()))
+        old = rep["path"]
+        pid = next(iter(client.run(os.getpid).values()))
+        got = client.submit(verify, futs[2], size, 2, pure=False).result()
+        check(got == ("DevArray", 2, True),
+              "a zero-copy get (a view of the read map) has the bytes")
+        files = next(iter(client.run(store_files).values()))
+        # A hand-off link of the kind a transfer leaves while in flight.
+        os.link(files[futs[0].key][0], os.path.join(old, "~out.test"))
+        leased = files[futs[1].key][0]
+        held = client.submit(hold, futs[1], 600, pure=False)
+        deadline = time.monotonic() + 60
+        while xattr.stat(leased)["pins"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # A get that copies holds its read export a moment only; the task's
+        # view holds it for as long as the task runs.
+        time.sleep(2)
+        s = stats(mount)
+        check(xattr.stat(leased)["pins"] >= 1 and s["device.used"] >= n * size,
+              "a task holds a lease on a value (pins %d, %d MiB on the "
+              "device)" % (xattr.stat(leased)["pins"], s["device.used"] >> 20))
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while os.path.exists(old) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        check(not os.path.exists(old), "the killed worker's directory is gone")
+        deadline = time.monotonic() + 30
+        while stats(mount)["device.used"] >= size and time.monotonic() < deadline:
+            time.sleep(0.1)
+        used = stats(mount)["device.used"]
+        check(used < size, "its values' device memory is free, the leased one's "
+              "too (%d bytes used)" % used)
+        del futs, held
+    finally:
+        client.close()
+        c.close()
+    left = wait_empty(root)
+    check(not left, "nothing left on the mount after the cluster (%s)" % left[:4])
 
 
 def case_gpus(mount: str, root: str) -> None:

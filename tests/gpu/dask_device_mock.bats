@@ -58,6 +58,12 @@ cluster() {
 	cluster nolink
 }
 
+@test "device store: a worker SIGKILLed with a value leased leaves nothing" {
+	tfs_mount -o device_backend=cuda,device_limit=64M,host_limit=64M
+	cluster kill
+	[ "$(stat_of device.used)" = 0 ]
+}
+
 @test "device store: one mount for two GPUs, each worker on its own, one host tier" {
 	export TFS_MOCK_DEVICES=2
 	tfs_mount -o device_backend=cuda,device_gpus=0:1,device_limit=24M,host_limit=64M
