@@ -1075,11 +1075,9 @@ class TierfsDeviceStore(TierfsStore):
 
 
 def _commit(buf, gpu: _Gpu, stream: int) -> None:
-    """COMMIT after the copies on stream: that stream first, so that a
-    failed copy is reported as the copy's; commit() then waits for the
-    device and publishes the bytes."""
-    gpu.within(lambda: gpu.sync(stream))
-    buf.commit()
+    """COMMIT once the copies on stream are done: commit(stream=) waits
+    for that stream only, not for every stream of the device."""
+    buf.commit(stream=stream)
 
 
 def _mount_root(path: str) -> str:
