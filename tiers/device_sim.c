@@ -12,10 +12,18 @@
  *    bytes, so nothing its holder does reaches the buffer, and the buffer
  *    may be written, moved or freed while it is held. Its room counts
  *    against the device's capacity until it is unexported.
- *  - A write export moves the allocation into its object, which becomes the
- *    live storage; when it ends, the bytes are copied back into the
+ *  - A write export copies the allocation into its object, which becomes
+ *    the live storage; when it ends, the bytes are copied back into the
  *    daemon's own memory (the range it kept reserved) and the object is
- *    unlinked and unmapped, so the holder's old mapping is detached.
+ *    unlinked and closed, so the holder's old mapping is detached.
+ *
+ * The daemon never maps an object. Whoever may write one may also resize
+ * it, and a mapping past an object's end faults (SIGBUS): one client
+ * truncating its object would kill the daemon for every user. So every
+ * byte moves with pread and pwrite on the object's descriptor, which
+ * return short on a shrunk object instead of faulting; what a shrunk
+ * object no longer holds reads as zeroes, and an object grown past the
+ * allocation is read only as far as the allocation goes.
  *
  * Every object belongs to the daemon's user, mode 0600, and a POSIX ACL
  * entry gives the caller read (or read and write) access; where /dev/shm
@@ -82,20 +90,21 @@ struct sim_exp;
 
 struct sim_mem {
 	struct tier_dmem base;
-	void *ptr; /* the live bytes: own memory, or the writer's object */
+	/* The daemon's own memory. While write-exported the live bytes are
+	 * the writer's object's, and this range keeps no pages: it is
+	 * where they go back when the export ends. */
+	void *ptr;
 	size_t maplen;
 	/* A sparse allocation's populated pages, a bit each; NULL: all of
 	 * them, from the start (alloc). */
 	uint64_t *pop;
-	/* While write-exported: the daemon's own range the bytes go back
-	 * to (its pages given back meanwhile), and the export. */
-	void *own;
-	struct sim_exp *writer;
+	struct sim_exp *writer; /* the write export, or NULL */
 };
 
 struct sim_exp {
 	struct tier_dexp base;
 	struct sim_mem *m; /* a write export's allocation; NULL: snapshot */
+	int fd; /* a write export's object, never mapped; -1 for a snapshot */
 	size_t maplen; /* a snapshot's size, counted in used */
 	char name[64];
 };
@@ -105,6 +114,58 @@ static size_t page_round(size_t len)
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 
 	return len ? (len + pg - 1) / pg * pg : pg;
+}
+
+/*
+ * Read @len bytes at @off of the object @fd into @dst. A client may have
+ * shrunk it: what it no longer holds reads as zeroes. 0 or -EIO.
+ */
+static int obj_read(int fd, void *dst, size_t len, uint64_t off)
+{
+	char *p = dst;
+
+	while (len) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			tfs_err("sim: cannot read an export object: %s",
+				strerror(errno));
+			return -EIO;
+		}
+		if (!n) {
+			memset(p, 0, len);
+			return 0;
+		}
+		p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Write @len bytes of @src (NULL: zeroes) at @off of the object @fd,
+ * growing it back should a client have shrunk it. 0 or -errno. */
+static int obj_write(int fd, const void *src, size_t len, uint64_t off)
+{
+	static const char zero[4096];
+	const char *p = src;
+
+	while (len) {
+		size_t want = p ? len : (len < sizeof(zero) ? len : sizeof(zero));
+		ssize_t n = pwrite(fd, p ? p : zero, want, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		if (p)
+			p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
 }
 
 /* The name of an export object: "tierfs.<pid>.<32 hex digits>", as
@@ -351,13 +412,14 @@ static void sim_free(struct tier_dev *dev, struct tier_dmem *dm)
 	if (!m)
 		return;
 	/* The store unexports first; should it not, unlink the name at
-	 * least, and keep the holder's mapping apart from anything else. */
+	 * least, and keep the holder's object apart from anything else. */
 	if (m->writer) {
 		tfs_err("sim: freeing an allocation still exported as '%s'",
 			m->writer->name);
 		shm_unlink(m->writer->name);
+		close(m->writer->fd);
+		m->writer->fd = -1;
 		m->writer->m = NULL;
-		munmap(m->own, m->maplen);
 	}
 	munmap(m->ptr, m->maplen);
 	pthread_mutex_lock(&d->lock);
@@ -374,6 +436,8 @@ static int sim_read(struct tier_dev *dev, struct tier_dmem *dm, void *dst,
 
 	if (off + len > m->maplen)
 		return -EINVAL;
+	if (m->writer)
+		return obj_read(m->writer->fd, dst, len, off);
 	memcpy(dst, (char *)m->ptr + off, len);
 	return 0;
 }
@@ -385,6 +449,8 @@ static int sim_write(struct tier_dev *dev, struct tier_dmem *dm,
 
 	if (off + len > m->maplen || !populated(m, off, len))
 		return -EINVAL;
+	if (m->writer)
+		return obj_write(m->writer->fd, src, len, off);
 	memcpy((char *)m->ptr + off, src, len);
 	return 0;
 }
@@ -396,6 +462,8 @@ static int sim_zero(struct tier_dev *dev, struct tier_dmem *dm, size_t len,
 
 	if (off + len > m->maplen || !populated(m, off, len))
 		return -EINVAL;
+	if (m->writer)
+		return obj_write(m->writer->fd, NULL, len, off);
 	memset((char *)m->ptr + off, 0, len);
 	return 0;
 }
@@ -440,9 +508,41 @@ static int grant(int fd, uid_t uid, gid_t gid, bool writable)
 	return 0;
 }
 
-/* A fresh object of @len bytes for @uid, mapped read-write in *@map. */
-static int make_object(struct sim_exp *e, size_t len, uid_t uid, gid_t gid,
-		       bool writable, void **map)
+/*
+ * Copy @m's bytes into the object @fd: from the daemon's own memory, or
+ * from the writer's object when @m is write-exported (a snapshot of a
+ * buffer being written). 0 or -errno.
+ */
+static int fill_object(int fd, struct sim_mem *m)
+{
+	size_t step = m->maplen < (1u << 20) ? m->maplen : (1u << 20);
+	char *bounce;
+	int rc = 0;
+
+	if (!m->writer)
+		return obj_write(fd, m->ptr, m->maplen, 0);
+	bounce = malloc(step);
+	if (!bounce)
+		return -ENOMEM;
+	for (size_t at = 0; !rc && at < m->maplen; at += step) {
+		size_t n = m->maplen - at < step ? m->maplen - at : step;
+
+		rc = obj_read(m->writer->fd, bounce, n, at);
+		if (!rc)
+			rc = obj_write(fd, bounce, n, at);
+	}
+	free(bounce);
+	return rc;
+}
+
+/*
+ * A fresh object for @uid holding @m's bytes; its descriptor (never
+ * mapped: see the top of the file) in *@fdp. The caller's access is
+ * granted before the object has a size, and the caller may open it as
+ * soon as it has a name: everything after that is pwrite.
+ */
+static int make_object(struct sim_exp *e, struct sim_mem *m, uid_t uid,
+		       gid_t gid, bool writable, int *fdp)
 {
 	unsigned char rnd[16];
 	int fd, rc, n;
@@ -457,18 +557,17 @@ static int make_object(struct sim_exp *e, size_t len, uid_t uid, gid_t gid,
 	if (fd < 0)
 		return -errno;
 	rc = grant(fd, uid, gid, writable);
-	if (!rc && ftruncate(fd, (off_t)len))
+	if (!rc && ftruncate(fd, (off_t)m->maplen))
 		rc = -errno;
-	if (!rc) {
-		*map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-			    0);
-		if (*map == MAP_FAILED)
-			rc = -errno;
-	}
-	close(fd);
-	if (rc)
+	if (!rc)
+		rc = fill_object(fd, m);
+	if (rc) {
+		close(fd);
 		shm_unlink(e->name);
-	return rc;
+		return rc;
+	}
+	*fdp = fd;
+	return 0;
 }
 
 static int sim_export(struct tier_dev *dev, struct tier_dmem *dm,
@@ -478,8 +577,7 @@ static int sim_export(struct tier_dev *dev, struct tier_dmem *dm,
 	struct sim_dev *d = (struct sim_dev *)dev;
 	struct sim_mem *m = (struct sim_mem *)dm;
 	struct sim_exp *e;
-	void *map = NULL;
-	int rc;
+	int fd = -1, rc;
 
 	if (writable && m->writer)
 		return -EBUSY;
@@ -488,6 +586,7 @@ static int sim_export(struct tier_dev *dev, struct tier_dmem *dm,
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
+	e->fd = -1;
 	e->base.writable = writable;
 	if (!writable) {
 		pthread_mutex_lock(&d->lock);
@@ -500,22 +599,20 @@ static int sim_export(struct tier_dev *dev, struct tier_dmem *dm,
 			goto out_free;
 		e->maplen = m->maplen;
 	}
-	rc = make_object(e, m->maplen, uid, gid, writable, &map);
+	rc = make_object(e, m, uid, gid, writable, &fd);
 	if (rc) {
 		tfs_err("sim: cannot export into '%s': %s", e->name,
 			strerror(-rc));
 		goto out_unaccount;
 	}
-	memcpy(map, m->ptr, m->maplen);
 	if (writable) {
 		/* Keep the range, not its pages: going back must not fail. */
 		madvise(m->ptr, m->maplen, MADV_DONTNEED);
-		m->own = m->ptr;
-		m->ptr = map;
+		e->fd = fd;
 		m->writer = e;
 		e->m = m;
 	} else {
-		munmap(map, m->maplen);
+		close(fd);
 	}
 	out->handle_type = TFS_HANDLE_SHM;
 	memset(out->handle, 0, sizeof(out->handle));
@@ -593,23 +690,28 @@ static void sim_unexport(struct tier_dev *dev, struct tier_dexp *exp)
 			 strerror(errno));
 	if (m) {
 		/* Detach the holder: the bytes go back to our own range and
-		 * the object leaves our address space. */
-		memcpy(m->own, m->ptr, m->maplen);
-		munmap(m->ptr, m->maplen);
-		m->ptr = m->own;
-		m->own = NULL;
+		 * the object is closed. A read that fails leaves zeroes,
+		 * never a fault. */
+		if (obj_read(e->fd, m->ptr, m->maplen, 0))
+			memset(m->ptr, 0, m->maplen);
 		m->writer = NULL;
 	} else if (e->maplen) {
 		pthread_mutex_lock(&d->lock);
 		d->used -= e->maplen;
 		pthread_mutex_unlock(&d->lock);
 	}
+	if (e->fd >= 0)
+		close(e->fd);
 	free(e);
 }
 
+/* Nothing while write-exported: the live bytes are the object's, which
+ * the daemon never maps. */
 static void *sim_host_ptr(struct tier_dev *dev, struct tier_dmem *dm)
 {
-	return ((struct sim_mem *)dm)->ptr;
+	struct sim_mem *m = (struct sim_mem *)dm;
+
+	return m->writer ? NULL : m->ptr;
 }
 
 static void sim_info(struct tier_dev *dev, struct tier_dev_info *out)
@@ -651,6 +753,13 @@ static int sim_copy_peer(struct tier_dev *src, struct tier_dmem *sdm,
 	    off > dm->base.len || len > dm->base.len - off ||
 	    !populated(dm, off, len))
 		return -EINVAL;
+	if (dm->writer)
+		return sm->writer ? -EBUSY :
+				    obj_write(dm->writer->fd,
+					      (char *)sm->ptr + off, len, off);
+	if (sm->writer)
+		return obj_read(sm->writer->fd, (char *)dm->ptr + off, len,
+				off);
 	memcpy((char *)dm->ptr + off, (char *)sm->ptr + off, len);
 	return 0;
 }

@@ -31,6 +31,23 @@
  *   export_client shm PATH             export, print the shm object's mode
  *                                      and owner, release, say if it is gone
  *   export_client alloc PATH SIZE      tfs_alloc: SIZE zeroed device bytes
+ *   export_client attack PATH r|rw ACTION
+ *                                      what a client may do to the object
+ *                                      it was given: export (raw), open the
+ *                                      object read-write (else read-only),
+ *                                      then ACTION: truncate (to 0), grow
+ *                                      (to 1 GiB), unmap (map, write 0xcd
+ *                                      over it (rw), unmap), or late (keep
+ *                                      it open, write 0xcd after the
+ *                                      release); then read the file with
+ *                                      O_DIRECT, commit (rw) and release.
+ *                                      Prints "open=", "ACTION=", "read=N",
+ *                                      "commit=", "release=" (ok or the
+ *                                      errno name) and "done"
+ *   export_client flood DIR N [rw]     export DIR/f0 .. DIR/fN-1 (one open
+ *                                      file each, kept), print "ready OK
+ *                                      EDQUOT OTHER" (how many exports got
+ *                                      each answer), hold until SIGTERM
  *   export_client ioctl PATH CASE [r|w|rw]
  *                                      one malformed or plain ioctl on PATH
  *                                      opened read-only (default), write-
@@ -375,6 +392,119 @@ static int cmd_shm(const char *path)
 	return 0;
 }
 
+static int cmd_attack(const char *path, bool wr, const char *action)
+{
+	struct tfs_ioc_export ex;
+	struct tfs_ioc_release rel;
+	struct tfs_ioc_commit cm;
+	unsigned char *p;
+	size_t len, got = 0;
+	void *buf;
+	int fd, sfd, dfd, rc;
+	ssize_t n;
+
+	fd = raw_export(path, wr ? O_RDWR : O_RDONLY,
+			wr ? TFS_EXPORT_WRITE : 0, &ex);
+	len = ex.length ? ex.length : 1;
+	sfd = shm_open((const char *)ex.handle, O_RDWR, 0);
+	if (sfd >= 0) {
+		printf("open=rdwr\n");
+	} else {
+		sfd = shm_open((const char *)ex.handle, O_RDONLY, 0);
+		printf("open=%s\n", sfd < 0 ? errno_name(errno) : "rdonly");
+	}
+	if (!strcmp(action, "truncate")) {
+		printf("truncate=%s\n", try_errno(ftruncate(sfd, 0)));
+	} else if (!strcmp(action, "grow")) {
+		printf("grow=%s\n", try_errno(ftruncate(sfd, 1ll << 30)));
+	} else if (!strcmp(action, "unmap") || !strcmp(action, "late")) {
+		p = mmap(NULL, len, PROT_READ | (wr ? PROT_WRITE : 0),
+			 MAP_SHARED, sfd, 0);
+		if (p == MAP_FAILED)
+			die("mmap", -errno);
+		if (wr)
+			memset(p, 0xcd, len);
+		printf("%s=%s\n", action, try_errno(munmap(p, len)));
+	} else {
+		fprintf(stderr, "export_client: unknown action \"%s\"\n",
+			action);
+		return 1;
+	}
+	fflush(stdout);
+	/* The daemon serves this read from the object it handed out. */
+	dfd = open(path, O_RDONLY | O_DIRECT);
+	if (dfd < 0)
+		die(path, -errno);
+	if (posix_memalign(&buf, 4096, 1 << 20))
+		die("posix_memalign", -ENOMEM);
+	while ((n = read(dfd, buf, 1 << 20)) > 0)
+		got += (size_t)n;
+	printf("read=%s\n", n < 0 ? errno_name(errno) : "ok");
+	printf("bytes=%zu\n", got);
+	free(buf);
+	close(dfd);
+	if (wr) {
+		memset(&cm, 0, sizeof(cm));
+		cm.version = TFS_ABI_VERSION;
+		printf("commit=%s\n", try_errno(ioctl(fd, TFS_IOC_COMMIT, &cm)));
+	}
+	memset(&rel, 0, sizeof(rel));
+	rel.version = TFS_ABI_VERSION;
+	rc = ioctl(fd, TFS_IOC_RELEASE, &rel);
+	printf("release=%s\n", try_errno(rc));
+	close(fd);
+	if (!strcmp(action, "late") && sfd >= 0 && wr) {
+		/* Written after the lease ended: reaches nothing. */
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+		if (p != MAP_FAILED) {
+			memset(p, 0xef, len);
+			munmap(p, len);
+		}
+		printf("late-write=%s\n", try_errno(p == MAP_FAILED ? -1 : 0));
+	}
+	if (sfd >= 0)
+		close(sfd);
+	printf("done\n");
+	return 0;
+}
+
+static int cmd_flood(const char *dir, long n, bool wr)
+{
+	long ok = 0, edquot = 0, other = 0;
+	struct tfs_ioc_export ex;
+	char path[4096];
+	sigset_t set;
+	int sig;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	for (long i = 0; i < n; i++) {
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/f%ld", dir, i);
+		fd = open(path, wr ? O_RDWR : O_RDONLY);
+		if (fd < 0)
+			die(path, -errno);
+		memset(&ex, 0, sizeof(ex));
+		ex.version = TFS_ABI_VERSION;
+		ex.flags = wr ? TFS_EXPORT_WRITE : 0;
+		if (!ioctl(fd, TFS_IOC_EXPORT, &ex)) {
+			ok++; /* the descriptor stays open: the lease too */
+			continue;
+		}
+		if (errno == EDQUOT)
+			edquot++;
+		else
+			other++;
+		close(fd);
+	}
+	printf("ready %ld %ld %ld\n", ok, edquot, other);
+	fflush(stdout);
+	sigwait(&set, &sig);
+	return 0;
+}
+
 static const char *errno_name(int e)
 {
 	switch (e) {
@@ -392,6 +522,8 @@ static const char *errno_name(int e)
 	case ENOSPC: return "ENOSPC";
 	case EDQUOT: return "EDQUOT";
 	case EOPNOTSUPP: return "EOPNOTSUPP";
+	case ESTALE: return "ESTALE";
+	case EROFS: return "EROFS";
 	default: return "other";
 	}
 }
@@ -491,7 +623,7 @@ static int cmd_ioctl(const char *path, const char *c, const char *mode)
 static void usage(void)
 {
 	fprintf(stderr, "usage: export_client cat|fill|pattern|hold|sum|shm|"
-			"alloc|ioctl ARGS (see the source)\n");
+			"alloc|attack|flood|ioctl ARGS (see the source)\n");
 	exit(2);
 }
 
@@ -519,6 +651,11 @@ int main(int argc, char **argv)
 				!(argc > 4 && !strcmp(argv[4], "close")));
 	if (!strcmp(argv[1], "shm"))
 		return cmd_shm(argv[2]);
+	if (!strcmp(argv[1], "attack") && argc == 5)
+		return cmd_attack(argv[2], !strcmp(argv[3], "rw"), argv[4]);
+	if (!strcmp(argv[1], "flood") && (argc == 4 || argc == 5))
+		return cmd_flood(argv[2], strtol(argv[3], NULL, 10),
+				 argc == 5 && !strcmp(argv[4], "rw"));
 	if (!strcmp(argv[1], "alloc") && argc == 4) {
 		int rc = tfs_alloc(argv[2], strtoull(argv[3], NULL, 0));
 

@@ -427,3 +427,61 @@ shm_objs() {
 	[ "$output" = ok ]
 	cmp "$TFS_TMP/b1" "$MNT/b1"
 }
+
+# --- round 3 (issue 24) ---
+
+# alive: the daemon still runs and the mount still answers.
+alive() {
+	kill -0 "$TFS_PID"
+	stat "$MNT" >/dev/null
+}
+
+# bytes_of N BYTE: N bytes of BYTE (octal escape), to stdout.
+bytes_of() {
+	head -c "$1" /dev/zero | tr '\0' "$2"
+}
+
+@test "nothing a client does to its export's object reaches the daemon (round 3, finding 1)" {
+	alice_file keep 0644 300000
+	local kind action
+	for kind in rw r; do
+		for action in truncate grow unmap late; do
+			head -c 200000 /dev/urandom >"$TFS_TMP/b"
+			chmod 644 "$TFS_TMP/b"
+			as "$bob" cp "$TFS_TMP/b" "$MNT/b"
+			run ec "$bob" attack "$MNT/b" "$kind" "$action"
+			echo "$kind $action: $output"
+			[ "$status" -eq 0 ]
+			[ "${lines[-1]}" = done ]
+			alive
+			[[ "$output" == *"read=ok"* ]]
+			[[ "$output" == *"bytes=200000"* ]]
+			[[ "$output" == *"release=ok"* ]]
+			if [ "$kind" = r ]; then
+				# He can only read a snapshot: nothing changed.
+				[[ "$output" == *"open=rdonly"* ]]
+				cmp "$TFS_TMP/b" "$MNT/b"
+			elif [ "$action" = truncate ]; then
+				# What his object held at the end: nothing, so
+				# zeroes, and the size the file had.
+				[[ "$output" == *"truncate=ok"* ]]
+				[[ "$output" == *"commit=ok"* ]]
+				bytes_of 200000 '\0' | cmp - "$MNT/b"
+			elif [ "$action" = grow ]; then
+				[[ "$output" == *"grow=ok"* ]]
+				cmp "$TFS_TMP/b" "$MNT/b"
+			else
+				# His writes before the release count, none after.
+				bytes_of 200000 '\315' | cmp - "$MNT/b"
+			fi
+			[ "$(stat -c %s "$MNT/b")" = 200000 ]
+			cmp "$TFS_TMP/keep" "$MNT/keep"
+			as "$bob" rm "$MNT/b"
+		done
+	done
+	# Nothing of his exports is left in /dev/shm.
+	[ -z "$(shm_objs)" ]
+	alice_file other 0644 100000
+	cmp "$TFS_TMP/other" "$MNT/other"
+	ec "$alice" cat "$MNT/other" | cmp - "$TFS_TMP/other"
+}
