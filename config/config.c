@@ -72,10 +72,13 @@ static const struct cfg_key keys[] = {
 	  .help = "how often free device memory is checked against the "
 		  "reserve, in milliseconds" },
 	{ "device", "user_share", CFG_SIZE, CFG_F_PERCENT | CFG_F_AMOUNT,
-	  FIELD(device, user_share), .max = UINT64_MAX, .def = NULL,
+	  FIELD(device, user_share), .max = UINT64_MAX, .def = "50%",
 	  .arg = "SIZE|N%",
 	  .help = "device bytes one user's pins and exports may hold, % of "
-		  "the device limit (default: no share)" },
+		  "the device limit; 0: no share" },
+	{ "device", "user_exports", CFG_UINT, 0, FIELD(device, user_exports),
+	  .max = 1u << 20, .def = "1024", .arg = "N",
+	  .help = "live exports (maps) one user may hold; 0: any number" },
 	{ "host", "limit", CFG_SIZE,
 	  CFG_F_PERCENT | CFG_F_NONZERO | CFG_F_AMOUNT,
 	  FIELD(host, limit), .max = UINT64_MAX, .def = NULL,
@@ -84,6 +87,11 @@ static const struct cfg_key keys[] = {
 		  "half the memory cgroup's limit)" },
 	{ "host", "pinned", CFG_BOOL, 0, FIELD(host, pinned), .def = "yes",
 	  .arg = "yes|no", .help = "page-lock host copies when CUDA is used" },
+	{ "host", "user_share", CFG_SIZE, CFG_F_PERCENT,
+	  FIELD(host, user_share), .max = UINT64_MAX, .def = "50%",
+	  .arg = "SIZE|N%",
+	  .help = "host bytes one user's pins may hold, % of the host limit; "
+		  "0: no share" },
 	{ "disk", "path", CFG_PATH, 0, FIELD(disk, path), .def = "/var/tmp",
 	  .arg = "DIR", .help = "where the disk tier keeps its spill files" },
 	{ "disk", "limit", CFG_SIZE,
@@ -134,6 +142,11 @@ static const struct cfg_key keys[] = {
 	  .max = UINT64_MAX, .def = "10%",
 	  .arg = "SIZE|N%",
 	  .help = "memory for inodes, names and xattrs, % of the host limit" },
+	{ "fs", "metadata_user_share", CFG_SIZE, CFG_F_PERCENT,
+	  FIELD(fs, metadata_user_share), .max = UINT64_MAX, .def = "50%",
+	  .arg = "SIZE|N%",
+	  .help = "what one user's inodes, names and xattrs may take, % of "
+		  "metadata_limit; 0: no share" },
 	{ "fs", "writeback_cache", CFG_BOOL, 0, FIELD(fs, writeback_cache),
 	  .def = "no", .arg = "yes|no",
 	  .help = "the kernel caches writes and writes them back later "

@@ -93,12 +93,17 @@ struct tfs_config {
 		/* Device bytes one user's pins and exports may hold; a
 		 * percentage is of the device limit. 0: no share. */
 		struct cfg_size user_share;
+		/* Live export leases one user may hold; 0: any number. */
+		unsigned int user_exports;
 	} device;
 	struct {
 		/* default (bytes 0): 25% of RAM, at most half the memory
 		 * cgroup's limit */
 		struct cfg_size limit;
 		bool pinned; /* page-lock host copies when CUDA is used */
+		/* Host bytes one user's pins may hold; a percentage is of the
+		 * host limit. 0: no share. */
+		struct cfg_size user_share;
 	} host;
 	struct {
 		char *path; /* default: /var/tmp */
@@ -126,6 +131,9 @@ struct tfs_config {
 		/* Memory for inodes, names, symlink targets and xattrs; a
 		 * percentage is of the host limit. Default 10%. */
 		struct cfg_size metadata_limit;
+		/* What one user's inodes, names and xattrs may take of it; a
+		 * percentage is of metadata_limit. Default 50%; 0: no share. */
+		struct cfg_size metadata_user_share;
 	} fs;
 	struct {
 		char *file; /* or NULL: the journal, syslog or the default */

@@ -53,8 +53,11 @@ static void apply_limits(struct tier_store *s, const struct tfs_config *cfg,
 	for (unsigned int g = 0; g < s->ngpus; g++)
 		s->gpus[g].limit = glim[g];
 	st_watch_config(s, cfg);
-	s->user_share = cfg_size_resolve(&cfg->device.user_share,
-					 lim[TFS_TIER_DEVICE]);
+	s->user_share[TFS_TIER_DEVICE] =
+		cfg_size_resolve(&cfg->device.user_share, lim[TFS_TIER_DEVICE]);
+	s->user_share[TFS_TIER_HOST] =
+		cfg_size_resolve(&cfg->host.user_share, lim[TFS_TIER_HOST]);
+	s->user_exports = cfg->device.user_exports;
 	s->high_wm = cfg->policy.high_watermark;
 	s->target = cfg->policy.target;
 	s->unspill = cfg->policy.unspill;
@@ -85,6 +88,7 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ERRORCHECK);
 #endif
 	pthread_mutex_init(&s->lock, &ma);
+	s->self_uid = geteuid();
 	pthread_mutexattr_destroy(&ma);
 	pthread_cond_init(&s->spill_wake, NULL);
 	pthread_cond_init(&s->io_idle, NULL);

@@ -348,8 +348,8 @@ int tier_buf_register(struct tier_buf *b);
  * that holds it (a write export) belongs to someone other than @owner (0:
  * anyone counts), -ENOSPC when the tier has no room, -ENODEV when there is
  * no device tier. tier_buf_move_as() does it for @uid: a move to the
- * device fails with -EDQUOT when the buffer would take @uid past the
- * [device] user_share (root never does); tier_buf_move() is for root.
+ * device or host fails with -EDQUOT when the buffer would take @uid past
+ * that tier's user_share (uid 0 never does); tier_buf_move() is for root.
  */
 int tier_buf_move(struct tier_buf *b, enum tfs_tier tier, uint64_t owner);
 int tier_buf_move_as(struct tier_buf *b, enum tfs_tier tier, uint64_t owner,
@@ -368,9 +368,11 @@ int tier_buf_move_gpu(struct tier_buf *b, int gpu, uint64_t owner, uid_t uid);
 /*
  * The explicit pin: a pinned buffer never moves. A flag, not a count, as
  * user.tierfs.pin shows it: pinning twice and unpinning once unpins.
- * tier_buf_pin_as() charges the device bytes the buffer holds to @uid's
- * share (-EDQUOT past it) until it is unpinned, by anyone; tier_buf_pin()
- * is for root.
+ * tier_buf_pin_as() charges what the buffer holds on the device and in
+ * host memory to @uid's [device] and [host] user_share (-EDQUOT past
+ * either) until it is unpinned, by anyone, and the charge follows the
+ * buffer meanwhile: a write that would take the pinner past a share
+ * fails with -EDQUOT. tier_buf_pin() is for root, who is not counted.
  */
 int tier_buf_pin(struct tier_buf *b);
 int tier_buf_pin_as(struct tier_buf *b, uid_t uid);
@@ -400,14 +402,16 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st);
  * GPU. -ENXIO for a GPU the store does not serve.
  *
  * Errors: -ENODEV without a device tier, -ENOSPC when the buffer (or its
- * snapshot) cannot fit there, -EDQUOT past @uid's [device] user_share.
+ * snapshot) cannot fit there, -EDQUOT past @uid's [device] user_share or
+ * past its [device] user_exports live leases (@uid 0 is not counted).
  */
 int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 		    pid_t pid, int gpu, bool writable,
 		    struct tfs_ioc_export *out);
 
 /*
- * Drop @owner's lease; -ENOENT when it holds none. From then on its holder
+ * Drop @owner's lease; -ENOENT when it holds none, -ESTALE when
+ * tier_buf_revoke() broke it (it is gone then too). From then on its holder
  * can neither see nor change the buffer's current bytes through it.
  * @unmapped: the process that exported (@pid of tier_buf_export) says it
  * closed its mapping, so what it mapped may be freed at once; otherwise a
@@ -417,8 +421,23 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 int tier_buf_unexport(struct tier_buf *b, uint64_t owner, bool unmapped);
 
 /* The device copy was written through a write export of @owner: drop the
- * other copies and bump the generation. -EPERM without such an export. */
+ * other copies and bump the generation. -EPERM without such an export,
+ * -ESTALE (once) when tier_buf_revoke() broke it. */
 int tier_buf_commit(struct tier_buf *b, uint64_t owner);
+
+/* tier_buf_revoke()'s @keep: break every lease, of whoever. */
+#define TIER_REVOKE_ALL ((uid_t)-1)
+
+/*
+ * Break the leases that hold @b (write exports) of every exporter but
+ * @keep, as a broken fcntl lease: each ends at once as at release (its
+ * holder's mapping is detached, what it wrote so far kept), and the
+ * holder's next tier_buf_commit() or tier_buf_unexport() of it returns
+ * -ESTALE. For the file's owner truncating, rewriting, moving or
+ * re-permitting it, and for chattr +i and +a. Returns how many were
+ * broken.
+ */
+int tier_buf_revoke(struct tier_buf *b, uid_t keep);
 
 /* Size an empty buffer to @size bytes of zeroed device memory. -EEXIST
  * when it is not empty. */

@@ -38,6 +38,7 @@ void st_charge(struct tier_store *s, struct tier_buf *b, int t,
 {
 	b->charged[t] += (uint64_t)delta;
 	s->use[t].used += (uint64_t)delta;
+	st_share_follow(s, b, t, delta);
 	if (t == TFS_TIER_DEVICE)
 		s->gpus[b->dgi].used += (uint64_t)delta;
 	else if (t == TFS_TIER_HOST && s->use[t].used > s->trim_mark)
@@ -412,6 +413,8 @@ int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
 		rc = -ENOSPC;
 	} else if (t == TFS_TIER_DISK && !disk_has_room(s, bytes)) {
 		rc = -ENOSPC;
+	} else if ((rc = st_share_pinned(s, b, t, bytes))) {
+		/* A pinned buffer grows within its pinner's share. */
 	} else if (*used + bytes > limit) {
 		if (t == TFS_TIER_DISK)
 			rc = -ENOSPC;

@@ -227,6 +227,8 @@ int st_dev_migrate(struct tier_buf *b, unsigned int g)
 	st_io_quiesce(b);
 	pthread_mutex_lock(&s->lock);
 	ocharge = b->charged[TFS_TIER_DEVICE];
+	/* A pinner's share follows the new copy's charge, not both. */
+	st_share_follow(s, b, TFS_TIER_DEVICE, -(int64_t)ocharge);
 	b->charged[TFS_TIER_DEVICE] = 0;
 	b->dmem = NULL;
 	b->dgi = (uint8_t)g;
@@ -261,6 +263,7 @@ int st_dev_migrate(struct tier_buf *b, unsigned int g)
 		b->dmem = old;
 		b->dgi = (uint8_t)og;
 		b->charged[TFS_TIER_DEVICE] = ocharge;
+		st_share_follow(s, b, TFS_TIER_DEVICE, (int64_t)ocharge);
 		pthread_mutex_unlock(&s->lock);
 		return rc;
 	}

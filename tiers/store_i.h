@@ -80,15 +80,28 @@ struct lease {
 	uint64_t share; /* bytes charged to uid's share */
 	bool writable;
 	bool holds;
+	/*
+	 * Broken by tier_buf_revoke(): ended (exp NULL, nothing charged,
+	 * holds and writable false), kept only so that the holder's next
+	 * commit or release hears -ESTALE once.
+	 */
+	bool revoked;
 	uint8_t gi; /* the GPU (s->gpus index) it was exported from */
 };
 
-/* Device bytes held on behalf of one user: pins and leases ([device]
- * user_share). */
+/*
+ * What one user holds beyond eviction's reach ([device] and [host]
+ * user_share, [device] user_exports): the device and host bytes of the
+ * buffers they pinned (bytes[t], following the buffers' charges while
+ * pinned) and of their leases (the device), and their live export
+ * leases. The entry stays while any of it is nonzero.
+ */
 struct user_use {
 	struct user_use *next;
 	uid_t uid;
-	uint64_t bytes;
+	uint64_t bytes[TFS_TIER_DISK]; /* indexed by TFS_TIER_DEVICE, _HOST */
+	uint32_t exports;
+	uint32_t pins; /* buffers it pinned */
 };
 
 /*
@@ -188,8 +201,13 @@ struct tier_store {
 	uint64_t next_id; /* [S] */
 	double high_wm, target; /* [S] */
 	enum cfg_unspill unspill; /* [S] */
-	uint64_t user_share; /* [S] bytes of device a user may hold; 0: any */
+	/* [S] Bytes of the device (TFS_TIER_DEVICE) and of host memory
+	 * (TFS_TIER_HOST) one user may hold, 0: any; live exports one user
+	 * may hold, 0: any. */
+	uint64_t user_share[TFS_TIER_DISK];
+	uint32_t user_exports;
 	struct user_use *users; /* [S] users holding any */
+	uid_t self_uid; /* the daemon's euid, as exempt as root; set at init */
 
 	/* Counters of reclaims asked (TFS_IOC_RECLAIM) and of yields to
 	 * other processes' pressure, with the bytes each gave back, all GPUs
@@ -274,8 +292,9 @@ struct tier_buf {
 	uint32_t nleases; /* [S] */
 	uint32_t nholds; /* [S] leases that hold the device copy */
 	uint32_t pins; /* [S] */
-	uid_t pin_uid; /* [S] who pinned, charged pin_share */
-	uint64_t pin_share; /* [S] */
+	/* [S] Who pinned (0: root, counted nowhere): charged what @b is
+	 * charged on the device and host while the pin lasts. */
+	uid_t pin_uid;
 	uint32_t io_refs; /* [S] replies pointing into the buffer */
 	uint32_t wc_idx; /* [B] the chunk in wc */
 	/* Flags, packed: files are many and small. */
@@ -343,8 +362,9 @@ void st_count_written(struct tier_store *s, int t, uint64_t bytes);
 int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 	      struct tier_buf *self, bool demand);
 /* b->lock held for writing; takes s->lock. Charge @bytes to @b in tier @t
- * (the device: on @b's GPU, b->dgi), evicting others first if needed. 0 or
- * -ENOSPC. */
+ * (the device: on @b's GPU, b->dgi), evicting others first if needed. 0,
+ * -ENOSPC, or -EDQUOT when @b is pinned and the bytes would take its
+ * pinner past their share of @t. */
 int st_reserve(struct tier_buf *b, int t, uint64_t bytes);
 /* b->lock held for writing; takes s->lock. Count a write to @b refused
  * with ENOSPC against the tier that had no room. */
@@ -634,9 +654,29 @@ uint32_t st_hold_count(struct tier_buf *b);
 /* Whether a lease holding @b belongs to another owner than @owner (to
  * anyone when @owner is 0). */
 bool st_held_by_other(struct tier_buf *b, uint64_t owner);
-/* s->lock held. 0 when @uid may hold @bytes more of the device, else
- * -EDQUOT; root is never limited. */
-int st_share_check(struct tier_store *s, uid_t uid, uint64_t bytes);
+/*
+ * The per-user shares, s->lock held; @t is TFS_TIER_DEVICE or
+ * TFS_TIER_HOST, and root and the daemon's own user (s->self_uid) are
+ * never counted nor limited.
+ *
+ * st_share_check(): 0 when @uid may hold @bytes more of tier @t, else
+ * -EDQUOT. st_share_charge(): charge them, -EDQUOT past the share unless
+ * @force (what is held already and cannot be refused, such as memory a
+ * process still maps), -ENOMEM. st_share_uncharge(): give them back.
+ */
+int st_share_check(struct tier_store *s, int t, uid_t uid, uint64_t bytes);
+int st_share_charge(struct tier_store *s, int t, uid_t uid, uint64_t bytes,
+		    bool force);
+void st_share_uncharge(struct tier_store *s, int t, uid_t uid,
+		       uint64_t bytes);
+/* s->lock held. @b's charge in tier @t changed by @delta: its pinner's
+ * share follows (st_charge() calls it). */
+void st_share_follow(struct tier_store *s, struct tier_buf *b, int t,
+		     int64_t delta);
+/* s->lock held. -EDQUOT when @b is pinned and @bytes more in tier @t
+ * would take its pinner past the share. */
+int st_share_pinned(struct tier_store *s, struct tier_buf *b, int t,
+		    uint64_t bytes);
 /* s->lock held. Charge GPU @g's tier what its backend's exports hold now
  * (export_held), in place of what they held when last asked. */
 void st_exp_sync(struct tier_store *s, unsigned int g);

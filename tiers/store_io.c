@@ -650,7 +650,7 @@ int tier_buf_register(struct tier_buf *b)
 		 * host, and a later read or prefetch may bring it up. */
 		int e = st_dev_fill(b, s->defg);
 
-		if (e && e != -ENOSPC)
+		if (e && e != -ENOSPC && e != -EDQUOT)
 			tfs_warn("buffer %" PRIu64 ": cannot place on "
 				 "device: %s", b->id, strerror(-e));
 	}
@@ -685,10 +685,13 @@ static int move(struct tier_buf *b, enum tfs_tier tier, int g, uint64_t owner,
 	pthread_rwlock_wrlock(&b->lock);
 	pthread_mutex_lock(&s->lock);
 	bool pinned = b->pins > 0;
-	/* A move to the device holds nothing there (the buffer may be
-	 * evicted again), but no user places more than their share. */
+	/* A move up holds nothing there (the buffer may be evicted
+	 * again), but no user places more than their share on top of what
+	 * they hold. */
 	if (tier == TFS_TIER_DEVICE && !b->dmem)
-		rc = st_share_check(s, uid, b->size);
+		rc = st_share_check(s, TFS_TIER_DEVICE, uid, b->size);
+	else if (tier == TFS_TIER_HOST && !b->has_host)
+		rc = st_share_check(s, TFS_TIER_HOST, uid, st_host_cost(b));
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
 		goto out;

@@ -12,9 +12,20 @@
  * one write lease at a time. When a lease ends (release, close, destroy) the
  * backend detaches what it gave out (device.h).
  *
- * [device] user_share: the device bytes a user's pins and leases hold are
- * counted per uid, and a pin, export or move to the device that would take
- * a user past the share fails with EDQUOT. Root is not counted.
+ * The per-user shares ([device] and [host] user_share, [device]
+ * user_exports) bound what one user holds beyond eviction's reach, which
+ * no other user could get back by using the tiers: the device and host
+ * bytes of the buffers they pinned (the pin's charge follows the buffer's
+ * own while it lasts, so moving a buffer to host and pinning it there, or
+ * growing a pinned one, is charged too), the device bytes of their leases,
+ * and how many live leases they have. Past a share a pin, export, move or
+ * the growth of a pinned buffer fails with EDQUOT; the others' shares are
+ * untouched. Root and the daemon's own user are not counted.
+ *
+ * A lease that holds the buffer can be broken (tier_buf_revoke()): the
+ * file's owner truncating, rewriting, moving or re-permitting the file,
+ * or chattr +i/+a. It ends as at release, and its holder's next commit or
+ * release gets ESTALE, as a broken fcntl lease is gone.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -22,7 +33,13 @@
 
 #include "tiers/store_i.h"
 
-/* --- the per-user share (s->lock held) --- */
+/* --- the per-user shares (s->lock held) --- */
+
+/* Root and the daemon's own user are never counted. */
+static bool exempt(const struct tier_store *s, uid_t uid)
+{
+	return !uid || uid == s->self_uid;
+}
 
 static struct user_use **user_find(struct tier_store *s, uid_t uid)
 {
@@ -49,57 +66,132 @@ static uint64_t exp_user_held(struct tier_store *s, uid_t uid)
 	return n;
 }
 
-int st_share_check(struct tier_store *s, uid_t uid, uint64_t bytes)
+/* @uid's entry, made when it has none; NULL when out of memory. */
+static struct user_use *user_get(struct tier_store *s, uid_t uid)
+{
+	struct user_use **pp = user_find(s, uid);
+
+	if (!*pp) {
+		*pp = calloc(1, sizeof(**pp));
+		if (*pp)
+			(*pp)->uid = uid;
+	}
+	return *pp;
+}
+
+/* Free @uid's entry once it holds nothing. */
+static void user_trim(struct tier_store *s, uid_t uid)
+{
+	struct user_use **pp = user_find(s, uid), *u = *pp;
+
+	if (u && !u->bytes[TFS_TIER_DEVICE] && !u->bytes[TFS_TIER_HOST] &&
+	    !u->exports && !u->pins) {
+		*pp = u->next;
+		free(u);
+	}
+}
+
+int st_share_check(struct tier_store *s, int t, uid_t uid, uint64_t bytes)
 {
 	struct user_use *u;
 
-	if (!uid || !s->user_share)
+	if (exempt(s, uid) || !s->user_share[t])
 		return 0;
 	u = *user_find(s, uid);
-	return (u ? u->bytes : 0) + exp_user_held(s, uid) + bytes >
-			       s->user_share ?
+	/* On the device, what the backends keep of @uid's exports too. */
+	return (u ? u->bytes[t] : 0) +
+			       (t == TFS_TIER_DEVICE ? exp_user_held(s, uid) :
+						       0) +
+			       bytes >
+		       s->user_share[t] ?
 		       -EDQUOT :
 		       0;
 }
 
-/* Charge @bytes to @uid: 0, -EDQUOT past the share, -ENOMEM. */
-static int share_charge(struct tier_store *s, uid_t uid, uint64_t bytes)
+int st_share_charge(struct tier_store *s, int t, uid_t uid, uint64_t bytes,
+		    bool force)
 {
-	struct user_use **pp, *u;
+	struct user_use *u;
 	int rc;
 
-	if (!uid || !bytes)
+	if (exempt(s, uid) || !bytes)
 		return 0;
-	rc = st_share_check(s, uid, bytes);
+	rc = force ? 0 : st_share_check(s, t, uid, bytes);
 	if (rc)
 		return rc;
-	pp = user_find(s, uid);
-	if (!*pp) {
-		u = calloc(1, sizeof(*u));
-		if (!u)
-			return -ENOMEM;
-		u->uid = uid;
-		*pp = u;
-	}
-	(*pp)->bytes += bytes;
+	u = user_get(s, uid);
+	if (!u)
+		return -ENOMEM;
+	u->bytes[t] += bytes;
 	return 0;
 }
 
-static void share_uncharge(struct tier_store *s, uid_t uid, uint64_t bytes)
+void st_share_uncharge(struct tier_store *s, int t, uid_t uid,
+		       uint64_t bytes)
 {
-	struct user_use **pp, *u;
+	struct user_use *u;
 
-	if (!uid || !bytes)
+	if (exempt(s, uid) || !bytes)
 		return;
-	pp = user_find(s, uid);
-	u = *pp;
+	u = *user_find(s, uid);
 	if (!u)
 		return;
-	u->bytes -= bytes < u->bytes ? bytes : u->bytes;
-	if (!u->bytes) {
-		*pp = u->next;
-		free(u);
-	}
+	u->bytes[t] -= bytes < u->bytes[t] ? bytes : u->bytes[t];
+	user_trim(s, uid);
+}
+
+void st_share_follow(struct tier_store *s, struct tier_buf *b, int t,
+		     int64_t delta)
+{
+	struct user_use *u;
+
+	if (!b->pins || !b->pin_uid || t == TFS_TIER_DISK || !delta)
+		return;
+	/* The entry lives while the pin does (u->pins). */
+	u = *user_find(s, b->pin_uid);
+	if (!u)
+		return;
+	if (delta > 0)
+		u->bytes[t] += (uint64_t)delta;
+	else
+		u->bytes[t] -= (uint64_t)-delta < u->bytes[t] ?
+				       (uint64_t)-delta :
+				       u->bytes[t];
+}
+
+int st_share_pinned(struct tier_store *s, struct tier_buf *b, int t,
+		    uint64_t bytes)
+{
+	if (!b->pins || !b->pin_uid || t == TFS_TIER_DISK)
+		return 0;
+	return st_share_check(s, t, b->pin_uid, bytes);
+}
+
+/* Count a live lease of @uid: -EDQUOT past [device] user_exports. */
+static int exports_charge(struct tier_store *s, uid_t uid)
+{
+	struct user_use *u;
+
+	if (exempt(s, uid))
+		return 0;
+	u = *user_find(s, uid);
+	if (s->user_exports && u && u->exports >= s->user_exports)
+		return -EDQUOT;
+	u = user_get(s, uid);
+	if (!u)
+		return -ENOMEM;
+	u->exports++;
+	return 0;
+}
+
+static void exports_uncharge(struct tier_store *s, uid_t uid)
+{
+	struct user_use *u = exempt(s, uid) ? NULL : *user_find(s, uid);
+
+	if (u && u->exports)
+		u->exports--;
+	if (u)
+		user_trim(s, uid);
 }
 
 /* s->lock held. Charge (or give back) a snapshot's @delta bytes on GPU @g
@@ -185,18 +277,28 @@ int tier_buf_pin(struct tier_buf *b)
 int tier_buf_pin_as(struct tier_buf *b, uid_t uid)
 {
 	struct tier_store *s = b->s;
+	struct user_use *u;
 	int rc = 0;
 
-	/* Shared: the device copy must not go while its size is read. */
+	/* Shared: the copies must not change while their charge is read. */
 	pthread_rwlock_rdlock(&b->lock);
-	uint64_t bytes = b->dmem ? b->dmem->granted : 0;
-
 	pthread_mutex_lock(&s->lock);
-	if (!b->pins) {
-		rc = share_charge(s, uid, bytes);
+	if (!b->pins && !exempt(s, uid)) {
+		/* Wherever the buffer is: a pin on host holds host memory
+		 * as one on the device holds device memory. */
+		rc = st_share_check(s, TFS_TIER_DEVICE, uid,
+				    b->charged[TFS_TIER_DEVICE]);
+		if (!rc)
+			rc = st_share_check(s, TFS_TIER_HOST, uid,
+					    b->charged[TFS_TIER_HOST]);
+		u = rc ? NULL : user_get(s, uid);
+		if (!rc && !u)
+			rc = -ENOMEM;
 		if (!rc) {
+			u->bytes[TFS_TIER_DEVICE] += b->charged[TFS_TIER_DEVICE];
+			u->bytes[TFS_TIER_HOST] += b->charged[TFS_TIER_HOST];
+			u->pins++;
 			b->pin_uid = uid;
-			b->pin_share = uid ? bytes : 0;
 		}
 	}
 	if (!rc) {
@@ -208,24 +310,41 @@ int tier_buf_pin_as(struct tier_buf *b, uid_t uid)
 	return rc;
 }
 
+/* s->lock held. Give back what @b's pin holds of its pinner's share. */
+static void pin_release_locked(struct tier_store *s, struct tier_buf *b)
+{
+	struct user_use *u = b->pin_uid ? *user_find(s, b->pin_uid) : NULL;
+
+	if (u) {
+		st_share_follow(s, b, TFS_TIER_DEVICE,
+				-(int64_t)b->charged[TFS_TIER_DEVICE]);
+		st_share_follow(s, b, TFS_TIER_HOST,
+				-(int64_t)b->charged[TFS_TIER_HOST]);
+		if (u->pins)
+			u->pins--;
+		user_trim(s, b->pin_uid);
+	}
+	b->pin_uid = 0;
+}
+
 void st_pin_release(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;
 
 	pthread_mutex_lock(&s->lock);
-	share_uncharge(s, b->pin_uid, b->pin_share);
-	b->pin_uid = 0;
-	b->pin_share = 0;
+	pin_release_locked(s, b);
 	pthread_mutex_unlock(&s->lock);
 }
 
 int tier_buf_unpin(struct tier_buf *b)
 {
-	st_pin_release(b);
-	pthread_mutex_lock(&b->s->lock);
+	struct tier_store *s = b->s;
+
+	pthread_mutex_lock(&s->lock);
+	pin_release_locked(s, b);
 	b->pins = 0;
-	st_sync_links(b->s, b);
-	pthread_mutex_unlock(&b->s->lock);
+	st_sync_links(s, b);
+	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
 
@@ -254,14 +373,17 @@ static bool take_lease(struct tier_buf *b, uint64_t owner, struct lease *out)
 
 /*
  * End lease @l, already taken off @b: the backend detaches what it gave
- * out, and what the lease was charged is given back. b->lock held for
- * writing; takes s->lock.
+ * out, and what the lease was charged is given back. A revoked lease
+ * ended already: nothing is left of it. b->lock held for writing; takes
+ * s->lock.
  */
 static void lease_end(struct tier_buf *b, const struct lease *l,
 		      bool unmapped)
 {
 	struct tier_store *s = b->s;
 
+	if (l->revoked)
+		return;
 	/* The sim backend moves a write export's bytes back into its own
 	 * memory: no reply may point at them meanwhile. */
 	if (l->holds)
@@ -286,7 +408,8 @@ static void lease_end(struct tier_buf *b, const struct lease *l,
 	}
 	pthread_mutex_lock(&s->lock);
 	snap_charge(s, l->gi, -(int64_t)l->snap);
-	share_uncharge(s, l->uid, l->share);
+	st_share_uncharge(s, TFS_TIER_DEVICE, l->uid, l->share);
+	exports_uncharge(s, l->uid);
 	st_exp_sync(s, l->gi);
 	if (l->holds)
 		b->nholds--;
@@ -341,7 +464,7 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 	if (had)
 		lease_end(b, &old, false);
 	pthread_mutex_lock(&s->lock);
-	rc = st_share_check(s, uid, b->size);
+	rc = st_share_check(s, TFS_TIER_DEVICE, uid, b->size);
 	/* One writer at a time: two writers of one mapping could not each
 	 * lose it when their own lease ends. */
 	for (uint32_t i = 0; writable && i < b->nleases; i++)
@@ -378,19 +501,31 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 	cost = b->dmem->granted;
 	if (bk && dev->ops->export_cost)
 		cost = dev->ops->export_cost(dev, b->dmem);
-	l.share = uid && !bk ? b->dmem->granted : 0;
+	l.share = !exempt(s, uid) && !bk ? b->dmem->granted : 0;
 	pthread_mutex_lock(&s->lock);
-	rc = share_charge(s, uid, l.share);
-	if (!rc && bk)
-		rc = st_share_check(s, uid, b->dmem->granted);
+	rc = exports_charge(s, uid);
+	if (!rc) {
+		rc = st_share_charge(s, TFS_TIER_DEVICE, uid, l.share, false);
+		if (rc)
+			exports_uncharge(s, uid);
+	}
+	if (!rc && bk) {
+		rc = st_share_check(s, TFS_TIER_DEVICE, uid, b->dmem->granted);
+		if (rc) {
+			st_share_uncharge(s, TFS_TIER_DEVICE, uid, l.share);
+			exports_uncharge(s, uid);
+		}
+	}
 	if (!rc && !l.holds && cost) {
 		rc = snap_reserve(s, l.gi, b, cost);
-		if (rc)
-			share_uncharge(s, uid, l.share);
-		else if (bk)
+		if (rc) {
+			st_share_uncharge(s, TFS_TIER_DEVICE, uid, l.share);
+			exports_uncharge(s, uid);
+		} else if (bk) {
 			resv = cost; /* until export_held says what it took */
-		else
+		} else {
 			l.snap = cost;
+		}
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
@@ -425,7 +560,8 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 	}
 	if (rc) {
 		snap_charge(s, l.gi, -(int64_t)l.snap);
-		share_uncharge(s, uid, l.share);
+		st_share_uncharge(s, TFS_TIER_DEVICE, uid, l.share);
+		exports_uncharge(s, uid);
 	}
 	out->length = b->size;
 	out->generation = b->generation;
@@ -455,7 +591,60 @@ int tier_buf_unexport(struct tier_buf *b, uint64_t owner, bool unmapped)
 	if (had)
 		lease_end(b, &l, unmapped);
 	pthread_rwlock_unlock(&b->lock);
+	if (had && l.revoked)
+		return -ESTALE;
 	return had ? 0 : -ENOENT;
+}
+
+/* s->lock held. The first lease on @b that tier_buf_revoke(@keep) ends. */
+static struct lease *revocable(struct tier_buf *b, uid_t keep)
+{
+	for (uint32_t i = 0; i < b->nleases; i++) {
+		struct lease *l = &b->leases[i];
+
+		if (l->holds && !l->revoked &&
+		    (keep == TIER_REVOKE_ALL || l->uid != keep))
+			return l;
+	}
+	return NULL;
+}
+
+int tier_buf_revoke(struct tier_buf *b, uid_t keep)
+{
+	struct tier_store *s = b->s;
+	struct lease *at, l;
+	int n = 0;
+
+	/* Nearly always nothing: ask before taking the buffer lock. */
+	pthread_mutex_lock(&s->lock);
+	at = revocable(b, keep);
+	pthread_mutex_unlock(&s->lock);
+	if (!at)
+		return 0;
+	pthread_rwlock_wrlock(&b->lock);
+	for (;;) {
+		pthread_mutex_lock(&s->lock);
+		at = revocable(b, keep);
+		if (at)
+			take_lease(b, at->owner, &l);
+		pthread_mutex_unlock(&s->lock);
+		if (!at)
+			break;
+		/* As at release, but the holder did not say it unmapped. */
+		lease_end(b, &l, false);
+		/* Its place stays, holding nothing, for the holder's next
+		 * commit or release to hear ESTALE. The array had room for
+		 * it a moment ago. */
+		pthread_mutex_lock(&s->lock);
+		b->leases[b->nleases++] = (struct lease){
+			.owner = l.owner, .uid = l.uid, .revoked = true,
+		};
+		pthread_mutex_unlock(&s->lock);
+		n++;
+	}
+	st_publish(b);
+	pthread_rwlock_unlock(&b->lock);
+	return n;
 }
 
 int tier_buf_commit(struct tier_buf *b, uint64_t owner)
@@ -466,9 +655,15 @@ int tier_buf_commit(struct tier_buf *b, uint64_t owner)
 	pthread_rwlock_wrlock(&b->lock);
 	pthread_mutex_lock(&s->lock);
 	struct lease *l = find_lease(b, owner);
+	struct lease gone;
 
 	if (l && l->writable)
 		rc = 0;
+	/* A broken lease: said once, then the file holds none. */
+	if (l && l->revoked) {
+		take_lease(b, owner, &gone);
+		rc = -ESTALE;
+	}
 	if (!rc) {
 		b->generation++;
 		b->cache_stale = true;

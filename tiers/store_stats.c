@@ -268,7 +268,9 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st)
 	st->stored_size = b->charged[st->tier];
 	st->last_access_ns = b->pi.last_access;
 	st->pins = b->pins;
-	st->leases = b->nleases;
+	st->leases = 0;
+	for (uint32_t i = 0; i < b->nleases; i++)
+		st->leases += !b->leases[i].revoked;
 	st->generation = b->generation;
 	st->gpu = b->present & (1u << TFS_TIER_DEVICE) ?
 			  s->gpus[b->pgi].ordinal :

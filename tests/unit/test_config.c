@@ -671,13 +671,14 @@ static void test_unknown(void)
 	CHECK(starts(err, "limit: unknown section '[gpu]'"));
 	CHECK_EQ(cfg_set(&cfg, "host", "limt", "1G", err, sizeof(err)),
 		 -ENOENT);
-	CHECK(starts(err, "limt: unknown key in [host] (known: limit, pinned)"));
+	CHECK(starts(err, "limt: unknown key in [host] (known: limit, pinned, "
+			  "user_share)"));
 	CHECK_EQ(cfg_set(&cfg, "", "limit", "1G", err, sizeof(err)), -ENOENT);
 	CHECK(starts(err, "limit: key outside any section"));
 	CHECK_EQ(cfg_set_option(&cfg, "host_limt", "1G", err, sizeof(err)),
 		 -ENOENT);
 	CHECK(starts(err, "-o host_limt: unknown key (known: host_limit, "
-			  "host_pinned)"));
+			  "host_pinned, host_user_share)"));
 	CHECK_EQ(cfg_set_option(&cfg, "bogus", "1", err, sizeof(err)), -ENOENT);
 	CHECK(starts(err, "-o bogus: unknown key"));
 	CHECK_EQ(cfg_set_option(&cfg, "host", "1", err, sizeof(err)), -ENOENT);
@@ -701,6 +702,8 @@ static void test_is_option(void)
 		"policy_target",  "fs_threads",	    "fs_read_ahead_kb",
 		"fs_metadata_limit", "log_file",	  "policy_overcommit",
 		"fs_writeback_cache", "device_user_share",
+		"device_user_exports", "host_user_share",
+		"fs_metadata_user_share",
 		"host_limit=8G",  "Host_Limit",
 	};
 	static const char *const no[] = {
@@ -904,7 +907,8 @@ static void test_file_errors(void)
 		const char *msg; /* after "FILE:" */
 	} cases[] = {
 		{ "[host]\nlimit = 8G\nlimt = 8G\n", -EINVAL,
-		  "3: limt: unknown key in [host] (known: limit, pinned)" },
+		  "3: limt: unknown key in [host] (known: limit, pinned, "
+		  "user_share)" },
 		{ "[host]\nlimit = 8G\n[gpu]\nlimit = 1G\n", -EINVAL,
 		  "3: [gpu]: unknown section (known: device, host, disk, "
 		  "policy, fs, log)" },
@@ -942,6 +946,20 @@ static void test_file_errors(void)
 		  "2: threads: '1000' is out of range, must be 0 to 256" },
 		{ "[policy]\nhigh_watermark = 1.5\n", -EINVAL,
 		  "2: high_watermark: '1.5' is out of range" },
+		{ "[host]\nuser_share = 150%\n", -EINVAL,
+		  "2: user_share: '150%': a percentage must be above 0 and at "
+		  "most 100" },
+		{ "[host]\nuser_share = half\n", -EINVAL,
+		  "2: user_share: 'half' is not a size" },
+		{ "[device]\nuser_exports = -1\n", -EINVAL,
+		  "2: user_exports: '-1' is negative, must be 0 to 1048576" },
+		{ "[device]\nuser_exports = 2000000\n", -EINVAL,
+		  "2: user_exports: '2000000' is out of range, must be 0 to "
+		  "1048576" },
+		{ "[fs]\nmetadata_user_share = 0%\n", -EINVAL,
+		  "2: metadata_user_share: '0%': a percentage must be above 0" },
+		{ "[fs]\nmetadata_user_share = 1Q\n", -EINVAL,
+		  "2: metadata_user_share: '1Q' is not a size" },
 		{ "[device]\nbackend = opencl\n", -EINVAL,
 		  "2: backend: 'opencl' is not one of auto, cuda, sim or none" },
 		/* The first error wins. */
@@ -1080,9 +1098,8 @@ static void test_example_file(void)
 	}
 	fclose(in);
 	fclose(out);
-	/* every key but the three limits, the user share, the log file and
-	 * the disk name */
-	CHECK_EQ(keys, 18);
+	/* every key but the three limits, the log file and the disk name */
+	CHECK_EQ(keys, 22);
 	CHECK_EQ(load(&cfg, text), 0);
 	CHECK(!err[0] || !printf("#   %s\n", err));
 	cfg_defaults(&def);
@@ -1090,6 +1107,9 @@ static void test_example_file(void)
 	CHECK_EQ(def.device.gpu, cfg.device.gpu);
 	CHECK(size_eq(&def.device.limit, &cfg.device.limit));
 	CHECK(size_eq(&def.device.reserve, &cfg.device.reserve));
+	CHECK(size_eq(&def.device.user_share, &cfg.device.user_share));
+	CHECK_EQ(def.device.user_exports, cfg.device.user_exports);
+	CHECK(size_eq(&def.host.user_share, &cfg.host.user_share));
 	CHECK_EQ(def.device.poll_ms, cfg.device.poll_ms);
 	CHECK(size_eq(&def.host.limit, &cfg.host.limit));
 	CHECK_EQ(def.host.pinned, cfg.host.pinned);
@@ -1106,6 +1126,8 @@ static void test_example_file(void)
 	CHECK_EQ(def.fs.threads, cfg.fs.threads);
 	CHECK_EQ(def.fs.read_ahead_kb, cfg.fs.read_ahead_kb);
 	CHECK(size_eq(&def.fs.metadata_limit, &cfg.fs.metadata_limit));
+	CHECK(size_eq(&def.fs.metadata_user_share,
+		      &cfg.fs.metadata_user_share));
 	CHECK_EQ(def.fs.writeback_cache, cfg.fs.writeback_cache);
 	cfg_free(&def);
 	cfg_free(&cfg);

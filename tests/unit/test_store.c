@@ -916,6 +916,17 @@ static void test_inval_callback(void)
 	tier_store_destroy(s);
 }
 
+/* Two users neither of whom the store exempts (root and its own euid). */
+static uid_t user_a(void)
+{
+	return geteuid() + 1000;
+}
+
+static uid_t user_b(void)
+{
+	return geteuid() + 1001;
+}
+
 /* The bytes of a sim export's object, through its name. */
 static bool shm_holds(const struct tfs_ioc_export *ex, int n, uint64_t size)
 {
@@ -989,19 +1000,151 @@ static void test_export_leases(void)
 	cfg.device.user_share = (struct cfg_size){ .bytes = 5 * MiB / 4 };
 	CHECK_EQ(tier_store_reconfigure(s, &cfg, err, sizeof(err)), 0);
 	cfg_free(&cfg);
-	CHECK_EQ(tier_buf_move_as(c, TFS_TIER_DEVICE, 0, 1000), 0);
-	CHECK_EQ(tier_buf_pin_as(c, 1000), 0);
-	CHECK_EQ(tier_buf_move_as(b, TFS_TIER_DEVICE, 0, 1000), -EDQUOT);
-	CHECK_EQ(tier_buf_export(b, 4, 1000, 1000, getpid(),
+	CHECK_EQ(tier_buf_move_as(c, TFS_TIER_DEVICE, 0, user_a()), 0);
+	CHECK_EQ(tier_buf_pin_as(c, user_a()), 0);
+	CHECK_EQ(tier_buf_move_as(b, TFS_TIER_DEVICE, 0, user_a()), -EDQUOT);
+	CHECK_EQ(tier_buf_export(b, 4, user_a(), 1000, getpid(),
 				 -1, false, &r), -EDQUOT);
-	CHECK_EQ(tier_buf_export(b, 4, 1001, 1001, getpid(), -1, false, &r), 0);
+	CHECK_EQ(tier_buf_export(b, 4, user_b(), 1001, getpid(), -1, false,
+				 &r), 0);
 	CHECK_EQ(tier_buf_move_as(b, TFS_TIER_DEVICE, 0, 0), 0);
 	CHECK_EQ(tier_buf_unpin(c), 0);
-	CHECK_EQ(tier_buf_export(b, 5, 1000, 1000, getpid(), -1, false, &w), 0);
+	CHECK_EQ(tier_buf_export(b, 5, user_a(), 1000, getpid(), -1, false,
+				 &w), 0);
 	tier_buf_destroy(b);
 	tier_buf_destroy(c);
 	tier_store_stats(s, &st);
 	CHECK_EQ(st.tier[TFS_TIER_DEVICE].used, 0);
+	tier_store_destroy(s);
+}
+
+/*
+ * [host] user_share bounds what one user's pins hold in host memory too,
+ * growth included; [device] user_exports bounds the live leases. The
+ * other user keeps their own share, and root none.
+ */
+static void test_user_shares(void)
+{
+	struct tier_store *s = mk_store("sim", 8 * MiB, 8 * MiB, 0);
+	struct tfs_ioc_export ex = { 0 };
+	struct tfs_config cfg;
+	uint8_t junk[4096];
+	char err[256];
+	struct tier_buf *f[4];
+
+	cfg_defaults(&cfg);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "sim");
+	cfg.device.limit = (struct cfg_size){ .bytes = 8 * MiB };
+	cfg.host.limit = (struct cfg_size){ .bytes = 8 * MiB };
+	cfg.device.user_share = (struct cfg_size){ .bytes = 8 * MiB };
+	cfg.host.user_share = (struct cfg_size){ .bytes = 3 * MiB / 2 };
+	cfg.device.user_exports = 2;
+	CHECK_EQ(tier_store_reconfigure(s, &cfg, err, sizeof(err)), 0);
+	cfg_free(&cfg);
+	for (int i = 0; i < 4; i++) {
+		f[i] = mk_file(s, 20 + i, MiB);
+		CHECK_EQ(tier_buf_move(f[i], TFS_TIER_HOST, 0), 0);
+	}
+	/* Moved to host and pinned there: charged to the host share. */
+	CHECK_EQ(tier_buf_pin_as(f[0], user_a()), 0);
+	CHECK_EQ(tier_buf_pin_as(f[1], user_a()), -EDQUOT);
+	CHECK_EQ(tier_buf_pin_as(f[1], user_b()), 0);
+	CHECK_EQ(tier_buf_pin(f[2]), 0);
+	CHECK_EQ(tier_buf_unpin(f[2]), 0);
+	/* A pinned buffer grows within its pinner's share. */
+	memset(junk, 0x11, sizeof(junk));
+	CHECK_EQ(tier_buf_write(f[0], junk, sizeof(junk), 100 * 1024), 4096);
+	ssize_t w = 0;
+
+	for (int i = 0; i < 200 && w >= 0; i++)
+		w = tier_buf_write(f[0], junk, sizeof(junk),
+				   (off_t)(MiB + (uint64_t)i * 4096));
+	CHECK_EQ(w, -EDQUOT);
+	CHECK(tier_buf_size(f[0]) < 3 * MiB / 2 + 4096);
+	/* Unpinned, it may grow again, and the share is back. */
+	CHECK_EQ(tier_buf_unpin(f[0]), 0);
+	CHECK_EQ(tier_buf_write(f[0], junk, sizeof(junk), 2 * MiB), 4096);
+	CHECK_EQ(tier_buf_move(f[2], TFS_TIER_DISK, 0), 0);
+	CHECK_EQ(tier_buf_pin_as(f[3], user_a()), 0);
+	/* A move to host counts what the user holds there already. */
+	CHECK_EQ(tier_buf_move_as(f[2], TFS_TIER_HOST, 0, user_a()), -EDQUOT);
+	CHECK_EQ(tier_buf_move_as(f[2], TFS_TIER_HOST, 0, user_b()), -EDQUOT);
+	CHECK_EQ(tier_buf_move_as(f[2], TFS_TIER_HOST, 0, 0), 0);
+	CHECK_EQ(tier_buf_unpin(f[1]), 0);
+	CHECK_EQ(tier_buf_unpin(f[3]), 0);
+
+	/* Two live leases a user: the third gets EDQUOT, the other user's
+	 * do not count, and ending one makes room. */
+	CHECK_EQ(tier_buf_export(f[0], 1, user_a(), getgid(), getpid(), -1,
+				 false, &ex), 0);
+	CHECK_EQ(tier_buf_export(f[1], 2, user_a(), getgid(), getpid(), -1,
+				 false, &ex), 0);
+	CHECK_EQ(tier_buf_export(f[2], 3, user_a(), getgid(), getpid(), -1,
+				 false, &ex), -EDQUOT);
+	CHECK_EQ(tier_buf_export(f[2], 4, user_b(), getgid(), getpid(), -1,
+				 false, &ex), 0);
+	/* Exporting again through one file replaces its lease. */
+	CHECK_EQ(tier_buf_export(f[1], 2, user_a(), getgid(), getpid(), -1,
+				 false, &ex), 0);
+	CHECK_EQ(tier_buf_unexport(f[0], 1, true), 0);
+	CHECK_EQ(tier_buf_export(f[2], 3, user_a(), getgid(), getpid(), -1,
+				 false, &ex), 0);
+	for (int i = 0; i < 4; i++)
+		tier_buf_destroy(f[i]);
+	tier_store_destroy(s);
+}
+
+/*
+ * A write lease broken by tier_buf_revoke(): the holder's object is
+ * detached with what it wrote, its next commit or release hears ESTALE
+ * once, and the buffer is free to truncate. The breaker's own leases
+ * stay.
+ */
+static void test_revoke(void)
+{
+	struct tier_store *s = mk_store("sim", 8 * MiB, 8 * MiB, 0);
+	struct tier_buf *b = mk_file(s, 30, MiB), *c = mk_file(s, 31, MiB);
+	struct tfs_ioc_export w = { 0 }, r = { 0 };
+	struct tier_buf_stat st;
+	uint8_t got[16];
+	int fd;
+
+	CHECK_EQ(tier_buf_export(b, 1, user_a(), getgid(), getpid(), -1, true,
+				 &w), 0);
+	/* What the holder writes before the break is the file's. */
+	fd = shm_open((const char *)w.handle, O_RDWR, 0);
+	CHECK(fd >= 0);
+	CHECK_EQ(pwrite(fd, "broken", 6, 0), 6);
+	CHECK_EQ(tier_buf_revoke(b, user_a()), 0);
+	CHECK_EQ(tier_buf_truncate(b, 10), -EBUSY);
+	CHECK_EQ(tier_buf_revoke(b, user_b()), 1);
+	CHECK_EQ(tier_buf_revoke(b, user_b()), 0);
+	tier_buf_stat(b, &st);
+	CHECK_EQ(st.leases, 0);
+	CHECK_EQ(tier_buf_truncate(b, 10), 0);
+	CHECK_EQ(tier_buf_read(b, got, sizeof(got), 0), 10);
+	CHECK(!memcmp(got, "broken", 6));
+	/* Written after: reaches nothing. */
+	CHECK_EQ(pwrite(fd, "later!", 6, 0), 6);
+	close(fd);
+	CHECK_EQ(tier_buf_read(b, got, sizeof(got), 0), 10);
+	CHECK(!memcmp(got, "broken", 6));
+	CHECK_EQ(tier_buf_commit(b, 1), -ESTALE);
+	CHECK_EQ(tier_buf_commit(b, 1), -EPERM);
+	CHECK_EQ(tier_buf_unexport(b, 1, true), -ENOENT);
+	/* Release hears it too; snapshots are never broken. */
+	CHECK_EQ(tier_buf_export(c, 2, user_a(), getgid(), getpid(), -1, true,
+				 &w), 0);
+	CHECK_EQ(tier_buf_export(c, 3, user_b(), getgid(), getpid(), -1, false,
+				 &r), 0);
+	CHECK_EQ(tier_buf_revoke(c, TIER_REVOKE_ALL), 1);
+	CHECK_EQ(tier_buf_export(c, 4, user_b(), getgid(), getpid(), -1, true,
+				 &w), 0);
+	CHECK_EQ(tier_buf_unexport(c, 2, true), -ESTALE);
+	CHECK_EQ(tier_buf_unexport(c, 3, true), 0);
+	CHECK_EQ(tier_buf_unexport(c, 4, true), 0);
+	tier_buf_destroy(b);
+	tier_buf_destroy(c);
 	tier_store_destroy(s);
 }
 
@@ -2081,6 +2224,8 @@ int main(void)
 	TAP_RUN(test_export_sim);
 	TAP_RUN(test_inval_callback);
 	TAP_RUN(test_export_leases);
+	TAP_RUN(test_user_shares);
+	TAP_RUN(test_revoke);
 	TAP_RUN(test_reconfigure_shrinks);
 	TAP_RUN(test_stats_format);
 	TAP_RUN(test_bad_backend);
