@@ -225,6 +225,21 @@ static int find_ours(int id, const struct tfs_mountinfo *ours,
 	return 0;
 }
 
+/* What the watcher found of our mount, for tfs_readonly_now(): @watch_ours
+ * is written once, before @watch_id says it is there (0: not yet). */
+static struct tfs_mountinfo watch_ours;
+static atomic_int watch_id;
+
+bool tfs_readonly_now(void)
+{
+	int id = atomic_load(&watch_id);
+	struct tfs_mountinfo mi;
+
+	if (id && !find_ours(id, &watch_ours, &mi))
+		adopt_readonly(opts_have(mi.sb_opts, "ro"));
+	return tfs_readonly();
+}
+
 static void *watch_main(void *arg)
 {
 	struct mount_attr set = {
@@ -252,6 +267,8 @@ static void *watch_main(void *arg)
 		goto out;
 	}
 	id = ours.id;
+	watch_ours = ours;
+	atomic_store(&watch_id, id);
 	/* Outside the main thread: should the path walk ever need this
 	 * mount to answer, the session loop is there to do it. */
 	if (sys_mount_setattr(watch_path, &set))

@@ -84,6 +84,33 @@ static bool append_at_end(struct tfs_inode *i, int flags, off_t off)
 	return (flags & O_APPEND) && (uint64_t)off == tier_buf_size(i->buf);
 }
 
+/*
+ * Whether the kernel writing back @size bytes of its cache at @off may
+ * change a file whose flags are @fl. An immutable file takes none; an
+ * append-only one only what changes no byte it holds: a page goes back
+ * whole, from its start, so an append (write(2) under the writeback
+ * cache) brings the bytes before the old end along, unchanged, while a
+ * shared mapping that rewrote them does not pass.
+ */
+static bool writeback_allowed(struct tfs_inode *i, uint32_t fl,
+			      const char *data, size_t size, off_t off)
+{
+	uint64_t end = tier_buf_size(i->buf);
+	size_t held;
+	char *buf;
+
+	if (fl & TFS_FL_IMMUTABLE)
+		return false;
+	if (!(fl & TFS_FL_APPEND) || (uint64_t)off >= end)
+		return true;
+	held = end - (uint64_t)off < size ? (size_t)(end - (uint64_t)off) :
+					    size;
+	buf = tfs_reply_buf();
+	return buf && tier_buf_read_as(i->buf, buf, held, off,
+				       TIER_READ_NOACCESS) == (ssize_t)held &&
+	       !memcmp(buf, data, held);
+}
+
 void tfs_write(fuse_req_t req, fuse_ino_t ino, const char *data,
 		      size_t size, off_t off, struct fuse_file_info *fi)
 {
@@ -94,19 +121,31 @@ void tfs_write(fuse_req_t req, fuse_ino_t ino, const char *data,
 
 	/*
 	 * fi->flags are the file's flags at the time of this write, so an
-	 * O_APPEND cleared by fcntl() shows. A write from a shared mapping
-	 * (which the kernel would have refused to set up) fails here. Not a
-	 * write-back of the kernel's cache (writeback_cache=yes): write(2)
-	 * put those bytes there earlier, through a file the flags were
-	 * checked for at open, and a page goes back whole, not at the end;
-	 * refusing it would lose the bytes and fail the close(2).
+	 * O_APPEND cleared by fcntl() shows. A write-back of the kernel's
+	 * cache (a shared mapping's pages, or write(2) under the writeback
+	 * cache) carries no such flags: it is refused when it would change
+	 * what the flags protect (writeback_allowed()), since a writer that
+	 * came before chattr must not keep changing the file after it. The
+	 * kernel then keeps the refused page, clean, with the writer's bytes:
+	 * dropping the cached pages makes every reader see the file's.
+	 * chattr wrote back what was dirty before it (fileattr.c).
 	 */
-	if (!fi->writepage &&
-	    ((fl & TFS_FL_IMMUTABLE) ||
-	     ((fl & TFS_FL_APPEND) && !append_at_end(i, fi->flags, off)))) {
-		fuse_reply_err(req, EPERM);
-		return;
+	if (fl & (TFS_FL_IMMUTABLE | TFS_FL_APPEND)) {
+		bool ok = fi->writepage ?
+				  writeback_allowed(i, fl, data, size, off) :
+				  !(fl & TFS_FL_IMMUTABLE) &&
+					  append_at_end(i, fi->flags, off);
+
+		if (!ok) {
+			if (fi->writepage)
+				tfs_inval_queue(NULL, ino, TIER_INVAL_DATA);
+			fuse_reply_err(req, EPERM);
+			return;
+		}
 	}
+	/* A write-back carries no caller (uid 0): only writes break. */
+	if (!fi->writepage)
+		tfs_break_leases(req, i, "write");
 	n = tier_buf_write(i->buf, data, size, off);
 	if (n < 0) {
 		fuse_reply_err(req, (int)-n);
@@ -180,7 +219,8 @@ void tfs_release(fuse_req_t req, fuse_ino_t ino,
 	if (f->exported) {
 		/* A close is no word that the mapping is gone. */
 		rc = tier_buf_unexport(i->buf, f->owner, false);
-		if (rc < 0 && rc != -ENOENT)
+		/* ESTALE: the owner broke it, which was logged then. */
+		if (rc < 0 && rc != -ENOENT && rc != -ESTALE)
 			tfs_warn("cannot drop the export of inode %llu: %s",
 				 (unsigned long long)i->ino, strerror(-rc));
 	}
@@ -235,6 +275,7 @@ void tfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	tfs_break_leases(req, f->inode, "allocate or punch");
 	rc = tier_buf_fallocate(f->inode->buf,
 				((mode & FALLOC_FL_KEEP_SIZE) ?
 					 TIER_FALLOC_KEEP_SIZE : 0) |
@@ -307,6 +348,7 @@ void tfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
 	}
 	if (len > TFS_COPY_MAX)
 		len = TFS_COPY_MAX;
+	tfs_break_leases(req, dst->inode, "write");
 	n = tier_buf_copy(dst->inode->buf, (uint64_t)off_out,
 			  src->inode->buf, (uint64_t)off_in, len);
 	if (n < 0) {

@@ -15,10 +15,18 @@
  * The flags kept are those tmpfs keeps: immutable, append-only, nodump and
  * noatime; others get EOPNOTSUPP, as on tmpfs. Like ext4, an immutable
  * inode refuses any other flag change until +i itself is cleared.
+ *
+ * +i and +a bind the writers that came before them, as on ext4: what the
+ * kernel holds dirty of the file is written back first (ext4 flushes the
+ * same way), then the flag is set, from when on the daemon refuses every
+ * write-back that would change what the flag protects (data.c), and every
+ * write export of the file is broken (its holder's next commit or release
+ * gets ESTALE; what it wrote before is kept).
  */
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <linux/fs.h>
 
 #include "fs/fs_i.h"
@@ -89,11 +97,31 @@ static int get_flags(fuse_ino_t ino, uint32_t *fl)
 	return i ? 0 : -ENOENT;
 }
 
+/*
+ * Write back what the kernel holds dirty of @ino and drop its pages, while
+ * the flags still let the write-backs in. The kernel sends them to other
+ * workers and waits for their answers, so a single-threaded daemon cannot
+ * (its dirty pages are then refused once the flag is set).
+ */
+static void write_back_now(fuse_ino_t ino)
+{
+	int rc;
+
+	if (!tfs.multithreaded)
+		return;
+	rc = fuse_lowlevel_notify_inval_inode(tfs.se, ino, 0, 0);
+	if (rc && rc != -ENOENT)
+		tfs_warn("cannot write back the pages of inode %llu: %s",
+			 (unsigned long long)ino, strerror(-rc));
+}
+
 static int set_flags(fuse_ino_t ino, uint32_t want)
 {
+	const uint32_t seal = TFS_FL_IMMUTABLE | TFS_FL_APPEND;
 	struct tfs_inode *i;
 	uint32_t old;
-	int rc = 0;
+	bool sealing;
+	int n, rc = 0;
 
 	if (want & ~TFS_FL_USER)
 		return -EOPNOTSUPP;
@@ -108,18 +136,37 @@ static int set_flags(fuse_ino_t ino, uint32_t want)
 		rc = -EPERM;
 		goto out;
 	}
+	/* The kernel holds the inode lock across fileattr_set: no other
+	 * flag change comes in between. The kernel's open for this ioctl
+	 * keeps @i. */
+	sealing = S_ISREG(i->mode) && (want & seal & ~old);
+	if (sealing) {
+		tfs_ns_unlock();
+		write_back_now(ino);
+		tfs_ns_lock();
+	}
 	atomic_store_explicit(&i->fsflags, want, memory_order_relaxed);
 	tfs_touch_locked(i, false);
 out:
 	tfs_ns_unlock();
+	if (rc)
+		return rc;
 	/*
 	 * The new ctime is ours alone: the kernel sends FS_IOC_SETFLAGS as
 	 * an ioctl and keeps the attributes it cached (for a day) across it,
 	 * so without this stat showed the old ctime until a remount.
 	 */
-	if (!rc)
-		tfs_inval_attr(ino);
-	return rc;
+	tfs_inval_attr(ino);
+	if (!sealing)
+		return 0;
+	n = tier_buf_revoke(i->buf, TIER_REVOKE_ALL);
+	if (n > 0)
+		tfs_notice("inode %llu: ended %d write export%s: the file is "
+			   "now %s", (unsigned long long)ino, n,
+			   n == 1 ? "" : "s",
+			   want & TFS_FL_IMMUTABLE ? "immutable" :
+						     "append-only");
+	return 0;
 }
 
 void tfs_fileattr_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,

@@ -41,6 +41,7 @@
 struct tfs_xattr {
 	struct tfs_xattr *next;
 	uint32_t vlen;
+	uid_t uid; /* who set it: charged to their metadata share */
 	uint8_t nlen;
 	char data[]; /* name, NUL, value */
 };
@@ -72,6 +73,7 @@ struct tfs_dentry {
 	struct tfs_inode *inode;
 	uint64_t cookie;
 	uint32_t hash;
+	uid_t uid; /* who made the name: charged to their metadata share */
 	uint8_t namelen;
 	char name[]; /* NUL-terminated */
 };
@@ -108,6 +110,9 @@ struct tfs_inode {
 	 * comes back. 0 for the root, as the kernel's root inode has.
 	 */
 	uint32_t generation;
+	/* Who made it, charged its metadata (fixed: a chown moves no
+	 * charge). In what was padding. */
+	uid_t meta_uid;
 	uint64_t nlookup; /* kernel references, see forget */
 	uint32_t nopen; /* open files */
 	uint32_t nlink;
@@ -213,6 +218,10 @@ struct tfs_fs {
 	 */
 	atomic_uint_fast64_t meta_used;
 	atomic_uint_fast64_t meta_limit; /* 0 until set: no limit */
+	/* [fs] metadata_user_share in bytes, 0: none; what each user holds
+	 * of the budget is in inode.c, under a lock of its own. */
+	atomic_uint_fast64_t meta_user_limit;
+	uid_t self_uid; /* the daemon's euid: as root, never counted */
 	atomic_uint_fast64_t meta_freed;
 	atomic_uint_fast64_t meta_ops; /* charges and frees, for idleness */
 	double entry_timeout, attr_timeout;
@@ -223,6 +232,10 @@ struct tfs_fs {
 	 * to us (FUSE_DONT_MASK): set by init(), before the first request
 	 * that creates anything. */
 	bool posix_acl;
+	/* More than one worker serves requests (not -s, threads > 1): a
+	 * handler may wait for the kernel to have another request answered.
+	 * Set before the session loop. */
+	bool multithreaded;
 };
 
 extern struct tfs_fs tfs;
@@ -234,15 +247,17 @@ void tfs_ns_lock(void);
 void tfs_ns_unlock(void);
 struct tfs_inode *tfs_inode_get_locked(fuse_ino_t ino);
 /*
- * A new inode with nlink 0 in *@out. A regular file's @buf or a symlink's
- * @target is owned by it from then on (by the caller still on failure).
- * Returns 0, -ENOSPC past the metadata budget, or -ENOMEM.
+ * A new inode with nlink 0 in *@out, owned by @uid, who is charged its
+ * metadata. A regular file's @buf or a symlink's @target is owned by it
+ * from then on (by the caller still on failure). Returns 0, -ENOSPC past
+ * the metadata budget, -EDQUOT past @uid's share of it, or -ENOMEM.
  */
 int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
 			 struct tier_buf *buf, char *target,
 			 struct tfs_inode **out);
 /* An inode of number @ino that a persistent mount brings back, charged
- * to the budget like a new one; the caller fills in the rest. Same
+ * to the budget like a new one (to no user's share: what a restart
+ * brings back is nobody's new use); the caller fills in the rest. Same
  * returns as tfs_inode_new_locked(). */
 int tfs_inode_restore_locked(uint64_t ino, uint32_t mode, struct tier_buf *buf,
 			     char *target, struct tfs_inode **out);
@@ -254,15 +269,20 @@ void tfs_forget_locked(struct tfs_inode *i, uint64_t n,
 		       struct tfs_inode **reap);
 struct tfs_dentry *tfs_dentry_find_locked(struct tfs_inode *parent,
 					  const char *name, size_t len);
+/* A name of @inode in @parent, made by (and charged to) @by: 0, -ENOSPC,
+ * -EDQUOT past @by's metadata share, or -ENOMEM. */
 int tfs_dentry_add_locked(struct tfs_inode *parent, const char *name,
-			  size_t len, struct tfs_inode *inode);
+			  size_t len, struct tfs_inode *inode, uid_t by);
 void tfs_dentry_del_locked(struct tfs_dentry *d);
 /* First slot with a cookie above @off. */
 uint32_t tfs_dir_seek_locked(const struct tfs_dir *dir, uint64_t off);
 /*
  * The metadata budget. tfs_meta_cost() is what one malloc(@n) takes from
- * the heap; charge fails with -ENOSPC (charging nothing) when @bytes more
- * would pass the limit. Both may be called with or without ns_lock.
+ * the heap; tfs_meta_charge() charges @bytes to the budget and to @uid's
+ * share of it ([fs] metadata_user_share), failing (charging nothing)
+ * with -ENOSPC when the budget has no room and -EDQUOT when @uid's share
+ * has none; root and the daemon's own user have no share. Uncharge with
+ * the uid that was charged. Both may be called with or without ns_lock.
  */
 size_t tfs_meta_cost(size_t n);
 /* What one user xattr of a @nlen-byte name and @vlen-byte value takes. */
@@ -270,8 +290,8 @@ static inline size_t tfs_xattr_cost(size_t nlen, size_t vlen)
 {
 	return tfs_meta_cost(sizeof(struct tfs_xattr) + nlen + 1 + vlen);
 }
-int tfs_meta_charge(size_t bytes);
-void tfs_meta_uncharge(size_t bytes);
+int tfs_meta_charge(uid_t uid, size_t bytes);
+void tfs_meta_uncharge(uid_t uid, size_t bytes);
 /*
  * For df -i: how many more empty regular files, each with one name of up
  * to TFS_DF_NAME_LEN bytes, the metadata budget still holds. Larger names,
@@ -279,8 +299,10 @@ void tfs_meta_uncharge(size_t bytes);
  */
 #define TFS_DF_NAME_LEN 15
 uint64_t tfs_meta_files_free(void);
-/* Set the limit from [fs] metadata_limit and the host tier's limit. */
-void tfs_meta_set_limit(const struct cfg_size *limit, uint64_t host_limit);
+/* Set the limit from [fs] metadata_limit and the host tier's limit, and
+ * each user's share of it from [fs] metadata_user_share. */
+void tfs_meta_set_limit(const struct cfg_size *limit,
+			const struct cfg_size *user_share, uint64_t host_limit);
 /*
  * Called about once a second from the SIGHUP thread: after a second
  * without namespace changes, once enough was freed, give the heap's free
@@ -303,6 +325,16 @@ void tfs_file_link_locked(struct tfs_file *f);
  * (ioctls).
  */
 int tfs_may_write(fuse_req_t req, struct tfs_inode *i);
+/*
+ * The caller of @req is about to change regular file @i as its owner (or
+ * root): truncate it, write it, move it, change its mode or owner, or
+ * export it for writing. Another user's write export would block that,
+ * or see bytes change under its feet: such leases are broken
+ * (tier_buf_revoke()), their holders hear ESTALE, and @what ("truncate",
+ * "write", ...) goes to the log. Does nothing for a caller who is not the
+ * owner or root, and for the caller's own leases.
+ */
+void tfs_break_leases(fuse_req_t req, struct tfs_inode *i, const char *what);
 void tfs_file_unlink_locked(struct tfs_file *f);
 /* Whether @gid is the primary or a supplementary group of the caller of
  * @req (unreadable groups: the primary only). Reads /proc: no ns_lock. */
@@ -372,6 +404,13 @@ int tfs_remount(const char *mountpoint);
  * writing, which every TFS_IOC_* that rewrites bytes needs. No lock.
  */
 bool tfs_readonly(void);
+/*
+ * The same, read from mountinfo now rather than as the watcher last saw
+ * it, for the requests a read-only mount refuses that the kernel lets
+ * through (a move by ioctl): a remount answers before the watcher wakes.
+ * No lock; reads /proc.
+ */
+bool tfs_readonly_now(void);
 
 /*
  * persist.c: persistent mounts ([disk] persist). Every function is a
@@ -438,11 +477,12 @@ void tfs_releasedir(fuse_req_t req, fuse_ino_t ino,
  * new inode takes (its access ACL when the mode cannot say it all, and a
  * directory's default ACL), charged to the metadata budget; without one,
  * *@mode loses the bits of @umask. Then tfs_acl_adopt_locked() hands
- * *@acls to the inode, or tfs_acl_drop() frees them. ns_lock held.
- * Returns 0, -ENOSPC past the budget or -ENOMEM.
+ * *@acls to the inode, or tfs_acl_drop() frees them. They are charged to
+ * @by, who creates the inode. ns_lock held. Returns 0, -ENOSPC past the
+ * budget, -EDQUOT past @by's share of it, or -ENOMEM.
  */
 int tfs_acl_inherit_locked(const struct tfs_inode *dir, uint32_t *mode,
-			   mode_t umask, struct tfs_xattr **acls);
+			   mode_t umask, uid_t by, struct tfs_xattr **acls);
 void tfs_acl_adopt_locked(struct tfs_inode *i, struct tfs_xattr *acls);
 void tfs_acl_drop(struct tfs_xattr *acls);
 /* chmod of @i to its new mode: its access ACL follows. ns_lock held. */

@@ -31,31 +31,113 @@ size_t tfs_meta_cost(size_t n)
 	return n < 32 ? 32 : n;
 }
 
-int tfs_meta_charge(size_t bytes)
+/*
+ * What each user holds of the metadata budget ([fs] metadata_user_share):
+ * one entry per uid holding any, freed at zero. The lock is a leaf, taken
+ * with or without ns_lock; root and the daemon's own user have no entry.
+ * Users are few, so a list does.
+ */
+struct meta_user {
+	struct meta_user *next;
+	uid_t uid;
+	uint64_t bytes;
+};
+
+static pthread_mutex_t meta_users_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct meta_user *meta_users; /* meta_users_lock */
+
+static bool meta_exempt(uid_t uid)
+{
+	return !uid || uid == tfs.self_uid;
+}
+
+static struct meta_user **meta_user_find(uid_t uid)
+{
+	struct meta_user **pp;
+
+	for (pp = &meta_users; *pp && (*pp)->uid != uid; pp = &(*pp)->next)
+		;
+	return pp;
+}
+
+/* Charge @bytes to @uid's share: 0, -EDQUOT past it, -ENOMEM. */
+static int meta_user_charge(uid_t uid, size_t bytes)
+{
+	uint64_t share = atomic_load(&tfs.meta_user_limit);
+	struct meta_user **pp, *u;
+	int rc = 0;
+
+	if (meta_exempt(uid) || !bytes)
+		return 0;
+	pthread_mutex_lock(&meta_users_lock);
+	pp = meta_user_find(uid);
+	u = *pp;
+	if (share && (u ? u->bytes : 0) + bytes > share) {
+		rc = -EDQUOT;
+	} else if (!u && !(u = *pp = calloc(1, sizeof(*u)))) {
+		rc = -ENOMEM;
+	} else {
+		u->uid = uid;
+		u->bytes += bytes;
+	}
+	pthread_mutex_unlock(&meta_users_lock);
+	return rc;
+}
+
+static void meta_user_uncharge(uid_t uid, size_t bytes)
+{
+	struct meta_user **pp, *u;
+
+	if (meta_exempt(uid) || !bytes)
+		return;
+	pthread_mutex_lock(&meta_users_lock);
+	pp = meta_user_find(uid);
+	u = *pp;
+	if (u) {
+		u->bytes -= bytes < u->bytes ? bytes : u->bytes;
+		if (!u->bytes) {
+			*pp = u->next;
+			free(u);
+		}
+	}
+	pthread_mutex_unlock(&meta_users_lock);
+}
+
+int tfs_meta_charge(uid_t uid, size_t bytes)
 {
 	uint64_t limit = atomic_load(&tfs.meta_limit);
 	uint64_t used = atomic_fetch_add(&tfs.meta_used, bytes) + bytes;
+	int rc;
 
 	atomic_fetch_add(&tfs.meta_ops, 1);
 	if (limit && used > limit) {
 		atomic_fetch_sub(&tfs.meta_used, bytes);
 		return -ENOSPC;
 	}
-	return 0;
+	rc = meta_user_charge(uid, bytes);
+	if (rc)
+		atomic_fetch_sub(&tfs.meta_used, bytes);
+	return rc;
 }
 
-void tfs_meta_uncharge(size_t bytes)
+void tfs_meta_uncharge(uid_t uid, size_t bytes)
 {
+	meta_user_uncharge(uid, bytes);
 	atomic_fetch_sub(&tfs.meta_used, bytes);
 	atomic_fetch_add(&tfs.meta_freed, bytes);
 	atomic_fetch_add(&tfs.meta_ops, 1);
 }
 
-void tfs_meta_set_limit(const struct cfg_size *limit, uint64_t host_limit)
+void tfs_meta_set_limit(const struct cfg_size *limit,
+			const struct cfg_size *user_share, uint64_t host_limit)
 {
 	uint64_t bytes = cfg_size_resolve(limit, host_limit);
 
-	atomic_store(&tfs.meta_limit, bytes ? bytes : 1);
+	if (!bytes)
+		bytes = 1;
+	atomic_store(&tfs.meta_limit, bytes);
+	atomic_store(&tfs.meta_user_limit,
+		     user_share ? cfg_size_resolve(user_share, bytes) : 0);
 }
 
 void tfs_meta_idle(void)
@@ -286,6 +368,27 @@ int tfs_may_write(fuse_req_t req, struct tfs_inode *i)
 	return mode & S_IWOTH ? 0 : -EACCES;
 }
 
+void tfs_break_leases(fuse_req_t req, struct tfs_inode *i, const char *what)
+{
+	uid_t uid = fuse_req_ctx(req)->uid, owner;
+	int n;
+
+	/* Nearly always no lease: ask before anything else. */
+	if (!S_ISREG(i->mode) || !tier_buf_held(i->buf))
+		return;
+	tfs_ns_lock();
+	owner = i->uid;
+	tfs_ns_unlock();
+	if (uid && uid != owner)
+		return;
+	n = tier_buf_revoke(i->buf, uid);
+	if (n > 0)
+		tfs_notice("inode %llu: ended %d write export%s of other "
+			   "users: its %s asked to %s it",
+			   (unsigned long long)i->ino, n, n == 1 ? "" : "s",
+			   uid ? "owner" : "root", what);
+}
+
 void tfs_file_unlink_locked(struct tfs_file *f)
 {
 	f->prev->next = f->next;
@@ -302,10 +405,11 @@ struct tfs_inode *tfs_inode_get_locked(fuse_ino_t ino)
 	return i;
 }
 
-/* An inode of @ino in the table, charged to the metadata budget, with
- * what its kind needs; @buf or @target is owned by it on success. */
+/* An inode of @ino in the table, charged to the metadata budget (and to
+ * @by's share), with what its kind needs; @buf or @target is owned by it
+ * on success. */
 static int inode_make_locked(uint64_t ino, uint32_t mode,
-			     struct tier_buf *buf, char *target,
+			     struct tier_buf *buf, char *target, uid_t by,
 			     struct tfs_inode **out)
 {
 	size_t cost = inode_cost(mode, target);
@@ -313,7 +417,7 @@ static int inode_make_locked(uint64_t ino, uint32_t mode,
 	size_t at;
 	int rc;
 
-	rc = tfs_meta_charge(cost);
+	rc = tfs_meta_charge(by, cost);
 	if (rc)
 		return rc;
 	i = calloc(1, sizeof(*i));
@@ -333,6 +437,7 @@ static int inode_make_locked(uint64_t ino, uint32_t mode,
 		i->target = target;
 	}
 	i->ino = ino;
+	i->meta_uid = by;
 	/* Lock-free: the store reports its changes to the kernel by it. */
 	if (S_ISREG(mode) && buf)
 		tier_buf_set_cookie(buf, i->ino);
@@ -346,14 +451,14 @@ static int inode_make_locked(uint64_t ino, uint32_t mode,
 	return 0;
 
 out_uncharge:
-	tfs_meta_uncharge(cost);
+	tfs_meta_uncharge(by, cost);
 	return -ENOMEM;
 }
 
 int tfs_inode_restore_locked(uint64_t ino, uint32_t mode, struct tier_buf *buf,
 			     char *target, struct tfs_inode **out)
 {
-	return inode_make_locked(ino, mode, buf, target, out);
+	return inode_make_locked(ino, mode, buf, target, 0, out);
 }
 
 int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
@@ -363,7 +468,7 @@ int tfs_inode_new_locked(uint32_t mode, uid_t uid, gid_t gid, dev_t rdev,
 	struct tfs_inode *i;
 	int rc;
 
-	rc = inode_make_locked(tfs.next_ino, mode, buf, target, &i);
+	rc = inode_make_locked(tfs.next_ino, mode, buf, target, uid, &i);
 	if (rc)
 		return rc;
 	tfs.next_ino++;
@@ -405,7 +510,8 @@ static void inode_free(struct tfs_inode *i)
 {
 	struct tfs_xattr *x, *next;
 
-	tfs_meta_uncharge(inode_cost(i->mode,
+	tfs_meta_uncharge(i->meta_uid,
+			  inode_cost(i->mode,
 				     S_ISLNK(i->mode) ? i->target : NULL));
 	if (S_ISREG(i->mode)) {
 		if (i->buf)
@@ -420,7 +526,7 @@ static void inode_free(struct tfs_inode *i)
 	}
 	for (x = i->xattrs; x; x = next) {
 		next = x->next;
-		tfs_meta_uncharge(tfs_xattr_cost(x->nlen, x->vlen));
+		tfs_meta_uncharge(x->uid, tfs_xattr_cost(x->nlen, x->vlen));
 		free(x);
 	}
 	free(i->pdata);
@@ -480,14 +586,14 @@ uint32_t tfs_dir_seek_locked(const struct tfs_dir *dir, uint64_t off)
 }
 
 int tfs_dentry_add_locked(struct tfs_inode *parent, const char *name,
-			  size_t len, struct tfs_inode *inode)
+			  size_t len, struct tfs_inode *inode, uid_t by)
 {
 	struct tfs_dir *dir = parent->dir;
 	struct tfs_dentry *d;
 	size_t at;
 	int rc;
 
-	rc = tfs_meta_charge(dentry_cost(len));
+	rc = tfs_meta_charge(by, dentry_cost(len));
 	if (rc)
 		return rc;
 	if (dir->n == dir->cap) {
@@ -510,6 +616,7 @@ int tfs_dentry_add_locked(struct tfs_inode *parent, const char *name,
 		goto out_uncharge;
 	d->parent = parent;
 	d->inode = inode;
+	d->uid = by;
 	d->namelen = (uint8_t)len;
 	memcpy(d->name, name, len);
 	d->name[len] = '\0';
@@ -529,7 +636,7 @@ int tfs_dentry_add_locked(struct tfs_inode *parent, const char *name,
 	return 0;
 
 out_uncharge:
-	tfs_meta_uncharge(dentry_cost(len));
+	tfs_meta_uncharge(by, dentry_cost(len));
 	return rc;
 }
 
@@ -576,7 +683,7 @@ void tfs_dentry_del_locked(struct tfs_dentry *d)
 	dir->live--;
 	if (dir->n - dir->live > 32 && dir->n - dir->live > dir->live)
 		dir_compact(dir);
-	tfs_meta_uncharge(dentry_cost(d->namelen));
+	tfs_meta_uncharge(d->uid, dentry_cost(d->namelen));
 	tfs_pj_ddel_locked(d);
 	free(d);
 }
@@ -619,6 +726,7 @@ int tfs_ns_init(void)
 	int rc;
 
 	tfs.files.prev = tfs.files.next = &tfs.files;
+	tfs.self_uid = geteuid();
 	rc = hash_init(&tfs.inodes);
 	if (rc)
 		return rc;

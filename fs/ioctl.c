@@ -20,7 +20,11 @@
  *
  * A commit, an alloc or a write export of an immutable or append-only file
  * gets EPERM: each rewrites bytes in place. A move or a pin does not change
- * a byte and is allowed.
+ * a byte and is allowed, but not on a read-only mount (EROFS), where the
+ * kernel refuses the setxattr that does the same.
+ *
+ * The owner's (or root's) move or write export ends other users' write
+ * exports (tfs_break_leases()); their next commit or release gets ESTALE.
  *
  * An export goes to the caller's GPU, named by the UUID in the request
  * (export_gpu()), or the default one.
@@ -128,6 +132,8 @@ static int ioc_export(fuse_req_t req, struct tfs_file *f,
 	/* A GPU writes anywhere in the buffer: not an append. */
 	if (writable && tfs_deny_sealed(f->inode))
 		return -EPERM;
+	if (writable)
+		tfs_break_leases(req, f->inode, "export");
 	memset(out, 0, sizeof(*out));
 	out->version = TFS_ABI_VERSION;
 	out->flags = a->flags;
@@ -186,6 +192,9 @@ static int ioc_move(fuse_req_t req, struct tfs_file *f,
 
 	if (rc < 0)
 		return rc;
+	if (tfs_readonly_now())
+		return -EROFS;
+	tfs_break_leases(req, f->inode, "move");
 	return tier_buf_move_as(f->inode->buf, (enum tfs_tier)a->tier, f->owner,
 				fuse_req_ctx(req)->uid);
 }

@@ -329,7 +329,7 @@ static void set_metadata_limit(const struct tfs_config *c)
 	struct tier_store_stats st;
 
 	tier_store_stats(tfs.store, &st);
-	tfs_meta_set_limit(&c->fs.metadata_limit,
+	tfs_meta_set_limit(&c->fs.metadata_limit, &c->fs.metadata_user_share,
 			   st.tier[TFS_TIER_HOST].limit);
 }
 
@@ -858,6 +858,7 @@ int main(int argc, char **argv)
 		unsigned int threads = cfg.fs.threads ? cfg.fs.threads :
 							 default_threads();
 
+		tfs.multithreaded = threads > 1;
 		lc = fuse_loop_cfg_create();
 		if (!lc) {
 			tfs_err("cannot allocate the loop configuration");

@@ -292,6 +292,13 @@ static void tfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		fuse_reply_err(req, -rc);
 		return;
 	}
+	/* The owner's truncate, chmod or chown ends other users' write
+	 * exports, which would otherwise block it or outlive the change. */
+	if (to_set & (FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_MODE |
+		      FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))
+		tfs_break_leases(req, i, to_set & FUSE_SET_ATTR_SIZE ?
+						 "truncate" :
+						 "change the mode or owner of");
 	if (to_set & FUSE_SET_ATTR_SIZE) {
 		if (S_ISDIR(i->mode)) {
 			fuse_reply_err(req, EISDIR);
@@ -398,7 +405,7 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 		if (S_ISDIR(m))
 			m |= S_ISGID;
 	}
-	rc = tfs_acl_inherit_locked(p, &m, ctx->umask, &acls);
+	rc = tfs_acl_inherit_locked(p, &m, ctx->umask, ctx->uid, &acls);
 	if (rc)
 		goto out_unlock;
 	rc = tfs_inode_new_locked(m, ctx->uid, gid, rdev, buf, tcopy, &i);
@@ -409,7 +416,7 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	tfs_inherit_flags_locked(i, p);
 	tfs_acl_adopt_locked(i, acls);
 	acls = NULL;
-	rc = tfs_dentry_add_locked(p, name, len, i);
+	rc = tfs_dentry_add_locked(p, name, len, i, ctx->uid);
 	if (rc) {
 		tfs_inode_check_locked(i, &reap);
 		goto out_unlock;
@@ -466,7 +473,7 @@ static int make_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
 		goto out_unlock;
 	if (p->mode & S_ISGID)
 		gid = p->gid;
-	rc = tfs_acl_inherit_locked(p, &m, ctx->umask, &acls);
+	rc = tfs_acl_inherit_locked(p, &m, ctx->umask, ctx->uid, &acls);
 	if (rc)
 		goto out_unlock;
 	rc = tfs_inode_new_locked(m, ctx->uid, gid, 0, buf, NULL, &i);
@@ -597,7 +604,8 @@ static void tfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 	else if (tfs_dentry_find_locked(p, newname, len))
 		rc = -EEXIST;
 	else
-		rc = tfs_dentry_add_locked(p, newname, len, i);
+		rc = tfs_dentry_add_locked(p, newname, len, i,
+					   fuse_req_ctx(req)->uid);
 	if (!rc) {
 		/* A tmpfile's first name is its last: as the kernel's
 		 * I_LINKABLE, the flag goes. */
@@ -850,7 +858,8 @@ static int do_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		if (rc)
 			goto out;
 	}
-	rc = tfs_dentry_add_locked(np, newname, nlen, src);
+	rc = tfs_dentry_add_locked(np, newname, nlen, src,
+				   fuse_req_ctx(req)->uid);
 	if (rc) {
 		if (wh) {
 			wh->nlink = 0;
@@ -1026,6 +1035,7 @@ static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if ((fi->flags & O_TRUNC) && (fi->flags & O_ACCMODE) != O_RDONLY &&
 	    tier_buf_size(i->buf) > 0) {
+		tfs_break_leases(req, i, "truncate");
 		rc = tier_buf_truncate(i->buf, 0);
 		if (rc < 0) {
 			free(f);

@@ -542,17 +542,18 @@ static int xattrs_restore(struct tfs_inode *i, const struct pj_attr *a)
 	for (uint32_t k = a->nxattrs; k-- > 0;) {
 		const struct pj_xattr *x = &a->xattrs[k];
 		struct tfs_xattr *t;
-		int rc = tfs_meta_charge(tfs_xattr_cost(x->nlen, x->vlen));
+		int rc = tfs_meta_charge(0, tfs_xattr_cost(x->nlen, x->vlen));
 
 		if (rc)
 			return rc;
 		t = malloc(sizeof(*t) + x->nlen + 1 + x->vlen);
 		if (!t) {
-			tfs_meta_uncharge(tfs_xattr_cost(x->nlen, x->vlen));
+			tfs_meta_uncharge(0, tfs_xattr_cost(x->nlen, x->vlen));
 			return -ENOMEM;
 		}
 		t->nlen = (uint8_t)x->nlen;
 		t->vlen = x->vlen;
+		t->uid = 0; /* brought back: nobody's new use */
 		memcpy(t->data, x->name, x->nlen);
 		t->data[x->nlen] = '\0';
 		memcpy(t->data + x->nlen + 1, x->value, x->vlen);
@@ -692,7 +693,7 @@ static int tree_restore(struct pj_image *img, uint64_t *max_ino)
 		struct tfs_inode *p = tfs_inode_get_locked(d->parent);
 		struct tfs_inode *c = tfs_inode_get_locked(d->ino);
 
-		rc = tfs_dentry_add_locked(p, d->name, d->len, c);
+		rc = tfs_dentry_add_locked(p, d->name, d->len, c, 0);
 		if (!rc && S_ISDIR(c->mode))
 			c->dir->parent = p;
 	}

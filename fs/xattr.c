@@ -34,7 +34,8 @@
  *
  * An immutable or append-only inode keeps its stored names (EPERM, as
  * xattr_permission() says), but its tier and pin may still change: they
- * move bytes, they do not change one.
+ * move bytes, they do not change one. Not on a read-only mount: EROFS
+ * (the kernel refuses first; the daemon checks too, as for the ioctl).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -147,21 +148,25 @@ static void no_device_hint(void)
 			   st.backend);
 }
 
-static int virtual_set(struct tfs_inode *i, const char *name,
-		       const char *value, size_t size, uid_t uid)
+static int virtual_set(fuse_req_t req, struct tfs_inode *i, const char *name,
+		       const char *value, size_t size)
 {
+	uid_t uid = fuse_req_ctx(req)->uid;
 	enum tfs_tier tier;
 	bool pin;
 	int rc, gpu;
 
 	if (!S_ISREG(i->mode))
 		return -EPERM;
+	if (tfs_readonly_now())
+		return -EROFS;
 	/* The values are parsed in fs/args.c, which the fuzzer
 	 * tests/fuzz/fuzz_xattr.c drives. */
 	if (!strcmp(name, TFS_XATTR_TIER)) {
 		rc = tfs_xattr_parse_tier(value, size, &tier, &gpu);
 		if (rc < 0)
 			return rc;
+		tfs_break_leases(req, i, "move");
 		/* device:N: to that GPU's device tier, from another GPU if
 		 * the copy is there; ENXIO for a GPU the mount does not
 		 * serve. */
@@ -255,19 +260,29 @@ void tfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		fuse_reply_buf(req, buf, (size_t)len);
 }
 
-/* Trade an xattr of cost @oldc (0: none) for one of @newc in the metadata
- * budget: a replacement only needs room for what it adds. */
-static int meta_replace(size_t oldc, size_t newc)
+/* Trade an xattr of cost @oldc (0: none) set by @olduid for one of @newc
+ * set by @uid in the metadata budget: a replacement only needs room for
+ * what it adds, unless it moves to another user's share. */
+static int meta_replace(uid_t olduid, size_t oldc, uid_t uid, size_t newc)
 {
+	int rc;
+
+	if (olduid != uid) {
+		rc = tfs_meta_charge(uid, newc);
+		if (!rc)
+			tfs_meta_uncharge(olduid, oldc);
+		return rc;
+	}
 	if (newc > oldc)
-		return tfs_meta_charge(newc - oldc);
+		return tfs_meta_charge(uid, newc - oldc);
 	if (oldc > newc)
-		tfs_meta_uncharge(oldc - newc);
+		tfs_meta_uncharge(uid, oldc - newc);
 	return 0;
 }
 
+/* A new xattr, set by @uid: its metadata is charged to them. */
 static struct tfs_xattr *xattr_new(const char *name, size_t nlen,
-				   const void *value, size_t size)
+				   const void *value, size_t size, uid_t uid)
 {
 	struct tfs_xattr *x = malloc(sizeof(*x) + nlen + 1 + size);
 
@@ -276,6 +291,7 @@ static struct tfs_xattr *xattr_new(const char *name, size_t nlen,
 	x->next = NULL;
 	x->nlen = (uint8_t)nlen;
 	x->vlen = (uint32_t)size;
+	x->uid = uid;
 	memcpy(x->data, name, nlen);
 	x->data[nlen] = '\0';
 	memcpy(x->data + nlen + 1, value, size);
@@ -300,8 +316,9 @@ static int xattr_put_locked(struct tfs_inode *i, struct tfs_xattr *x,
 	if (i->xattr_bytes - (pp ? (*pp)->nlen + (*pp)->vlen : 0) + x->nlen +
 		    x->vlen > TFS_XATTR_INODE_MAX)
 		return -ENOSPC;
-	rc = meta_replace(pp ? tfs_xattr_cost((*pp)->nlen, (*pp)->vlen) : 0,
-			  tfs_xattr_cost(x->nlen, x->vlen));
+	rc = meta_replace(pp ? (*pp)->uid : x->uid,
+			  pp ? tfs_xattr_cost((*pp)->nlen, (*pp)->vlen) : 0,
+			  x->uid, tfs_xattr_cost(x->nlen, x->vlen));
 	if (rc)
 		return rc;
 	i->xattr_bytes += x->nlen + x->vlen;
@@ -331,12 +348,12 @@ static struct tfs_xattr *xattr_take_locked(struct tfs_inode *i,
 	x = *pp;
 	*pp = x->next;
 	i->xattr_bytes -= x->nlen + x->vlen;
-	tfs_meta_uncharge(tfs_xattr_cost(x->nlen, x->vlen));
+	tfs_meta_uncharge(x->uid, tfs_xattr_cost(x->nlen, x->vlen));
 	return x;
 }
 
 static int user_set(struct tfs_inode *i, const char *name, const char *value,
-		    size_t size, int flags)
+		    size_t size, int flags, uid_t uid)
 {
 	size_t nlen = strlen(name);
 	struct tfs_xattr *x;
@@ -346,7 +363,7 @@ static int user_set(struct tfs_inode *i, const char *name, const char *value,
 		return -ERANGE;
 	if (size > TFS_XATTR_VALUE_MAX)
 		return -E2BIG;
-	x = xattr_new(name, nlen, value, size);
+	x = xattr_new(name, nlen, value, size, uid);
 	if (!x)
 		return -ENOMEM;
 	tfs_ns_lock();
@@ -384,7 +401,7 @@ static int acl_set(fuse_req_t req, struct tfs_inode *i, const char *name,
 	/* As set_posix_acl() says for a default ACL on a file. */
 	if (!access && !S_ISDIR(i->mode))
 		return -EACCES;
-	x = xattr_new(name, strlen(name), value, size);
+	x = xattr_new(name, strlen(name), value, size, fuse_req_ctx(req)->uid);
 	if (!x)
 		return -ENOMEM;
 	tfs_ns_lock();
@@ -422,7 +439,7 @@ out_unlock:
 }
 
 int tfs_acl_inherit_locked(const struct tfs_inode *dir, uint32_t *mode,
-			   mode_t umask, struct tfs_xattr **acls)
+			   mode_t umask, uid_t by, struct tfs_xattr **acls)
 {
 	struct tfs_xattr **pp, *acc = NULL, *dflt = NULL;
 	size_t cost = 0;
@@ -440,10 +457,10 @@ int tfs_acl_inherit_locked(const struct tfs_inode *dir, uint32_t *mode,
 	const char *v = (*pp)->data + (*pp)->nlen + 1;
 	size_t len = (*pp)->vlen;
 
-	acc = xattr_new(TFS_ACL_ACCESS, strlen(TFS_ACL_ACCESS), v, len);
+	acc = xattr_new(TFS_ACL_ACCESS, strlen(TFS_ACL_ACCESS), v, len, by);
 	if (S_ISDIR(*mode))
 		dflt = xattr_new(TFS_ACL_DEFAULT, strlen(TFS_ACL_DEFAULT), v,
-				 len);
+				 len, by);
 	if (!acc || (S_ISDIR(*mode) && !dflt)) {
 		rc = -ENOMEM;
 		goto out_free;
@@ -456,7 +473,7 @@ int tfs_acl_inherit_locked(const struct tfs_inode *dir, uint32_t *mode,
 		cost += tfs_xattr_cost(acc->nlen, acc->vlen);
 	if (dflt)
 		cost += tfs_xattr_cost(dflt->nlen, dflt->vlen);
-	rc = tfs_meta_charge(cost);
+	rc = tfs_meta_charge(by, cost);
 	if (rc)
 		goto out_free;
 	if (acc) {
@@ -490,7 +507,7 @@ void tfs_acl_drop(struct tfs_xattr *acls)
 		struct tfs_xattr *x = acls;
 
 		acls = x->next;
-		tfs_meta_uncharge(tfs_xattr_cost(x->nlen, x->vlen));
+		tfs_meta_uncharge(x->uid, tfs_xattr_cost(x->nlen, x->vlen));
 		free(x);
 	}
 }
@@ -523,11 +540,12 @@ void tfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	if (!i)
 		rc = -ENOENT;
 	else if (has_prefix(name, TFS_XATTR_PREFIX))
-		rc = virtual_set(i, name, value, size, fuse_req_ctx(req)->uid);
+		rc = virtual_set(req, i, name, value, size);
 	else if (tfs_acl_name(name))
 		rc = acl_set(req, i, name, value, size, flags);
 	else
-		rc = user_set(i, name, value, size, flags);
+		rc = user_set(i, name, value, size, flags,
+			      fuse_req_ctx(req)->uid);
 	fuse_reply_err(req, rc < 0 ? -rc : 0);
 }
 

@@ -425,6 +425,10 @@ int tier_buf_unexport(struct tier_buf *b, uint64_t owner, bool unmapped);
  * -ESTALE (once) when tier_buf_revoke() broke it. */
 int tier_buf_commit(struct tier_buf *b, uint64_t owner);
 
+/* Whether a lease holds @b (a write export); cheap, for a caller about to
+ * decide whether to break it. */
+bool tier_buf_held(struct tier_buf *b);
+
 /* tier_buf_revoke()'s @keep: break every lease, of whoever. */
 #define TIER_REVOKE_ALL ((uid_t)-1)
 

@@ -609,6 +609,11 @@ static struct lease *revocable(struct tier_buf *b, uid_t keep)
 	return NULL;
 }
 
+bool tier_buf_held(struct tier_buf *b)
+{
+	return st_hold_count(b) > 0;
+}
+
 int tier_buf_revoke(struct tier_buf *b, uid_t keep)
 {
 	struct tier_store *s = b->s;
