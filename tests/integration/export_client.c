@@ -44,6 +44,13 @@
  *                                      Prints "open=", "ACTION=", "read=N",
  *                                      "commit=", "release=" (ok or the
  *                                      errno name) and "done"
+ *   export_client writer PATH          a GPU program's write export: export
+ *                                      (raw) for writing, map the object,
+ *                                      print "ready"; on SIGUSR2 write 0xcd
+ *                                      over the map and commit, printing
+ *                                      "commit=" (ok or the errno name);
+ *                                      on SIGTERM release ("release=..."),
+ *                                      close and exit
  *   export_client flood DIR N [rw]     export DIR/f0 .. DIR/fN-1 (one open
  *                                      file each, kept), print "ready OK
  *                                      EDQUOT OTHER" (how many exports got
@@ -468,6 +475,45 @@ static int cmd_attack(const char *path, bool wr, const char *action)
 	return 0;
 }
 
+static int cmd_writer(const char *path)
+{
+	struct tfs_ioc_export ex;
+	struct tfs_ioc_release rel;
+	struct tfs_ioc_commit cm;
+	unsigned char *p;
+	sigset_t set;
+	size_t len;
+	int fd, sfd, sig;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGUSR2);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	fd = raw_export(path, O_RDWR, TFS_EXPORT_WRITE, &ex);
+	len = ex.length ? ex.length : 1;
+	sfd = shm_open((const char *)ex.handle, O_RDWR, 0);
+	if (sfd < 0)
+		die("shm_open", -errno);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+	if (p == MAP_FAILED)
+		die("mmap", -errno);
+	close(sfd);
+	printf("ready\n");
+	fflush(stdout);
+	while (!sigwait(&set, &sig) && sig == SIGUSR2) {
+		memset(p, 0xcd, len);
+		memset(&cm, 0, sizeof(cm));
+		cm.version = TFS_ABI_VERSION;
+		printf("commit=%s\n", try_errno(ioctl(fd, TFS_IOC_COMMIT, &cm)));
+		fflush(stdout);
+	}
+	memset(&rel, 0, sizeof(rel));
+	rel.version = TFS_ABI_VERSION;
+	printf("release=%s\n", try_errno(ioctl(fd, TFS_IOC_RELEASE, &rel)));
+	close(fd);
+	return 0;
+}
+
 static int cmd_flood(const char *dir, long n, bool wr)
 {
 	long ok = 0, edquot = 0, other = 0;
@@ -623,7 +669,7 @@ static int cmd_ioctl(const char *path, const char *c, const char *mode)
 static void usage(void)
 {
 	fprintf(stderr, "usage: export_client cat|fill|pattern|hold|sum|shm|"
-			"alloc|attack|flood|ioctl ARGS (see the source)\n");
+			"alloc|attack|writer|flood|ioctl ARGS (see the source)\n");
 	exit(2);
 }
 
@@ -653,6 +699,8 @@ int main(int argc, char **argv)
 		return cmd_shm(argv[2]);
 	if (!strcmp(argv[1], "attack") && argc == 5)
 		return cmd_attack(argv[2], !strcmp(argv[3], "rw"), argv[4]);
+	if (!strcmp(argv[1], "writer"))
+		return cmd_writer(argv[2]);
 	if (!strcmp(argv[1], "flood") && (argc == 4 || argc == 5))
 		return cmd_flood(argv[2], strtol(argv[3], NULL, 10),
 				 argc == 5 && !strcmp(argv[4], "rw"));

@@ -485,3 +485,337 @@ bytes_of() {
 	cmp "$TFS_TMP/other" "$MNT/other"
 	ec "$alice" cat "$MNT/other" | cmp - "$TFS_TMP/other"
 }
+
+# wait_for CMD...: until CMD succeeds, for 10 s at most.
+wait_for() {
+	local i
+	for i in $(seq 1 200); do
+		"$@" && return 0
+		sleep 0.05
+	done
+	"$@"
+}
+
+# direct FILE: FILE's bytes as the daemon holds them, past the page cache.
+direct() {
+	dd if="$1" iflag=direct bs=1M status=none
+}
+
+# mapw USER OUT FILE: a shared writable mapping of FILE, held by USER in
+# the background; SIGUSR1 writes 0x11 over it and msyncs, SIGUSR2 0x22,
+# each printing "msync=ok" or the error. Sets BG_PID.
+mapw() {
+	local u=$1 out=$2 file=$3 i
+	cat >"$TFS_TMP/mapw.py" <<'PY'
+import mmap, os, signal, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED,
+              mmap.PROT_READ | mmap.PROT_WRITE)
+def fill(sig, frame):
+    m[:] = (b"\x11" if sig == signal.SIGUSR1 else b"\x22") * len(m)
+    try:
+        m.flush()
+        print("msync=ok", flush=True)
+    except OSError as e:
+        print("msync=" + (os.strerror(e.errno) or "?").replace(" ", "_"),
+              flush=True)
+signal.signal(signal.SIGUSR1, fill)
+signal.signal(signal.SIGUSR2, fill)
+print("ready", flush=True)
+while True:
+    signal.pause()
+PY
+	chmod 644 "$TFS_TMP/mapw.py"
+	tfs_bg_as "$u" /usr/bin/python3 "$TFS_TMP/mapw.py" "$file" >"$out" 2>&1
+	for i in $(seq 1 200); do
+		grep -q '^ready' "$out" && return 0
+		sleep 0.05
+	done
+	cat "$out" >&2
+	return 1
+}
+
+@test "chattr +i and +a bind a write export and a shared mapping taken before (round 3, finding 5)" {
+	local f
+	for f in e m a; do
+		head -c 100000 /dev/urandom >"$TFS_TMP/$f"
+		chmod 644 "$TFS_TMP/$f"
+		as "$bob" cp "$TFS_TMP/$f" "$MNT/$f"
+	done
+	bg "$bob" "$TFS_TMP/we" writer "$MNT/e"
+	local wpid=$BG_PID
+	mapw "$bob" "$TFS_TMP/wm" "$MNT/m"
+	local mpid=$BG_PID
+	mapw "$bob" "$TFS_TMP/wa" "$MNT/a"
+	local apid=$BG_PID
+	# Before the flags, both write the file, and what they wrote stays.
+	[ "$(ask "$wpid" "$TFS_TMP/we" USR2 commit)" = commit=ok ]
+	bytes_of 100000 '\315' | cmp - "$MNT/e"
+	[ "$(ask "$mpid" "$TFS_TMP/wm" USR1 msync)" = msync=ok ]
+	bytes_of 100000 '\021' | cmp - "$MNT/m"
+	[ "$(ask "$apid" "$TFS_TMP/wa" USR1 msync)" = msync=ok ]
+	chattr +i "$MNT/e" "$MNT/m"
+	chattr +a "$MNT/a"
+	grep -q "inode [0-9]*: ended 1 write export: the file is now immutable" "$LOG"
+	# After: the file refuses the commit (EPERM, as a write), the export
+	# is gone (its release hears ESTALE), the mapping's write-back is
+	# refused, and nothing reaches the files.
+	[ "$(ask "$wpid" "$TFS_TMP/we" USR2 commit)" = commit=EPERM ]
+	run ask "$mpid" "$TFS_TMP/wm" USR2 msync
+	[ "$output" != msync=ok ]
+	run ask "$apid" "$TFS_TMP/wa" USR2 msync
+	[ "$output" != msync=ok ]
+	bytes_of 100000 '\315' | cmp - <(direct "$MNT/e")
+	bytes_of 100000 '\021' | cmp - <(direct "$MNT/m")
+	bytes_of 100000 '\021' | cmp - <(direct "$MNT/a")
+	# The refused pages are dropped: readers through the cache see the
+	# file's bytes too, and so does the mapping.
+	wait_for cmp -s <(bytes_of 100000 '\021') "$MNT/m"
+	wait_for cmp -s <(bytes_of 100000 '\021') "$MNT/a"
+	kill -TERM "$wpid"
+	wait "$wpid"
+	grep -q '^release=ESTALE$' "$TFS_TMP/we"
+	kill -TERM "$mpid" "$apid"
+	wait "$mpid" "$apid" || true
+	bytes_of 100000 '\315' | cmp - "$MNT/e"
+	bytes_of 100000 '\021' | cmp - "$MNT/m"
+	# Append-only still takes appends, and only appends.
+	as "$bob" sh -c "echo more >>'$MNT/a'"
+	run as "$bob" dd if=/dev/zero of="$MNT/a" bs=1 count=1 conv=notrunc \
+		status=none
+	[ "$status" -ne 0 ]
+	[ "$(tail -c 5 "$MNT/a")" = more ]
+	[ "$(stat -c %s "$MNT/a")" = 100005 ]
+	chattr -i "$MNT/e" "$MNT/m"
+	chattr -a "$MNT/a"
+}
+
+@test "the owner's truncate, rewrite, chmod, move and export break a writer's lease (round 3, finding 9)" {
+	local how i
+	for how in truncate rewrite chmod move export; do
+		alice_file f 0666 100000
+		bg "$bob" "$TFS_TMP/w.$how" writer "$MNT/f"
+		local wpid=$BG_PID
+		case $how in
+		truncate) as "$alice" truncate -s 1000 "$MNT/f" ;;
+		rewrite) as "$alice" sh -c "echo mine >'$MNT/f'" ;;
+		chmod) as "$alice" chmod 600 "$MNT/f" ;;
+		move)
+			as "$alice" setfattr -n user.tierfs.tier -v disk "$MNT/f"
+			[ "$(tfs_tier "$MNT/f")" = disk ]
+			;;
+		export)
+			run ec "$alice" ioctl "$MNT/f" export-write rw
+			[ "$output" = ok ]
+			;;
+		esac
+		# bob hears it at his next use, and his bytes go nowhere.
+		cp "$MNT/f" "$TFS_TMP/now"
+		[ "$(ask "$wpid" "$TFS_TMP/w.$how" USR2 commit)" = commit=ESTALE ]
+		cmp "$TFS_TMP/now" "$MNT/f"
+		cmp "$TFS_TMP/now" <(direct "$MNT/f")
+		kill -TERM "$wpid"
+		wait "$wpid"
+		grep -q '^release=ENOENT$\|^release=other$' "$TFS_TMP/w.$how"
+		cmp "$TFS_TMP/now" "$MNT/f"
+		as "$alice" rm "$MNT/f"
+	done
+	[ "$(grep -c "ended 1 write export of other users: its owner asked" "$LOG")" = 5 ]
+	# Someone who is not the owner breaks nothing, and the holder's own
+	# truncate still waits for the holder.
+	alice_file g 0666 100000
+	bg "$bob" "$TFS_TMP/w.g" writer "$MNT/g"
+	local wpid=$BG_PID
+	local carol
+	tfs_user carol
+	run as "$carol" truncate -s 0 "$MNT/g"
+	[[ "$output" == *"Device or resource busy"* ]]
+	run as "$bob" truncate -s 0 "$MNT/g"
+	[[ "$output" == *"Device or resource busy"* ]]
+	[ "$(ask "$wpid" "$TFS_TMP/w.g" USR2 commit)" = commit=ok ]
+	kill -TERM "$wpid"
+	wait "$wpid"
+	grep -q '^release=ok$' "$TFS_TMP/w.g"
+}
+
+# pin_until USER PREFIX N: USER pins PREFIX1.. PREFIXN in turn until one
+# is refused; prints how many were pinned and the last error.
+pin_until() {
+	local u=$1 p=$2 n=$3 k out
+	for k in $(seq 1 "$n"); do
+		if ! out=$(as "$u" setfattr -n user.tierfs.pin -v 1 "$p$k" 2>&1); then
+			echo "$((k - 1)) $out"
+			return 0
+		fi
+	done
+	echo "$n"
+}
+
+@test "pins are charged on every tier: one user's pins cannot starve another (round 3, finding 6)" {
+	tfs_unmount
+	tfs_mount -o allow_other,device_backend=sim,device_limit=64M,host_limit=64M,device_user_share=8M,host_user_share=8M
+	chmod 1777 "$MNT"
+	as "$bob" mkdir "$MNT/bob"
+	local k out
+	for k in $(seq 1 8); do
+		as "$bob" dd if=/dev/urandom of="$MNT/bob/h$k" bs=1M count=2 \
+			status=none
+		as "$bob" setfattr -n user.tierfs.tier -v host "$MNT/bob/h$k"
+		[ "$(tfs_tier "$MNT/bob/h$k")" = host ]
+	done
+	# Moved to host first and pinned there: charged to the host share,
+	# 8M, four files, then EDQUOT.
+	out=$(pin_until "$bob" "$MNT/bob/h" 8)
+	echo "$out"
+	[[ "$out" == "4 "*"Disk quota exceeded"* ]]
+	# A pinned file grows only within the share.
+	as "$bob" setfattr -n user.tierfs.pin -v 0 "$MNT/bob/h4"
+	run as "$bob" dd if=/dev/zero of="$MNT/bob/h1" bs=1M count=4 \
+		oflag=append conv=notrunc status=none
+	[[ "$output" == *"Disk quota exceeded"* ]]
+	[ "$(stat -c %s "$MNT/bob/h1")" -le $((4 * 1024 * 1024)) ]
+	for k in 1 2 3; do
+		as "$bob" setfattr -n user.tierfs.pin -v 0 "$MNT/bob/h$k"
+	done
+	# On the device (with the clean host copy beside it): the same.
+	for k in $(seq 1 8); do
+		as "$bob" dd if=/dev/urandom of="$MNT/bob/d$k" bs=1M count=2 \
+			status=none
+		[ "$(tfs_tier "$MNT/bob/d$k")" = device ]
+	done
+	out=$(pin_until "$bob" "$MNT/bob/d" 8)
+	echo "$out"
+	[[ "$out" == "4 "*"Disk quota exceeded"* ]]
+	run as "$bob" setfattr -n user.tierfs.pin -v 1 "$MNT/bob/h8"
+	[[ "$output" == *"Disk quota exceeded"* ]]
+	# alice is unaffected: her files are placed on the device, her moves
+	# up and her pins work, and so do root's exports.
+	alice_file a 0644 4000000
+	[ "$(tfs_tier "$MNT/a")" = device ]
+	as "$alice" setfattr -n user.tierfs.tier -v disk "$MNT/a"
+	as "$alice" setfattr -n user.tierfs.tier -v host "$MNT/a"
+	as "$alice" setfattr -n user.tierfs.tier -v device "$MNT/a"
+	as "$alice" setfattr -n user.tierfs.pin -v 1 "$MNT/a"
+	alice_file b 0644 2000000
+	as "$alice" setfattr -n user.tierfs.tier -v host "$MNT/b"
+	as "$alice" setfattr -n user.tierfs.pin -v 1 "$MNT/b"
+	run ec root ioctl "$MNT/bob/d1" export r
+	[ "$output" = ok ]
+	ec "$alice" cat "$MNT/a" | cmp - "$TFS_TMP/a"
+	# Unpinning gives the share back, to pin elsewhere.
+	as "$bob" setfattr -n user.tierfs.pin -v 0 "$MNT/bob/d2"
+	as "$bob" setfattr -n user.tierfs.pin -v 1 "$MNT/bob/d7"
+	run as "$bob" setfattr -n user.tierfs.pin -v 1 "$MNT/bob/d8"
+	[[ "$output" == *"Disk quota exceeded"* ]]
+}
+
+@test "by default one user's pins hold at most half of device and host (round 3, finding 6)" {
+	as "$bob" mkdir "$MNT/bob"
+	local k out
+	for k in $(seq 1 12); do
+		as "$bob" dd if=/dev/urandom of="$MNT/bob/d$k" bs=1M count=4 \
+			status=none
+	done
+	out=$(pin_until "$bob" "$MNT/bob/d" 12)
+	echo "$out"
+	[[ "$out" == "8 "*"Disk quota exceeded"* ]]
+	alice_file a 0644 4000000
+	as "$alice" setfattr -n user.tierfs.pin -v 1 "$MNT/a"
+	[ "$(tfs_tier "$MNT/a")" = device ]
+}
+
+# maps_of PID: the mappings the process has.
+maps_of() {
+	wc -l <"/proc/$1/maps"
+}
+
+@test "an export flood is capped per user and costs the daemon no mappings (round 3, finding 7)" {
+	as "$bob" mkdir "$MNT/bob"
+	as "$bob" sh -c "cd '$MNT/bob' && for k in \$(seq 0 1099); do echo \$k >f\$k; done"
+	local before after
+	before=$(maps_of "$TFS_PID")
+	bg "$bob" "$TFS_TMP/flood" flood "$MNT/bob" 1100 rw
+	# [device] user_exports: 1024 live exports a user by default.
+	grep -q '^ready 1024 76 0$' "$TFS_TMP/flood"
+	after=$(maps_of "$TFS_PID")
+	echo "maps: $before -> $after"
+	[ "$after" -lt $((before + 64)) ]
+	# alice's writes and exports go on.
+	head -c 50000000 /dev/urandom >"$TFS_TMP/big"
+	chmod 644 "$TFS_TMP/big"
+	as "$alice" cp "$TFS_TMP/big" "$MNT/big"
+	cmp "$TFS_TMP/big" "$MNT/big"
+	alice_file a 0644 100000
+	ec "$alice" cat "$MNT/a" | cmp - "$TFS_TMP/a"
+	run ec "$alice" ioctl "$MNT/a" export-write rw
+	[ "$output" = ok ]
+	kill -TERM "$BG_PID"
+	wait "$BG_PID"
+	# Once his exports end, he may export again.
+	run ec "$bob" ioctl "$MNT/bob/f0" export-write rw
+	[ "$output" = ok ]
+}
+
+@test "one user's xattrs and files take only their share of the metadata budget (round 3, finding 8)" {
+	tfs_unmount
+	tfs_mount -o allow_other,device_backend=sim,device_limit=64M,host_limit=64M,fs_metadata_limit=4M
+	chmod 1777 "$MNT"
+	as "$bob" mkdir "$MNT/bob"
+	local k v out=
+	v=$(head -c 60000 /dev/zero | tr '\0' x)
+	printf '%s' "$v" >"$TFS_TMP/v"
+	chmod 644 "$TFS_TMP/v"
+	for k in $(seq 1 100); do
+		if ! out=$(as "$bob" sh -c "touch '$MNT/bob/x$k' &&
+			setfattr -n user.a -v \"\$(cat '$TFS_TMP/v')\" '$MNT/bob/x$k' &&
+			setfattr -n user.b -v \"\$(cat '$TFS_TMP/v')\" '$MNT/bob/x$k' &&
+			setfattr -n user.c -v \"\$(cat '$TFS_TMP/v')\" '$MNT/bob/x$k'" 2>&1); then
+			break
+		fi
+	done
+	echo "$k: $out"
+	[[ "$out" == *"Disk quota exceeded"* ]]
+	# Half of 4M is his: he stopped near 2M.
+	[ "$(tfs_stat metadata.used)" -lt 3000000 ]
+	# What is left of it takes a few more files, no more.
+	run as "$bob" sh -c "for k in \$(seq 1 2000); do touch '$MNT/bob/t'\$k || exit; done"
+	[[ "$output" == *"Disk quota exceeded"* ]]
+	run as "$bob" mkdir "$MNT/bob/more"
+	[[ "$output" == *"Disk quota exceeded"* ]]
+	# alice and root are unaffected.
+	as "$alice" touch "$MNT/af"
+	as "$alice" mkdir "$MNT/ad"
+	as "$alice" setfattr -n user.a -v "$(cat "$TFS_TMP/v")" "$MNT/af"
+	touch "$MNT/rf"
+	mkdir "$MNT/rd"
+	# What he frees is his again.
+	as "$bob" rm -f "$MNT/bob/x1" "$MNT/bob/x2"
+	as "$bob" mkdir "$MNT/bob/more"
+}
+
+@test "a read-only mount refuses moves and pins with EROFS (round 3, finding 10)" {
+	command -v mount.fuse3 >/dev/null || skip "no mount.fuse3"
+	mkdir -p "$TFS_TMP/bin"
+	ln -s "$(readlink -f "$TIERFS_BIN")" "$TFS_TMP/bin/tierfs"
+	alice_file f 0644
+	as "$alice" setfattr -n user.tierfs.tier -v host "$MNT/f"
+	env PATH="$TFS_TMP/bin:$PATH" mount.fuse3 tierfs "$MNT" -t fuse.tierfs \
+		-o "ro,nosuid,nodev,relatime,remount,user_id=0,group_id=0,default_permissions,allow_other"
+	[ "$(findmnt -no FS-OPTIONS "$MNT" | cut -d, -f1)" = ro ]
+	local who t
+	for who in "$alice" root; do
+		for t in disk device; do
+			run ec "$who" ioctl "$MNT/f" "move-$t" r
+			[ "$output" = errno=EROFS ]
+		done
+		run as "$who" setfattr -n user.tierfs.tier -v disk "$MNT/f"
+		[[ "$output" == *"Read-only file system"* ]]
+		run as "$who" setfattr -n user.tierfs.pin -v 1 "$MNT/f"
+		[[ "$output" == *"Read-only file system"* ]]
+	done
+	[ "$(tfs_tier "$MNT/f")" = host ]
+	[ "$(getfattr --only-values -n user.tierfs.pin "$MNT/f")" = 0 ]
+	cmp "$TFS_TMP/f" "$MNT/f"
+	# Reading, and read exports, still work.
+	ec "$alice" cat "$MNT/f" | cmp - "$TFS_TMP/f"
+}
