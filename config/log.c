@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,14 +72,127 @@ enum tfs_log_dest tfs_log_pick(bool daemon, bool have_file)
 	return TFS_LOG_FILE;
 }
 
-int tfs_log_open(const char *path)
+/* say() for @why, which may be NULL. */
+static void why_say(char *why, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void why_say(char *why, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!why || !len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, len, fmt, ap);
+	va_end(ap);
+}
+
+int tfs_log_file_open(const char *path, char *why, size_t len)
+{
+	const char *dir = ".", *base = path, *slash = strrchr(path, '/');
+	char *copy = NULL;
+	struct stat st;
+	int dfd, fd, rc = 0, e;
+
+	why_say(why, len, "%s", "");
+	if (slash) {
+		copy = strndup(path, slash > path ? (size_t)(slash - path) : 1);
+		if (!copy)
+			return -ENOMEM;
+		dir = copy;
+		base = slash + 1;
+	}
+	if (!*base) {
+		why_say(why, len, "'%s' names a directory", path);
+		free(copy);
+		return -EISDIR;
+	}
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		e = errno;
+		why_say(why, len, "cannot open '%s': %s", path, strerror(e));
+		free(copy);
+		return -e;
+	}
+	/*
+	 * Whoever may rename the directory's entries may swap the log for a
+	 * link to any file between two opens: logrotate refuses such a
+	 * directory too. Sticky is fine, where only an entry's owner (or
+	 * the directory's) may rename it.
+	 */
+	if (fstat(dfd, &st)) {
+		rc = -errno;
+		why_say(why, len, "cannot open '%s': %s", path, strerror(-rc));
+	} else if (st.st_uid && st.st_uid != geteuid()) {
+		why_say(why, len, "refusing '%s': its directory '%s' belongs "
+			"to uid %u, who could replace the log with a link",
+			path, dir, (unsigned int)st.st_uid);
+		rc = -EPERM;
+	} else if (((st.st_mode & S_IWOTH) ||
+		    ((st.st_mode & S_IWGRP) && st.st_gid)) &&
+		   !(st.st_mode & S_ISVTX)) {
+		why_say(why, len, "refusing '%s': other users may write its "
+			"directory '%s', which is not sticky, and could "
+			"replace the log with a link", path, dir);
+		rc = -EPERM;
+	}
+	free(copy);
+	if (rc) {
+		close(dfd);
+		return rc;
+	}
+	/* No symlink, and no FIFO to stall on: a regular file of ours. */
+	if (!fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) &&
+	    !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+		why_say(why, len, "refusing '%s': not a regular file", path);
+		close(dfd);
+		return -EINVAL;
+	}
+	fd = openat(dfd, base, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW |
+				       O_NONBLOCK | O_CLOEXEC | O_NOCTTY,
+		    0640);
+	e = errno;
+	close(dfd);
+	if (fd < 0) {
+		if (e == ELOOP)
+			why_say(why, len, "refusing '%s': it is a symlink",
+				path);
+		else
+			why_say(why, len, "cannot open '%s': %s", path,
+				strerror(e));
+		return -e;
+	}
+	if (fstat(fd, &st)) {
+		e = errno;
+	} else if (!S_ISREG(st.st_mode)) {
+		why_say(why, len, "refusing '%s': not a regular file", path);
+		e = EINVAL;
+	} else if (st.st_uid && st.st_uid != geteuid()) {
+		why_say(why, len, "refusing '%s': it belongs to uid %u", path,
+			(unsigned int)st.st_uid);
+		e = EPERM;
+	} else if (st.st_nlink > 1) {
+		why_say(why, len, "refusing '%s': it has other names (hard "
+			"links)", path);
+		e = EPERM;
+	} else if (fcntl(fd, F_SETFL, O_APPEND) < 0) {
+		e = errno;
+	} else {
+		return fd;
+	}
+	if (why && !why[0])
+		why_say(why, len, "cannot open '%s': %s", path, strerror(e));
+	close(fd);
+	return -e;
+}
+
+int tfs_log_open(const char *path, char *why, size_t len)
 {
 	int fd, rc = 0;
 
-	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY,
-		  0640);
+	fd = tfs_log_file_open(path, why, len);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	if (log_fd < 0) {
 		log_fd = fd;
 		return 0;

@@ -58,12 +58,22 @@ void tfs_log_set_sink(tfs_log_sink_fn sink);
 enum tfs_log_dest tfs_log_pick(bool daemon, bool have_file);
 
 /*
- * Open @path for appending (created 0640) as the log file. When one is
- * open already it is replaced in place, atomically for writers, so that
- * SIGHUP can reopen a file that logrotate moved away. Returns 0 or -errno;
- * on error the file open before stays.
+ * Open @path for appending (created 0640) as root may: never through a
+ * symlink (O_NOFOLLOW, on every reopen too), a regular file of the
+ * daemon's user (or root) with one name only, in a directory that no
+ * other user may write unless it is sticky (as logrotate asks; -EPERM
+ * otherwise). Returns the descriptor or -errno, with why in @why (may be
+ * NULL; a sentence naming the file, "" on success).
  */
-int tfs_log_open(const char *path);
+int tfs_log_file_open(const char *path, char *why, size_t len);
+
+/*
+ * Open @path as tfs_log_file_open() does, as the log file. When one is
+ * open already it is replaced in place, atomically for writers, so that
+ * SIGHUP can reopen a file that logrotate moved away. Returns 0 or -errno
+ * with why in @why; on error the file open before stays.
+ */
+int tfs_log_open(const char *path, char *why, size_t len);
 
 /*
  * Start every line that goes to a log file or to syslog with "@tag: " (the

@@ -17,6 +17,7 @@
 
 #include "config/config.h"
 #include "config/config_int.h"
+#include "config/log.h"
 
 /* Validation */
 
@@ -138,18 +139,15 @@ static int check_disk_path(const struct tfs_config *cfg,
 static int check_log_file(const struct tfs_config *cfg, char *err,
 			  size_t errlen)
 {
-	char where[PATH_MAX + 32];
-	int fd, e;
+	char where[PATH_MAX + 32], why[PATH_MAX + 256];
+	int fd;
 
 	if (!cfg->log.file)
 		return 0;
-	fd = open(cfg->log.file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC |
-					 O_NOCTTY, 0640);
+	fd = tfs_log_file_open(cfg->log.file, why, sizeof(why));
 	if (fd < 0) {
-		e = errno;
 		key_where(cfg, find_key("log", "file"), where, sizeof(where));
-		say(err, errlen, "%s: cannot open '%s': %s", where,
-		    cfg->log.file, strerror(e));
+		say(err, errlen, "%s: %s", where, why);
 		return -EINVAL;
 	}
 	close(fd);

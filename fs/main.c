@@ -342,7 +342,7 @@ static void reload(void)
 {
 	struct tfs_config nc;
 	const char *file;
-	char err[1024];
+	char err[1024], why[PATH_MAX + 256];
 	char *path;
 	int rc;
 
@@ -376,11 +376,10 @@ static void reload(void)
 	/* Reopened, so that logrotate can move the file away. */
 	if (tfs_log_dest() == TFS_LOG_FILE) {
 		file = nc.log.file ? nc.log.file : log_path;
-		rc = tfs_log_open(file);
+		rc = tfs_log_open(file, why, sizeof(why));
 		path = rc ? NULL : strdup(file);
 		if (rc)
-			tfs_warn("cannot reopen the log file '%s': %s", file,
-				 strerror(-rc));
+			tfs_warn("cannot reopen the log file: %s", why);
 		if (path) {
 			free(log_path);
 			log_path = path;
@@ -405,6 +404,7 @@ static void reload(void)
 static int log_prepare(bool daemon, enum tfs_log_dest *dest)
 {
 	const char *file = cfg.log.file;
+	char why[PATH_MAX + 256];
 	int rc;
 
 	*dest = tfs_log_pick(daemon, file != NULL);
@@ -412,10 +412,9 @@ static int log_prepare(bool daemon, enum tfs_log_dest *dest)
 		return 0;
 	if (!file)
 		file = TFS_DEFAULT_LOG;
-	rc = tfs_log_open(file);
+	rc = tfs_log_open(file, why, sizeof(why));
 	if (rc && cfg.log.file) {
-		fprintf(stderr, "tierfs: log_file: cannot open '%s': %s\n",
-			file, strerror(-rc));
+		fprintf(stderr, "tierfs: log_file: %s\n", why);
 		return rc;
 	}
 	if (rc) {

@@ -1,6 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
  * tierfsctl cleanup: remove directory trees on a mount.
+ *
+ * Root runs it on directories users own, who may swap any of their names
+ * for a symlink while it runs: the directory is reached from a descriptor
+ * of the mount's root with no symlink and no other mount on the way
+ * (ctl_open_beneath()), and everything below it is opened from its
+ * parent's descriptor with O_NOFOLLOW and checked to be on the mount's
+ * device before anything in it is removed.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -29,11 +36,19 @@ static bool rm_tree(int dfd, const char *name, const char *path, dev_t dev,
 	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
 					   O_CLOEXEC);
 	struct dirent *de;
+	struct stat top;
 	bool ok = true;
 	DIR *d;
 
 	if (fd < 0) {
 		ctl_op_error("'%s': %s", path, strerror(errno));
+		return false;
+	}
+	/* What was checked by name may have been swapped since. */
+	if (fstat(fd, &top) || top.st_dev != dev) {
+		ctl_op_error("'%s': not on the mount any more, left alone",
+			     path);
+		close(fd);
 		return false;
 	}
 	d = fdopendir(fd);
@@ -80,11 +95,64 @@ static bool rm_tree(int dfd, const char *name, const char *path, dev_t dev,
 	return true;
 }
 
+/*
+ * The descriptor of the directory holding @dir's last component, opened
+ * from the mount's root as ctl_open_beneath() does, with that component in
+ * *@last (malloc'd) and the mount's device in *@dev; -1 with a message.
+ */
+static int open_parent(const char *dir, char **last, dev_t *dev)
+{
+	char *root, *real, *rel, *slash;
+	int rootfd, fd = -1;
+	size_t n;
+
+	rootfd = ctl_open_mount_root(dir, &root, dev);
+	if (rootfd < 0)
+		return -1;
+	real = realpath(dir, NULL);
+	n = strlen(root);
+	if (!real) {
+		ctl_error("'%s': %s", dir, strerror(errno));
+		goto out;
+	}
+	if (!strcmp(real, root)) {
+		ctl_error("'%s': refusing to remove the mount root", dir);
+		goto out;
+	}
+	/* Where the path led a moment ago, if that is on the mount still;
+	 * each step is checked again below. */
+	if (strcmp(root, "/") &&
+	    (strncmp(real, root, n) || real[n] != '/')) {
+		ctl_error("'%s': not on the tierfs mount '%s'", dir, root);
+		goto out;
+	}
+	rel = real + (strcmp(root, "/") ? n : 0);
+	slash = strrchr(rel, '/');
+	*slash = '\0';
+	*last = ctl_xstrdup(slash + 1);
+	fd = ctl_open_beneath(rootfd, rel, O_RDONLY | O_DIRECTORY);
+	if (fd < 0) {
+		ctl_error("'%s': %s", dir,
+			  fd == -ELOOP ? "a symlink on the way, left alone" :
+			  fd == -EXDEV ? "not on the mount any more, left alone" :
+					 strerror(-fd));
+		free(*last);
+		fd = -1;
+	}
+out:
+	free(real);
+	free(root);
+	close(rootfd);
+	return fd;
+}
+
 static int cleanup_one(const char *dir, bool quiet)
 {
 	struct rm_count c = { 0 };
-	char *root, *real;
 	struct stat st;
+	char *last;
+	dev_t dev;
+	int pfd;
 	bool ok;
 
 	if (lstat(dir, &st)) {
@@ -95,25 +163,17 @@ static int cleanup_one(const char *dir, bool quiet)
 		ctl_error("'%s': %s", dir, strerror(ENOTDIR));
 		return EXIT_FAIL;
 	}
-	if (!ctl_resolve_mount_msg(dir, &root))
+	pfd = open_parent(dir, &last, &dev);
+	if (pfd < 0)
 		return EXIT_FAIL;
-	real = realpath(dir, NULL);
-	if (!real || !strcmp(real, root)) {
-		ctl_error("'%s': %s", dir,
-			  real ? "refusing to remove the mount root" :
-				 strerror(errno));
-		free(real);
-		free(root);
-		return EXIT_FAIL;
-	}
-	ok = rm_tree(AT_FDCWD, dir, dir, st.st_dev, &c);
+	ok = rm_tree(pfd, last, dir, dev, &c);
 	if (!quiet)
 		printf("cleanup: '%s': removed %" PRIu64 " file%s and %" PRIu64
 		       " director%s\n",
 		       dir, c.files, c.files == 1 ? "" : "s", c.dirs,
 		       c.dirs == 1 ? "y" : "ies");
-	free(real);
-	free(root);
+	free(last);
+	close(pfd);
 	return ok ? 0 : EXIT_FAIL;
 }
 

@@ -3,11 +3,14 @@
  * tierfsctl metrics: the stats of tierfs mounts in the Prometheus text format.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client/ctl/ctl.h"
@@ -214,6 +217,129 @@ static void metrics_write(FILE *f, char **mounts, struct ctl_stats *st,
 	}
 }
 
+/*
+ * The directory @out is to be written in, opened, and its last component
+ * in *@base (malloc'd); -1 with a message. Root runs this from cron, often
+ * into a directory a node exporter shares: one that another user owns, or
+ * may write without the sticky bit, could have its entries swapped between
+ * two of our steps, and is refused as logrotate refuses such a directory.
+ */
+static int open_out_dir(const char *out, char **base)
+{
+	const char *slash = strrchr(out, '/');
+	char *dir = slash ? ctl_xasprintf("%.*s",
+					  slash > out ? (int)(slash - out) : 1,
+					  out) :
+			    ctl_xstrdup(".");
+	struct stat st;
+	int dfd;
+
+	*base = ctl_xstrdup(slash ? slash + 1 : out);
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fstat(dfd, &st)) {
+		ctl_error("cannot write '%s': %s", out, strerror(errno));
+	} else if (!**base) {
+		ctl_error("cannot write '%s': %s", out, strerror(EISDIR));
+	} else if (st.st_uid && st.st_uid != geteuid()) {
+		ctl_error("refusing to write '%s': its directory '%s' belongs "
+			  "to uid %u, who could swap what is in it",
+			  out, dir, (unsigned int)st.st_uid);
+	} else if (((st.st_mode & S_IWOTH) ||
+		    ((st.st_mode & S_IWGRP) && st.st_gid)) &&
+		   !(st.st_mode & S_ISVTX)) {
+		ctl_error("refusing to write '%s': other users may write its "
+			  "directory '%s', which is not sticky, and could swap "
+			  "what is in it", out, dir);
+	} else {
+		free(dir);
+		return dfd;
+	}
+	if (dfd >= 0)
+		close(dfd);
+	free(dir);
+	free(*base);
+	return -1;
+}
+
+/*
+ * A new temporary file beside @base in @dfd, under a name nobody can
+ * guess and created exclusively (so never through a link planted in
+ * advance), in *@tmp (malloc'd). The name does not end in .prom, so that
+ * the textfile collector skips it. The descriptor, or -errno.
+ */
+static int open_tmp(int dfd, const char *base, char **tmp)
+{
+	uint64_t rnd;
+
+	for (int tries = 0; tries < 16; tries++) {
+		if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+			return -EIO;
+		*tmp = ctl_xasprintf("%s.%016" PRIx64 ".tmp", base, rnd);
+		int fd = openat(dfd, *tmp, O_WRONLY | O_CREAT | O_EXCL |
+						   O_NOFOLLOW | O_CLOEXEC,
+				0644);
+
+		if (fd >= 0)
+			return fd;
+		free(*tmp);
+		if (errno != EEXIST)
+			return -errno;
+	}
+	return -EEXIST;
+}
+
+/*
+ * Write the metrics to @out: into a temporary file in its directory, then
+ * renamed over it, so that a reader never sees half a file and a symlink
+ * at @out is replaced, not followed. 0 or EXIT_FAIL with a message, which
+ * names the file the user gave, not the temporary.
+ */
+static int write_out(const char *out, char **mounts, struct ctl_stats *st,
+		     int n)
+{
+	char *base, *tmp;
+	int dfd, fd, rc = 0;
+	FILE *f;
+
+	dfd = open_out_dir(out, &base);
+	if (dfd < 0)
+		return EXIT_FAIL;
+	fd = open_tmp(dfd, base, &tmp);
+	if (fd < 0) {
+		ctl_error("cannot write '%s': %s", out, strerror(-fd));
+		rc = EXIT_FAIL;
+		goto out_dir;
+	}
+	f = fdopen(fd, "w");
+	if (!f) {
+		ctl_error("cannot write '%s': %s", out, strerror(errno));
+		close(fd);
+		rc = EXIT_FAIL;
+		goto out_tmp;
+	}
+	metrics_write(f, mounts, st, n);
+	if (fflush(f) || ferror(f) || fsync(fileno(f))) {
+		ctl_error("cannot write '%s': %s", out, strerror(errno));
+		rc = EXIT_FAIL;
+	}
+	if (fclose(f) && !rc) {
+		ctl_error("cannot write '%s': %s", out, strerror(errno));
+		rc = EXIT_FAIL;
+	}
+	if (!rc && renameat(dfd, tmp, dfd, base)) {
+		ctl_error("cannot write '%s': %s", out, strerror(errno));
+		rc = EXIT_FAIL;
+	}
+out_tmp:
+	if (rc)
+		unlinkat(dfd, tmp, 0);
+	free(tmp);
+out_dir:
+	free(base);
+	close(dfd);
+	return rc;
+}
+
 int cmd_metrics(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -268,41 +394,8 @@ int cmd_metrics(int argc, char **argv)
 		metrics_write(stdout, mounts, st, n);
 		if (fflush(stdout) || ferror(stdout))
 			rc = EXIT_FAIL;
-	} else {
-		/*
-		 * The textfile collector may read at any moment: write a
-		 * temporary file next to the target and rename it over, so it
-		 * never sees half a file. The name does not end in .prom, so
-		 * the collector skips it.
-		 */
-		char *tmp = ctl_xasprintf("%s.%ld.tmp", out, (long)getpid());
-		FILE *f = fopen(tmp, "we");
-
-		/* Errors name the file the user gave, not the temporary. */
-		if (!f) {
-			ctl_error("cannot write '%s': %s", out, strerror(errno));
-			rc = EXIT_FAIL;
-		} else {
-			metrics_write(f, mounts, st, n);
-			if (fflush(f) || ferror(f) || fsync(fileno(f))) {
-				ctl_error("cannot write '%s': %s", out,
-					  strerror(errno));
-				rc = EXIT_FAIL;
-			}
-			if (fclose(f) && !rc) {
-				ctl_error("cannot write '%s': %s", out,
-					  strerror(errno));
-				rc = EXIT_FAIL;
-			}
-			if (!rc && rename(tmp, out)) {
-				ctl_error("cannot write '%s': %s", out,
-					  strerror(errno));
-				rc = EXIT_FAIL;
-			}
-			if (rc)
-				unlink(tmp);
-		}
-		free(tmp);
+	} else if (write_out(out, mounts, st, n)) {
+		rc = EXIT_FAIL;
 	}
 	for (int i = 0; i < n; i++)
 		ctl_stats_free(&st[i]);

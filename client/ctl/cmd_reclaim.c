@@ -74,8 +74,9 @@ int cmd_reclaim(int argc, char **argv)
 	char want[32], got[32];
 	uint64_t bytes, gpu;
 	bool quiet = false;
-	char *root;
+	char *root, *arg;
 	int c, fd, rc = EXIT_FAIL;
+	dev_t dev;
 
 	memset(&r, 0, sizeof(r));
 	r.version = TFS_ABI_VERSION;
@@ -99,14 +100,15 @@ int cmd_reclaim(int argc, char **argv)
 		return ctl_bad_usage("'%s': not a size (such as 512M or 2G)",
 				     argv[optind + 1]);
 	r.bytes = bytes;
-	root = ctl_pick_mount(argv[optind]);
-	if (!root)
+	arg = ctl_pick_mount(argv[optind]);
+	if (!arg)
 		return EXIT_FAIL;
-	fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0) {
-		ctl_op_error("'%s': %s", root, strerror(errno));
-		goto out;
-	}
+	/* Root's ioctl goes to the mount's root, not whatever a user may
+	 * have put at a path on the way to it. */
+	fd = ctl_open_mount_root(arg, &root, &dev);
+	free(arg);
+	if (fd < 0)
+		return EXIT_FAIL;
 	if (ioctl(fd, TFS_IOC_RECLAIM, &r) < 0) {
 		int e = errno;
 

@@ -2,7 +2,10 @@
 /*
  * tierfsctl recover --list: what the last start of a persistent mount
  * dropped, rolled back, repaired or put in lost+found, from the root's
- * user.tierfs.recovery, with how that start went from the stats.
+ * user.tierfs.recovery, with how that start went from the stats. Both are
+ * read from a descriptor of the mount's root, checked to be that root
+ * (ctl_open_mount_root()): root runs this, and a path on the way to the
+ * mount may be a user's.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -11,19 +14,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include "client/ctl/ctl.h"
 
 /* The attribute's value, malloc'd and NUL-terminated, or NULL with errno
  * set. */
-static char *read_notes(const char *root)
+static char *read_notes(int fd)
 {
-	ssize_t n = getxattr(root, TFS_XATTR_RECOVERY, NULL, 0);
+	ssize_t n = fgetxattr(fd, TFS_XATTR_RECOVERY, NULL, 0);
 	char *buf;
 
 	for (int tries = 0; n >= 0 && tries < 4; tries++) {
 		buf = ctl_xmalloc((size_t)n + 1);
-		ssize_t got = getxattr(root, TFS_XATTR_RECOVERY, buf, (size_t)n);
+		ssize_t got = fgetxattr(fd, TFS_XATTR_RECOVERY, buf, (size_t)n);
 
 		if (got >= 0) {
 			buf[got] = '\0';
@@ -33,7 +37,7 @@ static char *read_notes(const char *root)
 		if (errno != ERANGE)
 			return NULL;
 		/* It changed in between; ask for its size again. */
-		n = getxattr(root, TFS_XATTR_RECOVERY, NULL, 0);
+		n = fgetxattr(fd, TFS_XATTR_RECOVERY, NULL, 0);
 	}
 	return NULL;
 }
@@ -141,8 +145,9 @@ int cmd_recover(int argc, char **argv)
 	};
 	struct ctl_stats s = { 0 };
 	bool list = false, json = false;
-	char *mount, *notes;
-	int c, rc = 0;
+	char *mount, *notes, *arg;
+	int c, fd, rc = 0;
+	dev_t dev;
 
 	while ((c = ctl_next_opt(argc, argv, "l", longopts)) != -1) {
 		if (c == 'l')
@@ -154,14 +159,22 @@ int cmd_recover(int argc, char **argv)
 		return ctl_bad_usage("say what to do: --list");
 	if (argc - optind > 1)
 		return ctl_bad_usage("one mount at a time");
-	mount = ctl_pick_mount(optind < argc ? argv[optind] : NULL);
-	if (!mount)
+	arg = ctl_pick_mount(optind < argc ? argv[optind] : NULL);
+	if (!arg)
 		return EXIT_FAIL;
-	if (!ctl_stats_read_msg(mount, &s)) {
+	fd = ctl_open_mount_root(arg, &mount, &dev);
+	free(arg);
+	if (fd < 0)
+		return EXIT_FAIL;
+	c = ctl_stats_read_fd(fd, &s);
+	if (c) {
+		ctl_error("'%s': cannot read %s: %s", mount, TFS_XATTR_STATS,
+			  strerror(-c));
+		close(fd);
 		free(mount);
 		return EXIT_FAIL;
 	}
-	notes = read_notes(mount);
+	notes = read_notes(fd);
 	if (!notes) {
 		if (errno == ENODATA)
 			ctl_op_error("'%s' is not a persistent mount "
@@ -183,6 +196,7 @@ int cmd_recover(int argc, char **argv)
 	}
 	free(notes);
 	ctl_stats_free(&s);
+	close(fd);
 	free(mount);
 	return rc;
 }

@@ -4,6 +4,7 @@
  * them where they are.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ enum op_kind { OP_SPILL, OP_PREFETCH, OP_PIN, OP_UNPIN };
 struct target {
 	char *path;
 	uint64_t size;
+	dev_t dev; /* its mount's, when it was found */
 	int to; /* tier for spill and prefetch */
 };
 
@@ -33,7 +35,7 @@ struct target_list {
 };
 
 static void target_add(struct target_list *l, char *path, uint64_t size,
-		       int to)
+		       dev_t dev, int to)
 {
 	if (l->n == l->cap) {
 		l->cap = l->cap ? 2 * l->cap : 64;
@@ -41,6 +43,7 @@ static void target_add(struct target_list *l, char *path, uint64_t size,
 	}
 	l->t[l->n].path = path;
 	l->t[l->n].size = size;
+	l->t[l->n].dev = dev;
 	l->t[l->n].to = to;
 	l->n++;
 	l->bytes += size;
@@ -63,7 +66,7 @@ static bool collect_entry(void *ctx, char *path, const struct stat *st)
 	if (S_ISDIR(st->st_mode) && st->st_dev == w->dev) {
 		ok = collect_dir(w->l, path, w->dev, w->to);
 	} else if (S_ISREG(st->st_mode)) {
-		target_add(w->l, path, st->st_size, w->to);
+		target_add(w->l, path, st->st_size, st->st_dev, w->to);
 		return true;
 	}
 	free(path);
@@ -116,7 +119,8 @@ static bool collect_targets(struct target_list *l, char **paths, int n,
 		if (o->kind == OP_PREFETCH && !o->to_given && !has_device)
 			to = TFS_TIER_HOST;
 		if (S_ISREG(st.st_mode)) {
-			target_add(l, ctl_xstrdup(paths[i]), st.st_size, to);
+			target_add(l, ctl_xstrdup(paths[i]), st.st_size,
+				   st.st_dev, to);
 		} else if (S_ISDIR(st.st_mode) && o->recursive) {
 			ok &= collect_dir(l, paths[i], st.st_dev, to);
 		} else if (S_ISDIR(st.st_mode)) {
@@ -129,6 +133,33 @@ static bool collect_targets(struct target_list *l, char **paths, int n,
 		}
 	}
 	return ok;
+}
+
+/*
+ * Set @name to @val on the regular file at @path, found on device @dev:
+ * through a descriptor of what is there now, checked to be a regular
+ * file on that mount still, so that a file swapped for a symlink since
+ * it was listed takes root's setxattr nowhere else. 0 or -errno.
+ */
+static int set_on_mount(const char *path, dev_t dev, const char *name,
+			const char *val)
+{
+	char proc[64];
+	struct stat st;
+	int fd, rc = 0;
+
+	fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st))
+		rc = -errno;
+	else if (!S_ISREG(st.st_mode) || st.st_dev != dev)
+		rc = -EXDEV;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	if (!rc && setxattr(proc, name, val, strlen(val), 0))
+		rc = -errno;
+	close(fd);
+	return rc;
 }
 
 struct progress {
@@ -214,12 +245,15 @@ static int op_run(const struct op_opts *o, char **paths, int npaths)
 			name = TFS_XATTR_PIN;
 			val = o->kind == OP_PIN ? "1" : "0";
 		}
-		rc = setxattr(path, name, val, strlen(val), 0);
+		rc = set_on_mount(path, l.t[i].dev, name, val);
 		if (rc) {
-			int err = errno;
+			int err = -rc;
 
 			progress_clear(&p);
-			ctl_op_error("'%s': %s%s", path, strerror(err),
+			ctl_op_error("'%s': %s%s", path,
+				     err == EXDEV ? "not a file on the mount "
+						    "any more" :
+						    strerror(err),
 				     err == ENODEV ?
 					     " (the mount has no device tier)" :
 					     "");

@@ -116,6 +116,15 @@ void ctl_json_str(FILE *f, const char *s);
  * false, with a message, when @path is not on one or cannot be looked at. */
 bool ctl_resolve_mount_msg(const char *path, char **root);
 
+/*
+ * ctl_resolve_mount_msg(), then opens that root and checks that what it
+ * opened is the mount's root still (its device, and for a whole mount its
+ * root inode), not something a user put at that path meanwhile. Returns
+ * the descriptor (O_DIRECTORY) with *root and *dev set, or -1 with a
+ * message.
+ */
+int ctl_open_mount_root(const char *path, char **root, dev_t *dev);
+
 /* Every fuse.tierfs mount point, malloc'd, in mountinfo order, without
  * duplicates of one mount point (over-mounts hide the lower one); returns
  * the count (free with ctl_free_strv()), or -1 with a message. */
@@ -166,6 +175,9 @@ struct ctl_stats {
 /* Reads the stats of the mount at @root into @s; returns 0 or -errno. */
 int ctl_stats_read(const char *root, struct ctl_stats *s);
 
+/* The same from a descriptor of the mount's root. */
+int ctl_stats_read_fd(int fd, struct ctl_stats *s);
+
 /* ctl_stats_read() with the message; false when it failed. */
 bool ctl_stats_read_msg(const char *root, struct ctl_stats *s);
 
@@ -190,6 +202,17 @@ int ctl_get_tier(const char *path);
 
 /* @dir and @name joined by one '/'; malloc'd. */
 char *ctl_join_path(const char *dir, const char *name);
+
+/*
+ * Opens @rel beneath the directory @dirfd with @flags (O_RDONLY,
+ * O_DIRECTORY...), never through a symlink (any component), never above
+ * @dirfd ("..") and never onto another mount: openat2() with
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV where the
+ * kernel has it, else O_NOFOLLOW at every step with a device check. An
+ * empty @rel opens @dirfd's own directory again. Returns the descriptor,
+ * or -ELOOP (a symlink), -EXDEV (another mount, "..") or another -errno.
+ */
+int ctl_open_beneath(int dirfd, const char *rel, int flags);
 
 /*
  * Calls @fn for each entry of @dir but "." and "..", with its path (which

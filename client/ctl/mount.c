@@ -3,6 +3,7 @@
  * tierfsctl: which tierfs mount a path is on, and every tierfs mount there is.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include "client/ctl/ctl.h"
 
@@ -137,7 +139,8 @@ static bool answers_stats(const char *root)
  * its root answers user.tierfs.stats, so a daemon started under another
  * name or through mount.fuse3 without a subtype is not turned away.
  */
-static int resolve_mount(const char *path, char **root)
+static int resolve_mount_at(const char *path, char **root, dev_t *dev,
+			    bool *whole)
 {
 	struct mount_tab tab;
 	struct mount_ent *best = NULL;
@@ -171,11 +174,62 @@ static int resolve_mount(const char *path, char **root)
 		     (is_fuse_fstype(best->fstype) &&
 		      answers_stats(best->point)))) {
 		*root = ctl_xstrdup(best->point);
+		if (dev)
+			*dev = best->dev;
+		if (whole)
+			*whole = !strcmp(best->root, "/");
 		rc = 0;
 	}
 	mount_tab_free(&tab);
 	free(real);
 	return rc;
+}
+
+static int resolve_mount(const char *path, char **root)
+{
+	return resolve_mount_at(path, root, NULL, NULL);
+}
+
+/* FUSE's root inode: what the root of a whole tierfs mount is. */
+#define FUSE_ROOT_INO 1
+
+int ctl_open_mount_root(const char *path, char **root, dev_t *dev)
+{
+	struct statfs sfs;
+	struct stat st;
+	bool whole;
+	int fd, rc;
+
+	rc = resolve_mount_at(path, root, dev, &whole);
+	if (rc == NOT_TIERFS)
+		ctl_error("'%s': not on a tierfs mount", path);
+	else if (rc)
+		ctl_error("'%s': %s", path, strerror(-rc));
+	if (rc)
+		return -1;
+	fd = open(*root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		ctl_error("'%s': %s", *root, strerror(errno));
+		goto out_free;
+	}
+	if (fstat(fd, &st) || fstatfs(fd, &sfs)) {
+		ctl_error("'%s': %s", *root, strerror(errno));
+		goto out_close;
+	}
+	if (st.st_dev != *dev || (unsigned long)sfs.f_type != FUSE_SUPER_MAGIC ||
+	    (whole && st.st_ino != FUSE_ROOT_INO)) {
+		ctl_error("'%s' is not the root of its tierfs mount any more "
+			  "(was a directory on the way to it renamed?)", *root);
+		goto out_close;
+	}
+	return fd;
+
+out_close:
+	close(fd);
+out_free:
+	free(*root);
+	*root = NULL;
+	return -1;
 }
 
 bool ctl_resolve_mount_msg(const char *path, char **root)

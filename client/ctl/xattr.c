@@ -54,15 +54,22 @@ static void stats_parse(struct ctl_stats *s, char *raw)
 	}
 }
 
-int ctl_stats_read(const char *root, struct ctl_stats *s)
+/* The stats of @root, or with @root NULL of the descriptor @fd. */
+static ssize_t get_stats(const char *root, int fd, char *buf, size_t len)
 {
-	ssize_t n = getxattr(root, TFS_XATTR_STATS, NULL, 0);
+	return root ? getxattr(root, TFS_XATTR_STATS, buf, len) :
+		      fgetxattr(fd, TFS_XATTR_STATS, buf, len);
+}
+
+static int stats_read(const char *root, int fd, struct ctl_stats *s)
+{
+	ssize_t n = get_stats(root, fd, NULL, 0);
 	char *buf;
 	int err;
 
 	for (int tries = 0; n >= 0 && tries < 8; tries++) {
 		buf = ctl_xmalloc(n + 1);
-		n = getxattr(root, TFS_XATTR_STATS, buf, n + 1);
+		n = get_stats(root, fd, buf, n + 1);
 		if (n >= 0) {
 			buf[n] = 0;
 			stats_parse(s, buf);
@@ -74,9 +81,19 @@ int ctl_stats_read(const char *root, struct ctl_stats *s)
 		/* grew between the two calls */
 		if (err != ERANGE)
 			return -err;
-		n = getxattr(root, TFS_XATTR_STATS, NULL, 0);
+		n = get_stats(root, fd, NULL, 0);
 	}
 	return n < 0 ? -errno : -ERANGE;
+}
+
+int ctl_stats_read(const char *root, struct ctl_stats *s)
+{
+	return stats_read(root, -1, s);
+}
+
+int ctl_stats_read_fd(int fd, struct ctl_stats *s)
+{
+	return stats_read(NULL, fd, s);
 }
 
 bool ctl_stats_read_msg(const char *root, struct ctl_stats *s)

@@ -118,18 +118,18 @@ static void test_file(void)
 {
 	char *text;
 
-	CHECK_EQ(tfs_log_open(path("no/such/dir")), -ENOENT);
-	CHECK_EQ(tfs_log_open(path("a.log")), 0);
+	CHECK_EQ(tfs_log_open(path("no/such/dir"), NULL, 0), -ENOENT);
+	CHECK_EQ(tfs_log_open(path("a.log"), NULL, 0), 0);
 	tfs_log_use(TFS_LOG_FILE);
 	tfs_notice("first");
 	tfs_warn("second");
 	/* logrotate moves the file; the next open starts a new one. */
 	CHECK(!rename(path("a.log"), path("a.log.1")));
 	tfs_err("third");
-	CHECK_EQ(tfs_log_open(path("a.log")), 0);
+	CHECK_EQ(tfs_log_open(path("a.log"), NULL, 0), 0);
 	tfs_err("fourth");
 	/* A failed reopen keeps the file open before. */
-	CHECK_EQ(tfs_log_open(path("no/such/dir")), -ENOENT);
+	CHECK_EQ(tfs_log_open(path("no/such/dir"), NULL, 0), -ENOENT);
 	tfs_notice("fifth");
 	tfs_log_use(TFS_LOG_STDERR);
 
@@ -153,7 +153,7 @@ static void test_tag(void)
 	int old = stderr_to(path("err"));
 	char *text;
 
-	CHECK_EQ(tfs_log_open(path("t.log")), 0);
+	CHECK_EQ(tfs_log_open(path("t.log"), NULL, 0), 0);
 	tfs_log_set_tag("/mnt/a b");
 	tfs_log_use(TFS_LOG_FILE);
 	tfs_warn("spilling");
@@ -170,6 +170,70 @@ static void test_tag(void)
 	CHECK(strstr(text, "]: /mnt/a b: warning: spilling\n") != NULL);
 	CHECK(strstr(text, "]: untagged\n") != NULL);
 	CHECK(!strcmp(slurp(path("err")), "tierfs: plain\n<5>journal\n"));
+}
+
+/*
+ * What root must not be led to append to: a symlink (planted before a
+ * reopen), a FIFO, another user's file, a file with other names, or any
+ * file in a directory others may write that is not sticky. Each is
+ * refused with a sentence saying why, and the log open before stays.
+ */
+static void test_file_refused(void)
+{
+	char why[512], *text;
+	int fd;
+
+	CHECK(!mkdir(path("d"), 0755));
+	CHECK(!mkdir(path("d/open"), 0777));
+	CHECK(!chmod(path("d/open"), 0777));
+	CHECK(!mkdir(path("d/sticky"), 0777));
+	CHECK(!chmod(path("d/sticky"), 01777));
+	CHECK_EQ(tfs_log_open(path("d/b.log"), why, sizeof(why)), 0);
+	CHECK(!why[0]);
+	tfs_log_use(TFS_LOG_FILE);
+	tfs_notice("kept");
+	/* Moved away, and a symlink to a file of root's put in its place. */
+	CHECK(!rename(path("d/b.log"), path("d/b.log.1")));
+	fd = open(path("secret"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0 && write(fd, "secret\n", 7) == 7);
+	close(fd);
+	CHECK(!symlink(path("secret"), path("d/b.log")));
+	CHECK_EQ(tfs_log_open(path("d/b.log"), why, sizeof(why)), -ELOOP);
+	CHECK(strstr(why, "b.log': it is a symlink") != NULL);
+	tfs_notice("still here");
+	CHECK(!strcmp(slurp(path("secret")), "secret\n"));
+	text = slurp(path("d/b.log.1"));
+	CHECK(strstr(text, "]: kept\n") && strstr(text, "]: still here\n"));
+	/* A FIFO would stall the daemon: refused at once. */
+	CHECK(!mkfifo(path("d/f.log"), 0600));
+	CHECK_EQ(tfs_log_file_open(path("d/f.log"), why, sizeof(why)),
+		 -EINVAL);
+	CHECK(strstr(why, "not a regular file") != NULL);
+	/* Another user's file, and a second name of a file. */
+	fd = open(path("d/u.log"), O_WRONLY | O_CREAT, 0600);
+	CHECK(fd >= 0 && !fchown(fd, geteuid() + 1000, 0));
+	close(fd);
+	CHECK_EQ(tfs_log_file_open(path("d/u.log"), why, sizeof(why)), -EPERM);
+	CHECK(strstr(why, "it belongs to uid") != NULL);
+	CHECK(!link(path("secret"), path("d/h.log")));
+	CHECK_EQ(tfs_log_file_open(path("d/h.log"), why, sizeof(why)), -EPERM);
+	CHECK(strstr(why, "other names (hard links)") != NULL);
+	/* The directory: others may write it and it is not sticky. */
+	CHECK_EQ(tfs_log_file_open(path("d/open/o.log"), why, sizeof(why)),
+		 -EPERM);
+	CHECK(strstr(why, "is not sticky") != NULL);
+	CHECK(access(path("d/open/o.log"), F_OK));
+	CHECK(!chown(path("d/open"), geteuid() + 1000, 0));
+	CHECK(!chmod(path("d/open"), 0755));
+	CHECK_EQ(tfs_log_file_open(path("d/open/o.log"), why, sizeof(why)),
+		 -EPERM);
+	CHECK(strstr(why, "belongs to uid") != NULL);
+	fd = tfs_log_file_open(path("d/sticky/s.log"), why, sizeof(why));
+	CHECK(fd >= 0);
+	if (fd >= 0)
+		close(fd);
+	CHECK(!strcmp(slurp(path("secret")), "secret\n"));
+	tfs_log_use(TFS_LOG_STDERR);
 }
 
 static void test_long_line(void)
@@ -199,6 +263,11 @@ int main(void)
 	TAP_RUN(test_stderr_and_journal);
 	TAP_RUN(test_file);
 	TAP_RUN(test_tag);
+	if (!geteuid())
+		TAP_RUN(test_file_refused);
+	else
+		tap_skip("test_file_refused", "giving a file to another user "
+					      "needs root");
 	TAP_RUN(test_long_line);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
 	if (system(cmd))
