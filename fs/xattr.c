@@ -97,9 +97,12 @@ static ssize_t virtual_get(struct tfs_inode *i, const char *name, char *buf,
 		n += (size_t)snprintf(buf + (n < cap ? n : cap),
 				      n < cap ? cap - n : 0,
 				      "metadata.used=%" PRIu64 "\n"
-				      "metadata.limit=%" PRIu64 "\n",
+				      "metadata.limit=%" PRIu64 "\n"
+				      "metadata.user_share=%" PRIu64 "\n",
 				      (uint64_t)atomic_load(&tfs.meta_used),
-				      (uint64_t)atomic_load(&tfs.meta_limit));
+				      (uint64_t)atomic_load(&tfs.meta_limit),
+				      (uint64_t)atomic_load(
+					      &tfs.meta_user_limit));
 		return n > cap ? -E2BIG : (ssize_t)n;
 	}
 	if (!S_ISREG(i->mode))

@@ -75,8 +75,12 @@ enum tfs_handle_type {
  * holder change the file: it is a private snapshot (with cuda a device copy
  * in a block of its own, writable, since CUDA IPC has no read-only import) of
  * the bytes, holding nothing of the buffer. When the lease ends, the old
- * mapping shows nothing current any more. EDQUOT past the caller's
- * [device] user_share.
+ * mapping shows nothing current any more. The file's owner (or root)
+ * truncating, writing, moving, re-permitting or write-exporting the file
+ * ends the write exports of other users, and chattr +i or +a every write
+ * export: its next TFS_IOC_COMMIT or TFS_IOC_RELEASE fails with ESTALE
+ * (a commit on a file made immutable with EPERM). EDQUOT past the
+ * caller's [device] user_share or [device] user_exports.
  */
 struct tfs_ioc_export {
 	uint32_t version;
@@ -159,8 +163,9 @@ struct tfs_ioc_alloc {
 /* TFS_IOC_MOVE: move the buffer to `tier` (EBUSY while another file holds
  * it with a write export). Needs write permission on the file, whatever the
  * fd's mode (EACCES; the owner and root always may), as setting
- * user.tierfs.tier does; EDQUOT when a move to the device would take the
- * caller past its [device] user_share. */
+ * user.tierfs.tier does; EDQUOT when a move to the device or host would
+ * take the caller past its [device] or [host] user_share; EROFS on a
+ * read-only mount. */
 struct tfs_ioc_move {
 	uint32_t version;
 	uint32_t flags;

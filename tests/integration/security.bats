@@ -775,6 +775,7 @@ maps_of() {
 	done
 	echo "$k: $out"
 	[[ "$out" == *"Disk quota exceeded"* ]]
+	[ "$(tfs_stat metadata.user_share)" -eq $((2 * 1024 * 1024)) ]
 	# Half of 4M is his: he stopped near 2M.
 	[ "$(tfs_stat metadata.used)" -lt 3000000 ]
 	# What is left of it takes a few more files, no more.
