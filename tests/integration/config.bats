@@ -78,7 +78,7 @@ wait_for() {
 }
 
 @test "config file: an unknown key is named with its line" {
-	bad_file "3: limt: unknown key in [host] (known: limit, pinned)" \
+	bad_file "3: limt: unknown key in [host] (known: limit, pinned, user_share)" \
 		'[host]\nlimit = 8M\nlimt = 8G\n'
 }
 
@@ -159,7 +159,7 @@ wait_for() {
 }
 
 @test "a misspelt -o key is refused by tierfs, with the keys it knows" {
-	bad_option "-o host_limt: unknown key (known: host_limit, host_pinned)" \
+	bad_option "-o host_limt: unknown key (known: host_limit, host_pinned, host_user_share)" \
 		host_limt=1G
 }
 
@@ -376,7 +376,7 @@ fstab_mounted() {
 	tfs_unmount
 	# Every ';' key set to its documented default.
 	sed 's/^;//' "$SRC/config/tierfs.conf" >"$CONF"
-	[ "$(grep -c '^[a-z_]* = ' "$CONF")" -eq 18 ]
+	[ "$(grep -c '^[a-z_]* = ' "$CONF")" -eq 22 ]
 	tfs_mount -o "config=$CONF,device_backend=sim,device_limit=4M"
 	[ "$(tfs_stat host.limit)" -gt 0 ]
 }
@@ -389,7 +389,8 @@ fstab_mounted() {
 		host_pinned disk_path disk_limit disk_compression \
 		disk_chunk_size policy_eviction policy_unspill \
 		policy_overcommit policy_high_watermark policy_target \
-		fs_threads fs_read_ahead_kb; do
+		fs_threads fs_read_ahead_kb device_user_share \
+		device_user_exports host_user_share fs_metadata_user_share; do
 		[[ "$output" == *"-o $key="* ]]
 	done
 	[[ "$output" == *"-o config=FILE"* ]]
