@@ -120,9 +120,18 @@ int st_dev_populate(struct tier_buf *b, uint64_t off, uint64_t len)
 		hi = cap;
 	if (lo >= hi)
 		return 0;
-	/* At most the whole range is new: reserve that, keep what it took. */
-	want = hi - lo;
+	/*
+	 * At most the whole range is new, and no more than the allocation
+	 * still lacks: reserve that, keep what it took. Reserving a
+	 * populated range again would count against a pinned buffer's
+	 * pinner (st_share_pinned) for bytes it holds already.
+	 */
 	before = b->dmem->granted;
+	want = hi - lo;
+	if (want > (cap > before ? cap - before : 0))
+		want = cap > before ? cap - before : 0;
+	if (!want)
+		return 0;
 	rc = st_reserve(b, TFS_TIER_DEVICE, want);
 	if (rc)
 		return rc;

@@ -781,6 +781,10 @@ maps_of() {
 	# What is left of it takes a few more files, no more.
 	run as "$bob" sh -c "for k in \$(seq 1 2000); do touch '$MNT/bob/t'\$k || exit; done"
 	[[ "$output" == *"Disk quota exceeded"* ]]
+	# A directory may cost less than a file: what is left may hold a
+	# few, no more.
+	run as "$bob" sh -c "for k in \$(seq 1 2000); do mkdir '$MNT/bob/d'\$k || exit; done"
+	[[ "$output" == *"Disk quota exceeded"* ]]
 	run as "$bob" mkdir "$MNT/bob/more"
 	[[ "$output" == *"Disk quota exceeded"* ]]
 	# alice and root are unaffected.

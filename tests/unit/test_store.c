@@ -1095,6 +1095,44 @@ static void test_user_shares(void)
 }
 
 /*
+ * A buffer pinned by a user whose device share it fills: an export
+ * populates every page of its device copy first, which it holds already,
+ * so root's export and the pinner's own commit charge that user nothing
+ * more (populating reserved the whole range again and failed the export
+ * with EDQUOT).
+ */
+static void test_pinned_full_share(void)
+{
+	struct tier_store *s = mk_store("sim", 8 * MiB, 8 * MiB, 0);
+	struct tfs_ioc_export ex = { 0 };
+	struct tfs_config cfg;
+	struct tier_buf *b;
+	char err[256];
+
+	cfg_defaults(&cfg);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "sim");
+	cfg.device.limit = (struct cfg_size){ .bytes = 8 * MiB };
+	cfg.host.limit = (struct cfg_size){ .bytes = 8 * MiB };
+	cfg.device.user_share = (struct cfg_size){ .bytes = MiB };
+	cfg.host.user_share = (struct cfg_size){ .bytes = 0 };
+	CHECK_EQ(tier_store_reconfigure(s, &cfg, err, sizeof(err)), 0);
+	cfg_free(&cfg);
+	b = mk_file(s, 40, MiB);
+	CHECK_EQ(tier_of(b), TFS_TIER_DEVICE);
+	CHECK_EQ(tier_buf_pin_as(b, user_a()), 0);
+	CHECK_EQ(tier_buf_export(b, 1, 0, getgid(), getpid(), -1, false, &ex),
+		 0);
+	CHECK_EQ(tier_buf_unexport(b, 1, true), 0);
+	CHECK_EQ(tier_buf_export(b, 2, 0, getgid(), getpid(), -1, true, &ex),
+		 0);
+	CHECK_EQ(tier_buf_commit(b, 2), 0);
+	CHECK_EQ(tier_buf_unexport(b, 2, true), 0);
+	CHECK_EQ(tier_buf_unpin(b), 0);
+	tier_buf_destroy(b);
+	tier_store_destroy(s);
+}
+
+/*
  * A write lease broken by tier_buf_revoke(): the holder's object is
  * detached with what it wrote, its next commit or release hears ESTALE
  * once, and the buffer is free to truncate. The breaker's own leases
@@ -2225,6 +2263,7 @@ int main(void)
 	TAP_RUN(test_inval_callback);
 	TAP_RUN(test_export_leases);
 	TAP_RUN(test_user_shares);
+	TAP_RUN(test_pinned_full_share);
 	TAP_RUN(test_revoke);
 	TAP_RUN(test_reconfigure_shrinks);
 	TAP_RUN(test_stats_format);
