@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -656,6 +657,25 @@ static int start_inval(const char *mnt)
 	return tfs_inval_start(mi.minor);
 }
 
+/*
+ * Every live export holds a descriptor of its object (device_sim.c), up to
+ * [device] user_exports of them per user: at the soft limit a root shell
+ * leaves (1024), one user's exports would take every descriptor the daemon
+ * has, and with them every other user's opens of the spill files and
+ * exports. The hard limit is the daemon's to take.
+ */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		tfs_warn("cannot raise the limit on open files to %llu: %s",
+			 (unsigned long long)rl.rlim_max, strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -688,6 +708,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	drop_helper_defaults(argc, argv);
+	/* Before anything sizes itself by it (the disk tier's descriptors). */
+	raise_nofile();
 
 	if (fuse_opt_parse(&args, &cl, NULL, opt_proc) || cl.bad)
 		goto out_args;

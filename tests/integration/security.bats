@@ -730,6 +730,16 @@ maps_of() {
 }
 
 @test "an export flood is capped per user and costs the daemon no mappings (round 3, finding 7)" {
+	# Started where a root shell leaves the soft limit on descriptors
+	# (1024): each export holds one, so the daemon takes the hard limit.
+	tfs_unmount
+	printf '#!/bin/sh\nulimit -Sn 1024\nexec "%s" "$@"\n' \
+		"$(readlink -f "$TIERFS_BIN")" >"$TFS_TMP/tierfs-1024"
+	chmod 755 "$TFS_TMP/tierfs-1024"
+	TIERFS_BIN=$TFS_TMP/tierfs-1024 tfs_mount -o allow_other,device_backend=sim,device_limit=64M,host_limit=64M
+	chmod 1777 "$MNT"
+	[ "$(prlimit --pid "$TFS_PID" --nofile --noheadings -o SOFT)" = \
+		"$(prlimit --pid "$TFS_PID" --nofile --noheadings -o HARD)" ]
 	as "$bob" mkdir "$MNT/bob"
 	as "$bob" sh -c "cd '$MNT/bob' && for k in \$(seq 0 1099); do echo \$k >f\$k; done"
 	local before after
