@@ -8,6 +8,10 @@
 # own mktemp -d, MNT the mount point, SPILL the disk tier's directory, LOG
 # the daemon's stderr.
 
+# `run ! cmd` checks that cmd fails: a bare `! cmd` that is not a test's last
+# command can never fail it (tests/lint/batslint.py says why).
+bats_require_minimum_version 1.5.0
+
 : "${TIERFS_BIN:=$BATS_TEST_DIRNAME/../../build/fs/tierfs}"
 : "${TIERFSCTL_BIN:=$(dirname "$TIERFS_BIN")/../client/tierfsctl}"
 
