@@ -515,7 +515,7 @@ EOF
 	echo "exit status $rc"
 	cat "$LOG"
 	[ "$rc" -eq 0 ]
-	! mountpoint -q "$MNT"
+	run ! mountpoint -q "$MNT"
 	[ ! -e "$MNT/f" ]
 	# the disk tier's private directory went with it
 	[ -z "$(ls -A "$SPILL")" ]
@@ -559,18 +559,18 @@ EOF
 		kill -0 "$pid" 2>/dev/null || break
 		sleep 0.05
 	done
-	! kill -0 "$pid" 2>/dev/null
+	run ! kill -0 "$pid"
 
 	run "$TIERFS_BIN" "$MNT" -o "disk_path=$SPILL,host_limit=banana"
 	[ "$status" -eq 1 ]
 	[[ "$output" == *host_limit* ]]
-	! mountpoint -q "$MNT"
+	run ! mountpoint -q "$MNT"
 	run "$TIERFS_BIN" "$MNT" -o "disk_path=$TFS_TMP/nowhere"
 	[ "$status" -eq 1 ]
-	! mountpoint -q "$MNT"
+	run ! mountpoint -q "$MNT"
 	run "$TIERFS_BIN" "$MNT" -o "disk_path=$SPILL,no_such_option"
 	[ "$status" -eq 1 ]
-	! mountpoint -q "$MNT"
+	run ! mountpoint -q "$MNT"
 	run "$TIERFS_BIN" "$MNT" -o "disk_path=$SPILL,device_backend=cuda"
 	if [ "$status" -eq 0 ]; then
 		fusermount3 -u "$MNT"
