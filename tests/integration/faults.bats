@@ -155,7 +155,7 @@ alive() {
 	[[ "$output" == *"Input/output error"* ]]
 	grep -q "cannot read chunk .*Input/output error" "$LOG"
 	# An I/O error is not a checksum error: the chunk is fine.
-	! grep -q "checksum mismatch\|too short" "$LOG"
+	run ! grep -q "checksum mismatch\|too short" "$LOG"
 	[ "$(tfs_stat spill_read_errors)" -eq "$(faults)" ]
 	[ "$(tfs_stat checksum_errors)" -eq 0 ]
 	[ "$(tier "$MNT/a")" = disk ]
@@ -195,7 +195,7 @@ alive() {
 	cmp "$TFS_TMP/a" "$MNT/a"
 	cmp "$TFS_TMP/big" "$MNT/big"
 	[ "$(tier "$MNT/big")" = disk ]
-	! grep -q "cannot" "$LOG"
+	run ! grep -q "cannot" "$LOG"
 	[ "$(tfs_stat spill_read_errors)" -eq 0 ]
 	[ "$(tfs_stat spill_write_errors)" -eq 0 ]
 	[ "$(tfs_stat checksum_errors)" -eq 0 ]
@@ -287,7 +287,7 @@ alive() {
 	[ "$(tier "$MNT/n")" = disk ]
 	[ "$(tfs_stat evict_nothing_movable)" -ge 1 ]
 	[ "$(tfs_stat evict_move_errors)" -eq 0 ]
-	! grep -q "cannot move buffer" "$LOG"
+	run ! grep -q "cannot move buffer" "$LOG"
 	for i in 1 2 3 4; do
 		cmp "$TFS_TMP/p$i" "$MNT/p$i"
 	done

@@ -54,7 +54,8 @@ eperm() {
 	eperm fallocate -l 1M "$MNT/f"
 	[ "$(cat "$MNT/f")" = data ]
 	[ "$(stat -c %a:%s:%h "$MNT/f")" = 644:5:1 ]
-	[ ! -e "$MNT/g" ] && [ ! -e "$MNT/h" ]
+	[ ! -e "$MNT/g" ]
+	[ ! -e "$MNT/h" ]
 	# Its place is not its content: moves and pins still work.
 	setfattr -n user.tierfs.tier -v disk "$MNT/f"
 	[ "$(tfs_tier "$MNT/f")" = disk ]
