@@ -72,7 +72,8 @@ within_limits() {
 refused() {
 	run timeout 20 "$TIERFS_BIN" "$MNT" -f -o "disk_path=$SPILL,$2"
 	echo "status $status, output: $output"
-	[ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+	[ "$status" -ne 0 ]
+	[ "$status" -ne 124 ]
 	[[ "$output" == *"$1"* ]]
 	[ "$(printf '%s\n' "$output" | grep -c .)" -eq 1 ]
 	! mountpoint -q "$MNT"
