@@ -198,7 +198,7 @@ daemon_mount() {
 	grep -q "reload: host stays over its new limit of 4.0 MiB until buffers pinned, mapped or in use there are released (6.0 MiB used)" \
 		"$TFS_TMP/daemon.log"
 	grep -q "configuration reloaded from '$conf'" "$TFS_TMP/daemon.log"
-	! grep -q "reload failed" "$TFS_TMP/daemon.log"
+	run ! grep -q "reload failed" "$TFS_TMP/daemon.log"
 	[ "$(tfs_tier "$MNT/pinned")" = host ]
 	# Unpinned, it goes down to the limit.
 	setfattr -n user.tierfs.pin -v 0 "$MNT/pinned"
@@ -410,7 +410,7 @@ read_moves_atime() {
 @test "a remount changes the atime flags of the running mount" {
 	tfs_mount
 	echo data >"$MNT/f"
-	! read_keeps_atime
+	run ! read_keeps_atime
 	mount -o remount,bind,noatime "$MNT"
 	wait_for read_keeps_atime
 	grep -q "atime: the mount is now noatime" "$LOG"
