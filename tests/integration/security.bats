@@ -162,7 +162,7 @@ dead_pid() {
 	[ "$(cat "$TFS_TMP/target")" = bob ]
 	[ ! -e "/dev/shm/$mine" ]
 	grep -q "removed '/$mine' left by a dead daemon" "$LOG"
-	! grep -q "removed '/$theirs'" "$LOG"
+	run ! grep -q "removed '/$theirs'" "$LOG"
 	! grep -q "removed '/$link'" "$LOG"
 }
 
