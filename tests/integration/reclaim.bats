@@ -46,7 +46,9 @@ same_files() {
 on_device() {
 	local i n=0
 	for i in $(seq 1 "$1"); do
-		[ "$(tier_of "$MNT/f$i")" = device ] && n=$((n + 1))
+		if [ "$(tier_of "$MNT/f$i")" = device ]; then
+			n=$((n + 1))
+		fi
 	done
 	echo $n
 }
