@@ -111,7 +111,7 @@ write_64() {
 	[ "$(tfs_tier "$MNT/f01")" = disk ]
 	[ "$(tfs_tier "$MNT/f63")" = device ]
 	# Least recently used moved first: in write order, tiers only go up.
-	local i t r prev=2 n_dev=0 n_host=0 n_disk=0
+	local i t r prev=2 n_device=0 n_host=0 n_disk=0
 	for i in $(seq -w 0 63); do
 		t=$(tfs_tier "$MNT/f$i")
 		r=$(rank "$t")
@@ -123,9 +123,11 @@ write_64() {
 		eval "n_$t=\$((n_$t + 1))"
 		[ "$(xa size "$MNT/f$i")" -eq 1048576 ]
 	done
-	echo "device=$n_dev host=$n_host disk=$n_disk"
-	[ "$n_dev" -ge 1 ] && [ "$n_dev" -le 4 ]
-	[ "$n_host" -ge 1 ] && [ "$n_host" -le 8 ]
+	echo "device=$n_device host=$n_host disk=$n_disk"
+	[ "$n_device" -ge 1 ]
+	[ "$n_device" -le 4 ]
+	[ "$n_host" -ge 1 ]
+	[ "$n_host" -le 8 ]
 	[ "$n_disk" -ge 52 ]
 	[ "$(tstat device.used)" -le 4194304 ]
 	[ "$(tstat host.used)" -le 8388608 ]
@@ -149,7 +151,9 @@ write_64() {
 	[ "$(tfs_tier "$MNT/f00")" = disk ]
 	local on_dev=() i spills0
 	for i in $(seq -w 0 63); do
-		[ "$(tfs_tier "$MNT/f$i")" = device ] && on_dev+=("f$i")
+		if [ "$(tfs_tier "$MNT/f$i")" = device ]; then
+			on_dev+=("f$i")
+		fi
 	done
 	[ "${#on_dev[@]}" -ge 1 ]
 	spills0=$(tstat device.spills)
@@ -363,7 +367,9 @@ fill_until_enospc() {
 	local before gone=0 f
 	before=$(tfs_stat files)
 	for f in "$failed" next "${ok[0]}" "${ok[1]}"; do
-		[ -e "$MNT/$f" ] && gone=$((gone + 1))
+		if [ -e "$MNT/$f" ]; then
+			gone=$((gone + 1))
+		fi
 		rm -f "$MNT/$f"
 	done
 	# A removed file's buffer goes when the kernel forgets the inode,
