@@ -46,7 +46,7 @@ teardown() {
 	tfs_teardown
 }
 
-sim_only() {
+require_sim_export() {
 	[ "$TFS_EXPORT_BACKEND" = sim ] ||
 		skip "shared-memory export: sim backend only"
 }
@@ -262,7 +262,7 @@ EOF
 }
 
 @test "the shm object is 0600, the daemon's, unguessable, and gone after release" {
-	sim_only
+	require_sim_export
 	mkfile f 8192
 	run ec shm "$MNT/f"
 	[ "$status" -eq 0 ]
@@ -272,7 +272,7 @@ EOF
 }
 
 @test "each map has its own shm object, gone when that map closes" {
-	sim_only
+	require_sim_export
 	mkfile f 8192
 	# The daemon's objects carry its pid (an mtime test races the clock).
 	objs() { find /dev/shm -maxdepth 1 -name "tierfs.$TFS_PID.*" | wc -l; }
@@ -317,7 +317,7 @@ EOF
 }
 
 @test "shm objects a killed daemon left behind are removed by the next one" {
-	sim_only
+	require_sim_export
 	mkfile f 8192
 	hold "$MNT/f" "$TFS_TMP/hold"
 	left=$(ls /dev/shm | grep "^tierfs\.$TFS_PID\." || true)
