@@ -252,9 +252,16 @@ print(r, os.strerror(ctypes.get_errno()))' "$MNT/f"
 	[ "$(df -B1 --output=used "$MNT" | tail -1)" -ge $((used + 4 * 1048576)) ]
 }
 
+# require_dirs DIR...: the machine's own trees a test copies.
+require_dirs() {
+	local d
+	for d in "$@"; do
+		[ -d "$d" ] || skip "needs $d"
+	done
+}
+
 @test "a tree of real files (/usr/share/doc and /usr/lib/python3) costs host memory at most 5% over its bytes" {
-	[ -d /usr/share/doc ] && [ -d /usr/lib/python3 ] ||
-		skip "needs /usr/share/doc and /usr/lib/python3"
+	require_dirs /usr/share/doc /usr/lib/python3
 	tfs_mount -o device_backend=none,host_limit=2G
 	local logical host
 	cp -r /usr/share/doc "$MNT/doc"
