@@ -176,10 +176,10 @@ human() {
 	SMALL=
 }
 
-# make_cgroup BYTES: a child memory cgroup of our own limited to BYTES,
+# require_memory_cgroup BYTES: a child memory cgroup of our own limited to BYTES,
 # in CG (v1 memory.limit_in_bytes, or v2 memory.max); skips the test with
 # the reason when none can be made.
-make_cgroup() {
+require_memory_cgroup() {
 	local name=tfs-limits-$$-$BATS_TEST_NUMBER
 	if [ -f /sys/fs/cgroup/memory/memory.limit_in_bytes ]; then
 		CG=/sys/fs/cgroup/memory/$name
@@ -199,7 +199,7 @@ make_cgroup() {
 }
 
 @test "in a child memory cgroup of 256 MiB without host_limit: 1 GiB written, nothing killed, every byte intact" {
-	make_cgroup $((256 << 20))
+	require_memory_cgroup $((256 << 20))
 	# The daemon joins the group before it starts.
 	(echo "$BASHPID" >"$CG/cgroup.procs" &&
 		exec "$TIERFS_BIN" "$MNT" -f -o "disk_path=$SPILL,device_backend=none" 2>"$LOG") &
