@@ -110,10 +110,15 @@ EOF
 	[ "$(getfattr --only-values -n user.big "$MNT/f$rc" | wc -c)" -eq 60000 ]
 }
 
-@test "memory goes back to the system after mass deletion" {
-	# ASan's allocator quarantines freed memory; glibc's is what is tested.
+# require_glibc_malloc: ASan's allocator quarantines freed memory; glibc's
+# is what a test of memory given back measures.
+require_glibc_malloc() {
 	! ldd "$TIERFS_BIN" | grep -q libasan ||
 		skip "the daemon is built with ASan's allocator"
+}
+
+@test "memory goes back to the system after mass deletion" {
+	require_glibc_malloc
 	tfs_mount -o device_backend=none
 	local r0 r1 r2 i
 	r0=$(rss_kib)
