@@ -536,10 +536,16 @@ print("prefix=%s sbindir=%s mandir=%s sysconfdir=%s unitdir=%s" % (
 	! mountpoint -q "$MNT"
 }
 
+# require_installed PACKAGE: the test reinstalls it, which only an
+# installed package does without the network.
+require_installed() {
+	dpkg-query -W -f='${Status}' "$1" | grep -q 'install ok installed' ||
+		skip "$1 is not installed"
+}
+
 @test "apt-get-wait waits for another apt's lock instead of failing" {
 	command -v apt-get >/dev/null || skip "no apt-get"
-	dpkg-query -W -f='${Status}' attr | grep -q 'install ok installed' ||
-		skip "attr is not installed"
+	require_installed attr
 	# Private copies of apt's lock files, in a mount namespace of its
 	# own: the machine's apt and dpkg are not held up.
 	in_private_ns '
@@ -633,11 +639,22 @@ while not os.path.exists(sys.argv[2]):
 	[[ "$output" == *"\"reload_error\": \"$conf:2: limit: 'banana'"* ]]
 }
 
-@test "without NVIDIA's driver, backend=auto says so in one line and none says nothing" {
+# require_cuda_build: a build with the cuda backend (the CUDA toolkit was
+# there when it was configured).
+require_cuda_build() {
 	grep -q TFS_HAVE_CUDA "$TFS_BUILD/build.ninja" ||
 		skip "built without the cuda backend"
+}
+
+# require_no_nvidia_driver: a machine without libcuda.so.1.
+require_no_nvidia_driver() {
 	! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' ||
 		skip "an NVIDIA driver is installed here"
+}
+
+@test "without NVIDIA's driver, backend=auto says so in one line and none says nothing" {
+	require_cuda_build
+	require_no_nvidia_driver
 	tfs_mount
 	cat "$LOG"
 	[ "$(sed -n 1p "$LOG")" = "tierfs: no NVIDIA driver: running without a device tier" ]
