@@ -197,9 +197,10 @@ cmp_held() {
 	# It must refuse, not mount (a mount would run until the timeout).
 	run timeout 30 "$TIERFS_BIN" "$MNT" -f \
 		-o "disk_path=$SPILL,device_backend=cuda"
-	[ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+	[ "$status" -ne 0 ]
+	[ "$status" -ne 124 ]
 	[[ "$output" == *"exclusive-process compute mode"* ]]
-	! mountpoint -q "$MNT"
+	run ! mountpoint -q "$MNT"
 	# auto falls back to no device tier, and says why.
 	tfs_mount -o device_backend=auto
 	[ "$(tfs_stat backend)" = none ]
@@ -323,7 +324,8 @@ mstat() {
 	local reg
 	reg=$(mstat "$TFS_TMP/daemon.stats" registers)
 	# 16 MiB slabs under the 64 MiB host limit: two or three, not 32.
-	[ "$reg" -ge 1 ] && [ "$reg" -le 4 ]
+	[ "$reg" -ge 1 ]
+	[ "$reg" -le 4 ]
 	[ "$(mstat "$TFS_TMP/daemon.stats" unregisters)" -eq "$reg" ]
 	[ "$(mstat "$TFS_TMP/daemon.stats" direct-copies)" -ge 32 ]
 }
