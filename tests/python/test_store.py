@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""TierfsStore on a plain directory: no mount needed."""
+"""TierfsStore on a plain directory: no mount needed, but for what it reads
+from tierfs itself (tierfs_mount, conftest.py)."""
 
 import json
 import mmap
@@ -808,8 +809,9 @@ def set_tier(path, tier):
     os.setxattr(path, "user.tierfs.tier", tier.encode())
 
 
-def test_tier_bytes_from_xattrs(tmp_path, monkeypatch):
-    with TierfsStore(tmp_path) as s:
+def test_tier_bytes_from_xattrs(tierfs_mount):
+    # On a real tierfs: the moves are the daemon's, and so is each tier read.
+    with TierfsStore(tierfs_mount) as s:
         s.metrics_interval = 0
         for i in range(5):
             s[i] = np.ones(1000)
