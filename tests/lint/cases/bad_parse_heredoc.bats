@@ -1,0 +1,6 @@
+@test "a heredoc that never ends" {
+	# expect: parse
+	cat <<EOF
+x
+EO
+}

@@ -1,0 +1,5 @@
+@test "an if without fi" {
+	# expect: parse
+	if true; then
+		echo x
+}
