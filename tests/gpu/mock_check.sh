@@ -40,7 +40,10 @@
 #    Dask clusters on this daemon, the workers loading the mock as their
 #    CUDA runtime (skipped without Debian's python3-distributed).
 #
-# Exit 0 when all of it behaves, 1 otherwise, 77 without CUDA headers.
+# Prints a TAP line ("ok - what" / "not ok - what") per check and, for
+# 2-4, every bats test's own line, so that tests/run counts each test and
+# each skip. Exit 0 when all of it behaves, 1 otherwise, 77 without CUDA
+# headers.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
@@ -164,10 +167,20 @@ for f in ${only:-tests/integration/export.bats tests/gpu/mock_export.bats \
 		TFS_MOCK_SHARED=$shared \
 		TFS_EXPORT_BACKEND=cuda TFS_MOCK_CAPACITY=$((256 << 20)) \
 		TFS_MOCK_STATS=$out/stats bats --tap "$f" >"$out/bats.log" 2>&1; then
-		echo "ok - $(basename "$f") on the cuda backend (mock):" \
-			"$(grep -c "^ok" "$out/bats.log") ok, $(grep -c "# skip" "$out/bats.log") skipped"
+		rc=0
 	else
-		echo "not ok - $(basename "$f") on the cuda backend (mock)"
+		rc=$?
+	fi
+	# Each test's own TAP line, named after its file, so that a caller
+	# (tests/run) counts every test and every skip, not one line a file.
+	name=$(basename "$f" .bats)
+	sed -nE "s/^(not )?ok ([0-9]+) /\1ok \2 $name (mock cuda): /p" "$out/bats.log"
+	echo "# $name on the cuda backend (mock):" \
+		"$(grep -c "^ok" "$out/bats.log") ok ($(grep -ci "^ok .*# skip" "$out/bats.log") skipped)," \
+		"$(grep -c "^not ok" "$out/bats.log") not ok, bats exit $rc"
+	if [ $rc != 0 ]; then
+		grep -q "^not ok" "$out/bats.log" ||
+			echo "not ok - $name on the cuda backend (mock): bats exited $rc"
 		sed 's/^/    /' "$out/bats.log"
 		failed=1
 	fi
