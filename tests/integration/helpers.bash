@@ -132,6 +132,15 @@ tfs_teardown() {
 	return $bad
 }
 
+# tfs_mounted DIR: DIR is a mount point here, whether or not its daemon
+# still answers. mountpoint(1) stats DIR, and a mount whose daemon died
+# answers ENOTCONN, which it takes for no mount: "no mount is left" is
+# "! tfs_mounted DIR", never "! mountpoint -q DIR".
+tfs_mounted() {
+	awk -v m="$1" '$5 == m { found = 1 } END { exit !found }' \
+		/proc/self/mountinfo
+}
+
 # The tier xattr of a file: device, host or disk.
 tfs_tier() {
 	getfattr --only-values -n user.tierfs.tier "$1" 2>/dev/null
