@@ -200,7 +200,7 @@ cmp_held() {
 	[ "$status" -ne 0 ]
 	[ "$status" -ne 124 ]
 	[[ "$output" == *"exclusive-process compute mode"* ]]
-	run ! mountpoint -q "$MNT"
+	run ! tfs_mounted "$MNT"
 	# auto falls back to no device tier, and says why.
 	tfs_mount -o device_backend=auto
 	[ "$(tfs_stat backend)" = none ]
