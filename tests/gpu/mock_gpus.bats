@@ -33,7 +33,7 @@ mount_fails() {
 	[ "$status" -ne 0 ]
 	[ "$status" -ne 124 ]
 	[[ "$output" == *"$msg"* ]]
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 @test "cuda: device_gpus=1 serves the second of two GPUs" {
