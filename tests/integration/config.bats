@@ -50,7 +50,7 @@ mount_fails() {
 	[[ "$output" == *"$msg"* ]]
 	# One message, not a cascade.
 	[ "$(printf '%s\n' "$output" | grep -c .)" -eq 1 ]
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 # bad_file LINE-MESSAGE TEXT: a config file holding TEXT (printf format)
@@ -227,7 +227,7 @@ require_read_only_bind() {
 	[ "$status" -ne 0 ]
 	[ "$status" -ne 124 ]
 	[[ "$output" == *"-o host_limit: '0': a limit of zero is not allowed"* ]]
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 @test "-o options win over the config file, whatever their order" {
@@ -338,7 +338,7 @@ fstab_mounted() {
 	[ "$status" -eq 0 ]
 	fstab_mounted
 	fusermount3 -u "$MNT"
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 # require_usr_local_sbin: mount(8) clears PATH, so the helper finds tierfs
@@ -362,7 +362,7 @@ require_usr_local_sbin() {
 	[ "$status" -eq 0 ]
 	fstab_mounted
 	umount "$MNT"
-	wait_for eval '! mountpoint -q "$MNT"'
+	wait_for eval '! tfs_mounted "$MNT"'
 
 	printf 'none %s fuse.tierfs defaults,host_limit=8M,disk_path=%s,_netdev 0 0\n' \
 		"$MNT" "$SPILL" >"$TFS_TMP/fstab"
@@ -371,14 +371,14 @@ require_usr_local_sbin() {
 	[ "$status" -eq 0 ]
 	fstab_mounted
 	umount "$MNT"
-	wait_for eval '! mountpoint -q "$MNT"'
+	wait_for eval '! tfs_mounted "$MNT"'
 
 	# A bad option fails the mount with the daemon's message.
 	run mount -t fuse.tierfs none "$MNT" -o "host_limit=0,disk_path=$SPILL"
 	echo "$output"
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"-o host_limit: '0': a limit of zero is not allowed"* ]]
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 @test "the example config file mounts, commented and uncommented" {
