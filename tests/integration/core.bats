@@ -515,7 +515,7 @@ EOF
 	echo "exit status $rc"
 	cat "$LOG"
 	[ "$rc" -eq 0 ]
-	run ! mountpoint -q "$MNT"
+	run ! tfs_mounted "$MNT"
 	[ ! -e "$MNT/f" ]
 	# the disk tier's private directory went with it
 	[ -z "$(ls -A "$SPILL")" ]
@@ -528,7 +528,7 @@ EOF
 	wait "$TFS_PID" || rc=$?
 	TFS_PID=
 	[ "$rc" -eq 0 ]
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 @test "SIGHUP reloads and keeps serving" {
@@ -564,19 +564,19 @@ EOF
 	run "$TIERFS_BIN" "$MNT" -o "disk_path=$SPILL,host_limit=banana"
 	[ "$status" -eq 1 ]
 	[[ "$output" == *host_limit* ]]
-	run ! mountpoint -q "$MNT"
+	run ! tfs_mounted "$MNT"
 	run "$TIERFS_BIN" "$MNT" -o "disk_path=$TFS_TMP/nowhere"
 	[ "$status" -eq 1 ]
-	run ! mountpoint -q "$MNT"
+	run ! tfs_mounted "$MNT"
 	run "$TIERFS_BIN" "$MNT" -o "disk_path=$SPILL,no_such_option"
 	[ "$status" -eq 1 ]
-	run ! mountpoint -q "$MNT"
+	run ! tfs_mounted "$MNT"
 	run "$TIERFS_BIN" "$MNT" -o "disk_path=$SPILL,device_backend=cuda"
 	if [ "$status" -eq 0 ]; then
 		fusermount3 -u "$MNT"
 	else
 		[[ "$output" == *cuda* || "$output" == *CUDA* ]]
-		! mountpoint -q "$MNT"
+		! tfs_mounted "$MNT"
 	fi
 }
 
@@ -601,7 +601,7 @@ EOF
 	echo hi >"$MNT/f"
 	[ "$(cat "$MNT/f")" = hi ]
 	umount "$MNT"
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 @test "SIGTERM with files still open exits 0 (nothing leaks under ASan)" {
