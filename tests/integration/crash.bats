@@ -124,7 +124,7 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 	done
 
 	fusermount3 -u "$MNT"
-	run ! mountpoint -q "$MNT"
+	run ! tfs_mounted "$MNT"
 	# Until then the dead run's spill files are all still there. (Its shm
 	# objects may not be: any sim daemon that starts on this machine
 	# removes those of dead daemons.)
