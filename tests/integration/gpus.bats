@@ -26,7 +26,7 @@ mount_fails() {
 	[ "$status" -ne 0 ]
 	[ "$status" -ne 124 ]
 	[[ "$output" == *"$msg"* ]]
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 # reclaim_on GPU: tierfsctl reclaim of 1M on that GPU.
