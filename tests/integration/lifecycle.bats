@@ -62,7 +62,7 @@ plant() {
 	run timeout 20 "$TIERFS_BIN" "$MNT" -f -o "disk_path=$TFS_TMP/open"
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"disk path '$TFS_TMP/open' is writable by other users and not sticky"* ]]
-	run ! mountpoint -q "$MNT"
+	run ! tfs_mounted "$MNT"
 	chmod 1777 "$TFS_TMP/open"
 	SPILL=$TFS_TMP/open
 	tfs_mount -o device_backend=none,host_limit=8M
