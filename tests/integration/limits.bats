@@ -76,7 +76,7 @@ refused() {
 	[ "$status" -ne 124 ]
 	[[ "$output" == *"$1"* ]]
 	[ "$(printf '%s\n' "$output" | grep -c .)" -eq 1 ]
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 # human BYTES: the size as the daemon's messages write it.
