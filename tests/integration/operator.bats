@@ -33,7 +33,7 @@ mount_fails() {
 	[ "$status" -eq 1 ]
 	[[ "$output" == *"$msg"* ]]
 	[ "$(printf '%s\n' "$output" | grep -c .)" -eq 1 ]
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 @test "an unknown option is one line naming it and the closest known one" {
@@ -100,7 +100,7 @@ mount_fails() {
 	echo "$output"
 	[ "$status" -eq 1 ]
 	[ "$output" = "tierfs: $TFS_TMP/file: not a directory" ]
-	! mountpoint -q "$TFS_TMP/file"
+	! tfs_mounted "$TFS_TMP/file"
 }
 
 @test "a directory that is not empty needs -o nonempty" {
@@ -533,7 +533,7 @@ print("prefix=%s sbindir=%s mandir=%s sysconfdir=%s unitdir=%s" % (
 	[ "${lines[-1]}" = "unmount with: fusermount3 -u $MNT" ]
 	# The command it prints works.
 	fusermount3 -u "$MNT"
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 # require_installed PACKAGE: the test reinstalls it, which only an
@@ -679,7 +679,7 @@ require_no_nvidia_driver() {
 	[[ "$output" == "tierfs: cannot start the store: device_backend=cuda: no NVIDIA driver"* ]]
 	grep -q "error: cannot start the store: device_backend=cuda: no NVIDIA driver" \
 		"$TFS_TMP/d.log"
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
 
 @test "tier names are taken in any case" {
