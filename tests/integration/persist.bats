@@ -438,7 +438,7 @@ PY
 	run ! kill -0 "$TFS_PID"
 	wait "$TFS_PID" || true
 	TFS_PID=
-	run ! mountpoint -q "$MNT"
+	run ! tfs_mounted "$MNT"
 	tfs_mount -o "$opts"
 	grep -q "persist: 2 files .* after a clean stop" "$LOG"
 	cmp "$TFS_TMP/src" "$MNT/f"
@@ -700,7 +700,7 @@ PY
 	echo "$output"
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"is of format version 99; this tierfs reads versions 1 to 2"* ]]
-	run ! mountpoint -q "$MNT"
+	run ! tfs_mounted "$MNT"
 	# Nothing of it was touched: the original header brings it back.
 	cp "$TFS_TMP/snap.orig" "$snap"
 	tfs_mount -o disk_persist=yes,disk_name=v
@@ -726,7 +726,7 @@ PY
 	echo "$output"
 	[ "$status" -ne 0 ]
 	[[ "$output" == *"spill directory '$SPILL/tierfs-persist.shared' is in use by another tierfs (pid $TFS_PID)"* ]]
-	run ! mountpoint -q "$MNT2"
+	run ! tfs_mounted "$MNT2"
 	# Another name is another directory.
 	"$TIERFS_BIN" "$MNT2" -f -o "disk_path=$SPILL,disk_persist=yes,disk_name=other" 2>"$TFS_TMP/log2" &
 	PIDS2+=($!)
