@@ -280,5 +280,5 @@ time.sleep(60)
 	[[ "$output" == *"device_poll_ms"* ]]
 	run "$TIERFS_BIN" "$MNT" -f -o device_backend=sim,device_reserve=150%
 	[ "$status" -ne 0 ]
-	! mountpoint -q "$MNT"
+	! tfs_mounted "$MNT"
 }
