@@ -9,6 +9,8 @@
 #              statement, unless '||' follows or the chain ends in a jump
 #   skip       a skip that is not 'command -v TOOL || skip', a TFS_LONG
 #              opt-in, or inside a require_* prerequisite function
+#   mountpoint '! mountpoint -q DIR' as "no mount left" (a dead mount says
+#              ENOTCONN and passes it): '! tfs_mounted DIR'
 #   parse      a file it cannot read as shell
 # Each finding is one line FILE:LINE: RULE: what; then a TAP line a file,
 # so that tests/run counts them. Exits 1 when anything was found.

@@ -37,6 +37,12 @@ skip       A test of a tierfs feature must fail when the feature breaks,
                reviewers read those functions, not every test,
            and always with a reason string.
 
+mountpoint `! mountpoint -q DIR` (or `run ! mountpoint`) as a check that no
+           mount is left cannot fail on a mount whose daemon died:
+           mountpoint(1) stats DIR, gets ENOTCONN and says "not a mount
+           point". Write `! tfs_mounted DIR` (helpers.bash), which reads
+           /proc/self/mountinfo. Conditions are left alone.
+
 parse      The file could not be parsed: the lint does not guess.
 
 The parser knows enough bash for tests: quotes, $( ), ${ }, $(( )),
@@ -665,6 +671,17 @@ def simple_name(p):
     return None
 
 
+def negated_mountpoint(p):
+    """`! mountpoint ...` or `run ! mountpoint ...`."""
+    if len(p.cmds) != 1 or not isinstance(p.cmds[0], Simple):
+        return False
+    w = p.cmds[0].words
+    if p.negated:
+        return p.cmds[0].name() == "mountpoint"
+    return len(w) >= 3 and w[0] == "run" and w[1] == "!" and \
+        w[2] == "mountpoint"
+
+
 def unquote(w):
     return re.sub(r"[\"']", "", w)
 
@@ -722,6 +739,10 @@ class Linter:
                                     "the test: one check per line, or an if")
                         break
         for i, p in enumerate(pipes):
+            if not cond and negated_mountpoint(p):
+                self.report(p.line, "mountpoint",
+                            "'! mountpoint' passes on a dead mount "
+                            "(ENOTCONN): write '! tfs_mounted DIR'")
             for c in p.cmds:
                 if isinstance(c, Simple) and c.name() == "skip":
                     self.skip(f, c, pipes, ops, i)

@@ -108,3 +108,12 @@ teardown() {
 	! true
 	true
 }
+
+@test "no mount left, checked with mountpoint" {
+	# expect: mountpoint
+	run ! mountpoint -q "$MNT"
+	# expect: negation mountpoint
+	! mountpoint -q "$MNT"
+	# expect: mountpoint
+	! mountpoint -q "$MNT"
+}

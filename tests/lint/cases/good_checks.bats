@@ -90,6 +90,14 @@ load ../../integration/helpers
 	true
 }
 
+@test "mountpoint as a condition, and tfs_mounted" {
+	local MNT=/
+	if ! mountpoint -q "$MNT"; then false; fi
+	mountpoint -q "$MNT"
+	run ! tfs_mounted /nonexistent
+	! tfs_mounted /nonexistent
+}
+
 @test "&& with a command on its left is not a chain of tests" {
 	true && [ 1 = 1 ]
 	cd / && pwd
