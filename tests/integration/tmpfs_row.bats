@@ -374,6 +374,23 @@ make_x() {
 	touch -a -d 2000-01-01T00:00:00Z "$1/x"
 }
 
+# require_mount_id_reused ID: mount tmpfs instances (kept in ROW_MOUNTS)
+# until one takes mount id ID; the kernel hands out the lowest free id, but
+# another process may take it first, and then the test cannot be made here.
+require_mount_id_reused() {
+	local k
+	for k in $(seq 1 40); do
+		if awk -v id="$1" '$1 == id { f = 1 } END { exit !f }' \
+			/proc/self/mountinfo; then
+			return 0
+		fi
+		mkdir "$TFS_TMP/t$k"
+		mount -t tmpfs tfs-row "$TFS_TMP/t$k"
+		ROW_MOUNTS+=("$TFS_TMP/t$k")
+	done
+	skip "no mount took id $1 within 40 mounts"
+}
+
 @test "noatime holds when the mount's id goes to another mount while the daemon still serves" {
 	tfs_mount -o noatime,device_backend=none,host_limit=16M
 	make_x "$MNT"
@@ -382,20 +399,10 @@ make_x() {
 	mkdir "$TFS_TMP/b"
 	mount --bind "$MNT" "$TFS_TMP/b"
 	ROW_MOUNTS+=("$TFS_TMP/b")
-	local id k found=
+	local id
 	id=$(mount_id "$MNT")
 	umount "$MNT"
-	for k in $(seq 1 40); do
-		if awk -v id="$id" '$1 == id { f = 1 } END { exit !f }' \
-			/proc/self/mountinfo; then
-			found=1
-			break
-		fi
-		mkdir "$TFS_TMP/t$k"
-		mount -t tmpfs tfs-row "$TFS_TMP/t$k"
-		ROW_MOUNTS+=("$TFS_TMP/t$k")
-	done
-	[ -n "$found" ] || skip "no mount took id $id within 40 mounts"
+	require_mount_id_reused "$id"
 	echo "id $id now: $(awk -v id="$id" '$1 == id' /proc/self/mountinfo)"
 	# the watcher has seen the table change by now
 	sleep 0.5
@@ -519,7 +526,8 @@ sparse_ops() {
 @test "a sparse file on the device exports whole: a GPU program maps every page" {
 	local ec
 	ec=$(dirname "$TIERFS_BIN")/../client/lib/export_client
-	[ -x "$ec" ] || skip "no export_client at $ec"
+	# export_client is built with tierfs (client/lib/meson.build).
+	[ -x "$ec" ]
 	tfs_mount -o device_backend=sim,device_limit=8M,host_limit=16M
 	head -c 50000 /dev/urandom >"$TFS_TMP/part"
 	sparse_ops "$SHM/f" "$TFS_TMP/part"
