@@ -1,9 +1,9 @@
 #!/bin/bash
 # tests/lint.sh [FILE...]: report the test lines that can never fail.
 #
-# Reads every .bats and .bash file under tests/ (FILEs instead, if given;
-# tests/lint/ itself holds planted examples and is left out) with
-# tests/lint/batslint.py, whose header states the rules:
+# Reads every .bats and .bash file of the tree, not only under tests/ (FILEs
+# instead, if given; .git and tests/lint/, which holds planted examples, are
+# left out) with tests/lint/batslint.py, whose header states the rules:
 #   negation   '! cmd' that is not a body's last statement, nor '! cmd ||'
 #   and-chain  '[ ]', '[[ ]]' or 'test' left of '&&' outside the last
 #              statement, unless '||' follows or the chain ends in a jump
@@ -20,10 +20,11 @@ cd "$(dirname "$0")/.." || exit 1
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 if [ $# -eq 0 ]; then
-	mapfile -t files < <(find tests -path tests/lint -prune -o \
-		-type f \( -name '*.bats' -o -name '*.bash' \) -print | sort)
+	mapfile -t files < <(find . \( -path ./tests/lint -o -name .git \) \
+		-prune -o -type f \( -name '*.bats' -o -name '*.bash' \) -print |
+		sed 's|^\./||' | sort)
 	if [ ${#files[@]} -eq 0 ]; then
-		echo "not ok 1 - no .bats or .bash file under tests/"
+		echo "not ok 1 - no .bats or .bash file in the tree"
 		exit 1
 	fi
 	set -- "${files[@]}"
