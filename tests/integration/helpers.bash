@@ -58,7 +58,9 @@ tfs_mount() {
 }
 
 tfs_unmount() {
-	if [ -n "${MNT:-}" ] && mountpoint -q "$MNT"; then
+	# tfs_mounted, not mountpoint -q: a mount whose daemon died is
+	# unmounted too, not left on the machine.
+	if [ -n "${MNT:-}" ] && tfs_mounted "$MNT"; then
 		fusermount3 -u "$MNT" 2>/dev/null || fusermount3 -uz "$MNT"
 	fi
 	if [ -n "${TFS_PID:-}" ]; then
