@@ -10,6 +10,13 @@ TOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(TOP, "python"))
 
 
+def mounted(path):
+    """path is a mount point here, whether or not its daemon still answers
+    (os.path.ismount stats it, and a dead FUSE mount says ENOTCONN)."""
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == str(path) for line in f)
+
+
 @pytest.fixture
 def tierfs_mount(tmp_path):
     """A real tierfs of its own (TIERFS_BIN, as tests/run sets it, or
@@ -37,7 +44,7 @@ def tierfs_mount(tmp_path):
             "tierfs did not mount: " + log_path.read_text()
         yield str(mnt)
     finally:
-        if os.path.ismount(mnt):
+        if mounted(mnt):
             if subprocess.run(["fusermount3", "-u", str(mnt)]).returncode:
                 subprocess.run(["fusermount3", "-uz", str(mnt)])
         try:
