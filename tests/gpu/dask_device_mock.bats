@@ -15,9 +15,13 @@ load ../integration/helpers
 PY=/usr/bin/python3
 TOP=$BATS_TEST_DIRNAME/../..
 
-setup() {
+require_dask() {
 	"$PY" -c 'import distributed, numpy, pandas' 2>/dev/null ||
 		skip "$PY lacks distributed, numpy or pandas"
+}
+
+setup() {
+	require_dask
 	tfs_setup
 	export PYTHONPATH=$TOP/python:$TOP/tests/dask
 	export TIERFS_CUDART=$MOCK_CUDART
