@@ -8,7 +8,8 @@ load helpers
 
 setup() {
 	tfs_setup
-	[ -x "$TIERFSCTL_BIN" ] || skip "no tierfsctl at $TIERFSCTL_BIN"
+	# tierfsctl is part of tierfs: its absence is a failure.
+	[ -x "$TIERFSCTL_BIN" ]
 	tfs_user bob
 	PY=/usr/bin/python3
 }
@@ -48,7 +49,7 @@ is_secret() {
 	[ "$(cat "$TFS_TMP/root/$1")" = secret ]
 }
 
-@test "cleanup never follows a directory a user swaps for a symlink: 2000 tries (finding 2)" {
+@test "cleanup never follows a directory a user swaps for a symlink: 500 tries (finding 2)" {
 	tfs_mount -o allow_other,device_backend=sim,device_limit=16M,host_limit=16M
 	chmod 1777 "$MNT"
 	mkdir -p "$TFS_TMP/root/work"
@@ -90,7 +91,7 @@ PY
 	tfs_bg_as "$bob" "$PY" "$TFS_TMP/swap.py" "$MNT" "$TFS_TMP/swaps"
 	local swapper=$BG_PID removed=0
 	wait_for test -s "$TFS_TMP/swaps"
-	for k in $(seq 1 2000); do
+	for k in $(seq 1 500); do
 		if ctl cleanup -q "$MNT/bob/work" 2>/dev/null; then
 			removed=$((removed + 1))
 		fi
@@ -99,7 +100,7 @@ PY
 	echo "swaps: $(cat "$TFS_TMP/swaps"), cleanups that removed: $removed"
 	# The race was run: bob swapped all along, and root's cleanups
 	# went through whenever his directory was in place.
-	[ "$(cat "$TFS_TMP/swaps")" -ge 2000 ]
+	[ "$(cat "$TFS_TMP/swaps")" -ge 1000 ]
 	[ "$removed" -gt 0 ]
 	# Nothing outside the mount was touched.
 	for k in a b c; do
