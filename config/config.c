@@ -130,6 +130,14 @@ static const struct cfg_key keys[] = {
 	{ "policy", "target", CFG_FRACTION, 0, FIELD(policy, target),
 	  .def = "0.85", .arg = "FRACTION",
 	  .help = "background spilling stops at this share of a limit" },
+	{ "policy", "promote", CFG_BOOL, 0, FIELD(policy, promote),
+	  .def = "yes", .arg = "yes|no",
+	  .help = "bring the hottest buffers pushed out of a tier back up "
+		  "when it has room again, never pushing anything out" },
+	{ "policy", "promote_rate", CFG_SIZE, CFG_F_NONZERO,
+	  FIELD(policy, promote_rate), .max = UINT64_MAX, .def = "256M",
+	  .arg = "SIZE",
+	  .help = "most bytes promote moves up per second" },
 	{ "fs", "threads", CFG_UINT, 0, FIELD(fs, threads), .max = 256,
 	  .def = "0", .arg = "N",
 	  .help = "most FUSE worker threads; 0: one per CPU, at least 2" },
@@ -164,8 +172,9 @@ _Static_assert(sizeof(enum cfg_compression) == sizeof(int) &&
 		       sizeof(enum cfg_persist) == sizeof(int),
 	       "CFG_CHOICE_ENUM stores an int");
 
-static const char *const sections[] = { "device", "host", "disk", "policy",
-					"fs", "log" };
+/* "tiers" has no row in keys[]: its keys are the tiers' names (tiers.c). */
+static const char *const sections[] = { "device", "host", "disk", "tiers",
+					"policy", "fs", "log" };
 #define NSECTIONS (sizeof(sections) / sizeof(sections[0]))
 
 static void *field(struct tfs_config *cfg, const struct cfg_key *k)
@@ -464,6 +473,7 @@ void cfg_free(struct tfs_config *cfg)
 			*(char **)field(cfg, &keys[i]) = NULL;
 		}
 	}
+	tiers_clear(cfg);
 	free(cfg->config_file);
 	cfg->config_file = NULL;
 }
@@ -482,11 +492,18 @@ static int set_at(struct tfs_config *cfg, const char *section,
 		if (!*section)
 			say(err, errlen, "%s: key outside any section, put it "
 					 "under [device], [host], [disk], "
-					 "[policy], [fs] or [log]", key);
+					 "[tiers], [policy], [fs] or [log]",
+			    key);
 		else
 			say(err, errlen, "%s: unknown section '[%s]'", key,
 			    section);
 		return -ENOENT;
+	}
+	if (!strcasecmp(section, "tiers")) {
+		rc = tiers_set_at(cfg, key, value, origin, why, sizeof(why));
+		if (rc)
+			say(err, errlen, "%s: %s", key, why);
+		return rc;
 	}
 	k = find_key(section, key);
 	if (!k) {
@@ -518,6 +535,15 @@ int cfg_set_option(struct tfs_config *cfg, const char *option,
 	size_t i, sl;
 	int rc;
 
+	if (!strcasecmp(option, "tiers"))
+		return cfg_tiers_set_list(cfg, value, err, errlen);
+	if (!strncasecmp(option, "tiers_", 6)) {
+		rc = tiers_set_at(cfg, option + 6, value, ORIGIN_OPTION, why,
+				  sizeof(why));
+		if (rc)
+			say(err, errlen, "-o %s: %s", option, why);
+		return rc;
+	}
 	if (!k) {
 		for (i = 0; i < NSECTIONS; i++) {
 			sl = strlen(sections[i]);
@@ -545,9 +571,18 @@ int cfg_set_option(struct tfs_config *cfg, const char *option,
 	return 0;
 }
 
+/* -o tiers=LIST, or -o tiers_NAME=SPEC for a NAME of 1 or more bytes. */
+static bool tiers_option(const char *option, size_t len)
+{
+	return (len == 5 && !strncasecmp(option, "tiers", 5)) ||
+	       (len > 6 && !strncasecmp(option, "tiers_", 6));
+}
+
 bool cfg_is_option(const char *option)
 {
-	return find_option(option, strcspn(option, "=")) != NULL;
+	size_t len = strcspn(option, "=");
+
+	return find_option(option, len) != NULL || tiers_option(option, len);
 }
 
 bool cfg_owns_option(const char *option)
@@ -634,6 +669,7 @@ const char *cfg_suggest(const char *word, const char *const *extra,
 			 keys[i].name);
 		suggest_one(word, wl, opt, &best, buf, len);
 	}
+	suggest_one(word, wl, "tiers", &best, buf, len);
 	for (i = 0; i < nextra; i++)
 		suggest_one(word, wl, extra[i], &best, buf, len);
 	/* "foo" is not a typo of "ro", nor "x" of "d". */
@@ -648,6 +684,20 @@ void cfg_print_help(FILE *out, int indent)
 	size_t i;
 
 	for (i = 0; i < NKEYS; i++) {
+		if (!strcmp(keys[i].section, "policy") &&
+		    !strcmp(keys[i].name, "eviction")) {
+			/* [tiers] comes between [disk] and [policy], as in
+			 * the file. */
+			fprintf(out, "%*s-o tiers_NAME=KIND:PATH[:LIMIT]\n%*s"
+				     "a disk-kind tier below disk, in the "
+				     "order given, named disk:NAME; KIND disk "
+				     "or shared\n",
+				indent, "", indent + 4, "");
+			fprintf(out, "%*s-o tiers=NAME=KIND:PATH[:LIMIT]+...\n"
+				     "%*sall of them at once, replacing the "
+				     "config file's\n",
+				indent, "", indent + 4, "");
+		}
 		fprintf(out, "%*s-o %s_%s=%s\n%*s%s", indent, "",
 			keys[i].section, keys[i].name, keys[i].arg, indent + 4,
 			"", keys[i].help);
@@ -820,7 +870,8 @@ static char *file_reader(char *str, int num, void *stream)
 		s = trim(s + 1);
 		if (!section_known(s)) {
 			file_error(ctx, "[%s]: unknown section (known: device, "
-					"host, disk, policy, fs, log)", s);
+					"host, disk, tiers, policy, fs, log)",
+				   s);
 			return NULL;
 		}
 		snprintf(ctx->section, sizeof(ctx->section), "%s", s);

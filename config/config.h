@@ -19,7 +19,7 @@
 
 /* Room for every key of the table in config.c (a static assertion there
  * checks it). */
-#define CFG_MAX_KEYS 32
+#define CFG_MAX_KEYS 40
 
 /* GPUs one daemon serves at most ([device] gpus). */
 #define CFG_MAX_GPUS 16
@@ -73,6 +73,36 @@ enum cfg_persist {
  * point. */
 #define CFG_NAME_MAX 64
 
+/*
+ * [tiers]: disk-kind tiers below the [disk] tier, in chain order, each an
+ * instance with its own path and limit (see tier_chain in doc/design.md).
+ * The chain is always the device tiers (one per GPU), host, the [disk]
+ * tier, then these.
+ */
+#define CFG_MAX_TIERS 6
+/* A tier's name with its NUL: 1 to 15 of [A-Za-z0-9_-]. */
+#define CFG_TIER_NAME_MAX 16
+
+enum cfg_tier_kind {
+	CFG_TIER_DISK = 0, /* spill files in a private directory */
+	CFG_TIER_SHARED = 1, /* the same, in a directory other mounts share */
+};
+
+struct cfg_tier {
+	char name[CFG_TIER_NAME_MAX]; /* "nvme": the tier is "disk:nvme" */
+	enum cfg_tier_kind kind;
+	char *path; /* owned by the config */
+	/* bytes 0: the [disk] default (half the filesystem, at most its free
+	 * space less 5%); a percentage is of the filesystem */
+	struct cfg_size limit;
+	uint32_t origin; /* a line of config_file, or -o (private) */
+};
+
+struct cfg_tiers {
+	unsigned int n;
+	struct cfg_tier t[CFG_MAX_TIERS];
+};
+
 /* Where a read unspills a buffer to. */
 enum cfg_unspill {
 	CFG_UNSPILL_DEVICE = 0, /* the top tier the buffer fits in (default) */
@@ -123,7 +153,12 @@ struct tfs_config {
 		double target; /* fraction of a limit, default 0.85 */
 		/* accept limits above what the machine has */
 		bool overcommit;
+		/* bring the hottest evicted buffers back up when a tier has
+		 * room again, at most promote_rate bytes a second */
+		bool promote;
+		struct cfg_size promote_rate;
 	} policy;
+	struct cfg_tiers tiers;
 	struct {
 		unsigned int threads; /* FUSE worker threads, default 0 = libfuse's */
 		unsigned int read_ahead_kb; /* set on the bdi after mount; 0 = leave */
@@ -252,6 +287,29 @@ int cfg_parse_size(const char *s, bool allow_percent, struct cfg_size *out);
  */
 void cfg_key_where(const struct tfs_config *cfg, const char *section,
 		   const char *key, char *buf, size_t len);
+
+/*
+ * Set the [tiers] entry @name to @spec, "KIND:PATH[:LIMIT]" (KIND disk or
+ * shared, PATH absolute or taken from the current directory, LIMIT a size
+ * or a percentage of the filesystem): a new name goes at the end of the
+ * chain, a known one is replaced where it is. -EINVAL with "what is wrong"
+ * in @err (a bad name, an unknown kind, a memory kind, which cannot come
+ * after a disk-kind tier, a bad path or limit, too many tiers), -ENOMEM.
+ * What cfg_set(cfg, "tiers", name, spec) and -o tiers_NAME=SPEC do.
+ */
+int cfg_tier_set(struct tfs_config *cfg, const char *name, const char *spec,
+		 char *err, size_t errlen);
+
+/*
+ * -o tiers=LIST: the whole list, "NAME=SPEC+NAME=SPEC...", replacing what
+ * the file listed (an empty LIST: none). Same returns; a name listed twice
+ * is -EINVAL.
+ */
+int cfg_tiers_set_list(struct tfs_config *cfg, const char *list, char *err,
+		       size_t errlen);
+
+/* "disk", "shared". */
+const char *cfg_tier_kind_name(enum cfg_tier_kind kind);
 
 /* The size in bytes: @sz's bytes, or its percentage of @capacity. */
 uint64_t cfg_size_resolve(const struct cfg_size *sz, uint64_t capacity);

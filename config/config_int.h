@@ -82,6 +82,15 @@ int parse_bool(const char *s, bool *out, char *why, size_t whylen);
 int parse_path(const char *s, char **out, char *why, size_t whylen);
 int parse_gpus(const char *s, struct cfg_gpus *out, char *why, size_t whylen);
 
+/* tiers.c: the [tiers] entries. tiers_set_at() sets one as cfg_tier_set()
+ * does, remembering @origin, with "what is wrong" alone in @why;
+ * tiers_clear() frees them all; tier_where() is key_where() for one. */
+int tiers_set_at(struct tfs_config *cfg, const char *name, const char *spec,
+		 uint32_t origin, char *why, size_t whylen);
+void tiers_clear(struct tfs_config *cfg);
+void tier_where(const struct tfs_config *cfg, const struct cfg_tier *t,
+		char *buf, size_t len);
+
 /* The highest GPU ordinal [device] gpus takes. */
 #define CFG_GPU_ORD_MAX 255
 

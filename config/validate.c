@@ -76,21 +76,20 @@ static bool path_within(const char *inner, const char *outer)
 	return !strncmp(inner, outer, n) && (inner[n] == '\0' || inner[n] == '/');
 }
 
-static int check_disk_path(const struct tfs_config *cfg,
-			   const char *mountpoint, char *err, size_t errlen)
+/*
+ * @path (named @where in messages) must be a writable directory outside
+ * @mountpoint (NULL: not checked). Its canonical path into *@real (NULL
+ * without a mount point), for the caller to free.
+ */
+static int check_dir(const char *where, const char *path,
+		     const char *mountpoint, char **real, char *err,
+		     size_t errlen)
 {
-	const struct cfg_key *k = find_key("disk", "path");
-	const char *path = cfg->disk.path;
-	char where[PATH_MAX + 32];
-	char *real, *mnt;
+	char *mnt;
 	struct stat st;
 	int rc = 0, e;
 
-	key_where(cfg, k, where, sizeof(where));
-	if (!path) {
-		say(err, errlen, "%s: out of memory", where);
-		return -ENOMEM;
-	}
+	*real = NULL;
 	if (stat(path, &st)) {
 		e = errno;
 		if (e == ENOENT)
@@ -113,8 +112,8 @@ static int check_disk_path(const struct tfs_config *cfg,
 	if (!mountpoint)
 		return 0;
 
-	real = realpath(path, NULL);
-	if (!real) {
+	*real = realpath(path, NULL);
+	if (!*real) {
 		e = errno;
 		say(err, errlen, "%s: cannot resolve '%s': %s", where, path,
 		    strerror(e));
@@ -126,14 +125,70 @@ static int check_disk_path(const struct tfs_config *cfg,
 	if (!mnt) {
 		say(err, errlen, "%s: out of memory", where);
 		rc = -ENOMEM;
-	} else if (path_within(real, mnt)) {
+	} else if (path_within(*real, mnt)) {
 		say(err, errlen, "%s: '%s' is inside the mount point '%s'",
 		    where, path, mountpoint);
 		rc = -EINVAL;
 	}
 	free(mnt);
-	free(real);
 	return rc;
+}
+
+/*
+ * The [disk] path and every [tiers] path: each a writable directory outside
+ * the mount point, no two the same directory (two tiers in one directory
+ * would each count the other's files as the filesystem's use, and a
+ * shared tier's neighbours would find a private one's files).
+ */
+static int check_tier_paths(const struct tfs_config *cfg,
+			    const char *mountpoint, char *err, size_t errlen)
+{
+	const struct cfg_key *k = find_key("disk", "path");
+	char where[PATH_MAX + 32], other[PATH_MAX + 32];
+	char *real[CFG_MAX_TIERS + 1] = { NULL };
+	unsigned int n = cfg->tiers.n + 1;
+	int rc = 0;
+
+	key_where(cfg, k, where, sizeof(where));
+	if (!cfg->disk.path) {
+		say(err, errlen, "%s: out of memory", where);
+		return -ENOMEM;
+	}
+	for (unsigned int i = 0; !rc && i < n; i++) {
+		const char *path = i ? cfg->tiers.t[i - 1].path : cfg->disk.path;
+
+		if (i)
+			tier_where(cfg, &cfg->tiers.t[i - 1], where,
+				   sizeof(where));
+		/* Without a mount point, paths are compared as given. */
+		rc = check_dir(where, path, mountpoint, &real[i], err, errlen);
+		for (unsigned int j = 0; !rc && j < i; j++) {
+			const char *a = real[i] ? real[i] : path;
+			const char *b = real[j] ? real[j] :
+				j ? cfg->tiers.t[j - 1].path : cfg->disk.path;
+
+			if (strcmp(a, b))
+				continue;
+			if (j)
+				tier_where(cfg, &cfg->tiers.t[j - 1], other,
+					   sizeof(other));
+			else
+				key_where(cfg, k, other, sizeof(other));
+			say(err, errlen, "%s: '%s' is the directory of %s "
+					 "too: every tier needs its own",
+			    where, path, other);
+			rc = -EINVAL;
+		}
+	}
+	for (unsigned int i = 0; i < n; i++)
+		free(real[i]);
+	if (rc || !cfg->tiers.n || cfg->disk.persist == CFG_PERSIST_NO)
+		return rc;
+	tier_where(cfg, &cfg->tiers.t[0], where, sizeof(where));
+	say(err, errlen, "%s: tiers below disk do not keep files across "
+			 "restarts; they cannot be used with [disk] persist",
+	    where);
+	return -EINVAL;
 }
 
 static int check_log_file(const struct tfs_config *cfg, char *err,
@@ -314,7 +369,7 @@ int cfg_validate(const struct tfs_config *cfg, const char *mountpoint,
 	char where[PATH_MAX + 32];
 	int rc;
 
-	rc = check_disk_path(cfg, mountpoint, err, errlen);
+	rc = check_tier_paths(cfg, mountpoint, err, errlen);
 	if (rc)
 		return rc;
 	rc = check_limits(cfg, err, errlen);

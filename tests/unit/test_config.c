@@ -911,7 +911,7 @@ static void test_file_errors(void)
 		  "user_share)" },
 		{ "[host]\nlimit = 8G\n[gpu]\nlimit = 1G\n", -EINVAL,
 		  "3: [gpu]: unknown section (known: device, host, disk, "
-		  "policy, fs, log)" },
+		  "tiers, policy, fs, log)" },
 		{ "; comment\n\n[host]\n\nlimit = lots\n", -EINVAL,
 		  "5: limit: 'lots' is not a size" },
 		{ "[host]\n  limit = 8G\n  pinned = perhaps\n", -EINVAL,
@@ -1123,6 +1123,9 @@ static void test_example_file(void)
 	CHECK(def.policy.high_watermark == cfg.policy.high_watermark);
 	CHECK(def.policy.target == cfg.policy.target);
 	CHECK_EQ(def.policy.overcommit, cfg.policy.overcommit);
+	CHECK_EQ(def.policy.promote, cfg.policy.promote);
+	CHECK(size_eq(&def.policy.promote_rate, &cfg.policy.promote_rate));
+	CHECK_EQ(cfg.tiers.n, 0);
 	CHECK_EQ(def.fs.threads, cfg.fs.threads);
 	CHECK_EQ(def.fs.read_ahead_kb, cfg.fs.read_ahead_kb);
 	CHECK(size_eq(&def.fs.metadata_limit, &cfg.fs.metadata_limit));
@@ -1132,6 +1135,227 @@ static void test_example_file(void)
 	cfg_free(&def);
 	cfg_free(&cfg);
 	free(text);
+}
+
+
+/* [tiers]: the chain's disk-kind tiers below [disk] */
+
+static void test_tiers_chain(void)
+{
+	struct tfs_config cfg;
+
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg.tiers.n, 0);
+	CHECK(cfg.policy.promote);
+	CHECK_EQ(cfg.policy.promote_rate.bytes, 256 * MiB);
+	CHECK_EQ(load(&cfg, "[tiers]\n"
+			    "nvme = disk:/mnt/nvme:200G\n"
+			    "shared = shared:/mnt/lustre/tierfs\n"
+			    "half = disk:/srv/half:50%\n"),
+		 0);
+	CHECK(!err[0] || !printf("#   %s\n", err));
+	CHECK_EQ(cfg.tiers.n, 3);
+	CHECK(!strcmp(cfg.tiers.t[0].name, "nvme"));
+	CHECK_EQ(cfg.tiers.t[0].kind, CFG_TIER_DISK);
+	CHECK(!strcmp(cfg.tiers.t[0].path, "/mnt/nvme"));
+	CHECK_EQ(cfg.tiers.t[0].limit.bytes, 200 * GiB);
+	CHECK(!strcmp(cfg.tiers.t[1].name, "shared"));
+	CHECK_EQ(cfg.tiers.t[1].kind, CFG_TIER_SHARED);
+	CHECK(!strcmp(cfg.tiers.t[1].path, "/mnt/lustre/tierfs"));
+	CHECK(!cfg.tiers.t[1].limit.bytes && !cfg.tiers.t[1].limit.is_percent);
+	CHECK(cfg.tiers.t[2].limit.is_percent);
+	CHECK(cfg.tiers.t[2].limit.percent == 50);
+	/* -o of a known name replaces it where it is; a new one goes last. */
+	CHECK_EQ(cfg_set_option(&cfg, "tiers_shared", "shared:/mnt/gpfs:1T",
+				err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg.tiers.n, 3);
+	CHECK(!strcmp(cfg.tiers.t[1].path, "/mnt/gpfs"));
+	CHECK_EQ(cfg.tiers.t[1].limit.bytes, TiB);
+	CHECK_EQ(cfg_set(&cfg, "tiers", "more", "disk:/srv/more", err,
+			 sizeof(err)),
+		 0);
+	CHECK_EQ(cfg.tiers.n, 4);
+	CHECK(!strcmp(cfg.tiers.t[3].name, "more"));
+	/* -o tiers= replaces the whole list, in its order. */
+	CHECK_EQ(cfg_set_option(&cfg, "tiers",
+				"b=shared:/srv/b+a=disk:/srv/a:1G", err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg.tiers.n, 2);
+	CHECK(!strcmp(cfg.tiers.t[0].name, "b"));
+	CHECK(!strcmp(cfg.tiers.t[1].name, "a"));
+	CHECK_EQ(cfg.tiers.t[1].limit.bytes, GiB);
+	CHECK_EQ(cfg_set_option(&cfg, "tiers", "", err, sizeof(err)), 0);
+	CHECK_EQ(cfg.tiers.n, 0);
+	CHECK(cfg_is_option("tiers"));
+	CHECK(cfg_is_option("tiers_nvme"));
+	CHECK(!cfg_is_option("tiers_"));
+	CHECK(cfg_owns_option("tiers_"));
+	CHECK_EQ(cfg_set_option(&cfg, "policy_promote", "no", err,
+				sizeof(err)),
+		 0);
+	CHECK(!cfg.policy.promote);
+	CHECK_EQ(cfg_set_option(&cfg, "policy_promote_rate", "0", err,
+				sizeof(err)),
+		 -EINVAL);
+	cfg_free(&cfg);
+}
+
+static void test_tiers_errors(void)
+{
+	static const struct {
+		const char *name, *spec, *want;
+	} cases[] = {
+		{ "nvme", "nfs:/mnt/x", "nvme: unknown kind 'nfs' (known: disk, "
+					"shared)" },
+		{ "ram", "host:/mnt/x", "ram: kind 'host' cannot come after a "
+					"disk-kind tier" },
+		{ "gpu", "device:/mnt/x", "gpu: kind 'device' cannot come after "
+					  "a disk-kind tier" },
+		{ "nvme", "/mnt/nvme", "nvme: '/mnt/nvme': expected "
+				       "KIND:PATH[:LIMIT]" },
+		{ "nvme", "disk:", "nvme: empty path" },
+		{ "nvme", "disk:/mnt/x:lots", "nvme: 'lots' is not a size" },
+		{ "nvme", "disk:/mnt/x:0", "nvme: '0': a limit of zero" },
+		{ "nvme", "disk:/mnt/a+b", "nvme: '/mnt/a+b': a tier's path "
+					   "cannot hold '+'" },
+		{ "disk", "disk:/mnt/x", "disk: 'disk' names a tier every chain "
+					 "has" },
+		{ "Host", "disk:/mnt/x", "Host: 'Host' names a tier" },
+		{ "a b", "disk:/mnt/x", "a b: 'a b' is not a tier name" },
+		{ "a:b", "disk:/mnt/x", "a:b: 'a:b' is not a tier name" },
+		{ "sixteen_letters_", "disk:/mnt/x", "sixteen_letters_: "
+						     "'sixteen_letters_' is "
+						     "not a tier name" },
+	};
+	struct tfs_config cfg;
+	char want[256];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		cfg_defaults(&cfg);
+		CHECK_EQ(cfg_set(&cfg, "tiers", cases[i].name, cases[i].spec,
+				 err, sizeof(err)),
+			 -EINVAL);
+		CHECK(starts(err, cases[i].want));
+		CHECK_EQ(cfg.tiers.n, 0);
+		/* The same from -o, and nothing changes. */
+		snprintf(want, sizeof(want), "tiers_%s", cases[i].name);
+		CHECK_EQ(cfg_set_option(&cfg, want, cases[i].spec, err,
+					sizeof(err)),
+			 -EINVAL);
+		snprintf(want, sizeof(want), "-o tiers_%s", cases[i].want);
+		CHECK(starts(err, want));
+		CHECK_EQ(cfg.tiers.n, 0);
+		cfg_free(&cfg);
+	}
+
+	cfg_defaults(&cfg);
+	for (int i = 0; i < CFG_MAX_TIERS; i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "t%d", i);
+		CHECK_EQ(cfg_set(&cfg, "tiers", name, "disk:/mnt/x", err,
+				 sizeof(err)),
+			 0);
+	}
+	CHECK_EQ(cfg_set(&cfg, "tiers", "one_more", "disk:/mnt/x", err,
+			 sizeof(err)),
+		 -EINVAL);
+	CHECK(starts(err, "one_more: at most 6 tiers below [disk]"));
+	/* A bad entry leaves a known one as it was. */
+	CHECK_EQ(cfg_set(&cfg, "tiers", "t0", "nfs:/y", err, sizeof(err)),
+		 -EINVAL);
+	CHECK(!strcmp(cfg.tiers.t[0].path, "/mnt/x"));
+	/* A bad -o list changes nothing. */
+	CHECK_EQ(cfg_set_option(&cfg, "tiers", "a=disk:/a+a=disk:/b", err,
+				sizeof(err)),
+		 -EINVAL);
+	CHECK(starts(err, "-o tiers: 'a' is listed twice"));
+	CHECK_EQ(cfg_set_option(&cfg, "tiers", "a=disk:/a+b", err,
+				sizeof(err)),
+		 -EINVAL);
+	CHECK(starts(err, "-o tiers: 'b': expected NAME=KIND:PATH[:LIMIT]"));
+	CHECK_EQ(cfg_set_option(&cfg, "tiers", "a=nfs:/a", err, sizeof(err)),
+		 -EINVAL);
+	CHECK(starts(err, "-o tiers: a: unknown kind 'nfs'"));
+	CHECK_EQ(cfg.tiers.n, CFG_MAX_TIERS);
+	cfg_free(&cfg);
+
+	/* From the file: the line, then the name. */
+	CHECK_EQ(load(&cfg, "[tiers]\nnvme = disk:/mnt/n\nram = host:/x\n"),
+		 -EINVAL);
+	snprintf(want, sizeof(want), "%s:3: ram: kind 'host' cannot come "
+				     "after a disk-kind tier",
+		 tmp_path("t.conf"));
+	CHECK(starts(err, want));
+	cfg_free(&cfg);
+}
+
+static void test_validate_tiers(void)
+{
+	struct tfs_config cfg;
+	char spec[1024], want[1024];
+
+	mkdir(tmp_path("t1"), 0755);
+	mkdir(tmp_path("t2"), 0755);
+	cfg_defaults(&cfg);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_path", tmpdir, err, sizeof(err)),
+		 0);
+	snprintf(spec, sizeof(spec), "disk:%s:1G", tmp_path("t1"));
+	CHECK_EQ(cfg_set_option(&cfg, "tiers_nvme", spec, err, sizeof(err)),
+		 0);
+	snprintf(spec, sizeof(spec), "shared:%s", tmp_path("t2"));
+	CHECK_EQ(cfg_set_option(&cfg, "tiers_shared", spec, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
+	mkdir(tmp_path("mnt"), 0755);
+	CHECK_EQ(cfg_validate(&cfg, tmp_path("mnt"), err, sizeof(err)), 0);
+
+	/* Two tiers in one directory, the same through another spelling. */
+	snprintf(spec, sizeof(spec), "shared:%s/./t1", tmpdir);
+	CHECK_EQ(cfg_set_option(&cfg, "tiers_shared", spec, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, tmp_path("mnt"), err, sizeof(err)), -EINVAL);
+	snprintf(want, sizeof(want), "-o tiers_shared: '%s/./t1' is the "
+				     "directory of -o tiers_nvme too",
+		 tmpdir);
+	CHECK(starts(err, want));
+	/* ... or the [disk] tier's. */
+	snprintf(spec, sizeof(spec), "shared:%s", tmpdir);
+	CHECK_EQ(cfg_set_option(&cfg, "tiers_shared", spec, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(has(err, "is the directory of -o disk_path too"));
+
+	/* A path that is not there, or inside the mount. */
+	snprintf(spec, sizeof(spec), "shared:%s", tmp_path("nope"));
+	CHECK_EQ(cfg_set_option(&cfg, "tiers_shared", spec, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	snprintf(want, sizeof(want), "-o tiers_shared: '%s' does not exist",
+		 tmp_path("nope"));
+	CHECK(starts(err, want));
+	mkdir(tmp_path("mnt/in"), 0755);
+	snprintf(spec, sizeof(spec), "shared:%s", tmp_path("mnt/in"));
+	CHECK_EQ(cfg_set_option(&cfg, "tiers_shared", spec, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, tmp_path("mnt"), err, sizeof(err)), -EINVAL);
+	CHECK(has(err, "is inside the mount point"));
+
+	/* Tiers below disk are caches: not with persist. */
+	snprintf(spec, sizeof(spec), "shared:%s", tmp_path("t2"));
+	CHECK_EQ(cfg_set_option(&cfg, "tiers_shared", spec, err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), 0);
+	CHECK_EQ(cfg_set_option(&cfg, "disk_persist", "yes", err, sizeof(err)),
+		 0);
+	CHECK_EQ(cfg_validate(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	CHECK(starts(err, "-o tiers_nvme: tiers below disk do not keep files"));
+	cfg_free(&cfg);
+	rmdir(tmp_path("mnt/in"));
+	rmdir(tmp_path("t1"));
+	rmdir(tmp_path("t2"));
 }
 
 /* cfg_validate() */
@@ -1472,6 +1696,9 @@ int main(void)
 		return 1;
 	}
 	TAP_RUN(test_size_forms);
+	TAP_RUN(test_tiers_chain);
+	TAP_RUN(test_tiers_errors);
+	TAP_RUN(test_validate_tiers);
 	TAP_RUN(test_size_percent);
 	TAP_RUN(test_size_resolve);
 	TAP_RUN(test_defaults);
