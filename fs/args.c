@@ -28,32 +28,149 @@ static int check_head(uint32_t version, uint32_t flags, uint32_t allowed)
 	return 0;
 }
 
-static bool known_cmd(unsigned int cmd)
+/*
+ * One check per command, of the struct tfs_ioc_check() copied into @a: 0,
+ * -EINVAL or -EBADF as args.h says.
+ */
+static int check_exp(const struct tfs_ioc_req *req, union tfs_ioc_args *a)
 {
-	switch (cmd) {
-	case TFS_IOC_EXPORT:
-	case TFS_IOC_RELEASE:
-	case TFS_IOC_COMMIT:
-	case TFS_IOC_ALLOC:
-	case TFS_IOC_MOVE:
-	case TFS_IOC_STAT:
-	case TFS_IOC_RECLAIM:
-		return true;
-	}
-	return false;
+	int rc = check_head(a->exp.version, a->exp.flags, TFS_EXPORT_WRITE);
+
+	if (rc)
+		return rc;
+	/* caller_uuid is any 16 bytes: ones of no GPU get the default GPU,
+	 * as zero does. */
+	if (a->exp.cuda_runtime || a->exp.caller_pid || a->exp.reserved0 ||
+	    !all_zero(a->exp.reserved, sizeof(a->exp.reserved)))
+		return -EINVAL;
+	if (!req->readable ||
+	    ((a->exp.flags & TFS_EXPORT_WRITE) && !req->writable))
+		return -EBADF;
+	return 0;
 }
+
+static int check_rel(const struct tfs_ioc_req *req, union tfs_ioc_args *a)
+{
+	int rc = check_head(a->rel.version, a->rel.flags, TFS_RELEASE_UNMAPPED);
+
+	if (rc)
+		return rc;
+	return all_zero(a->rel.reserved, sizeof(a->rel.reserved)) ? 0 : -EINVAL;
+}
+
+static int check_commit(const struct tfs_ioc_req *req, union tfs_ioc_args *a)
+{
+	int rc = check_head(a->commit.version, a->commit.flags, 0);
+
+	if (rc)
+		return rc;
+	if (a->commit.waited > TFS_COMMIT_WAITED_EVENT || a->commit.reserved0)
+		return -EINVAL;
+	return all_zero(a->commit.reserved, sizeof(a->commit.reserved)) ?
+		       0 :
+		       -EINVAL;
+}
+
+static int check_alloc(const struct tfs_ioc_req *req, union tfs_ioc_args *a)
+{
+	int rc = check_head(a->alloc.version, a->alloc.flags, 0);
+
+	if (rc)
+		return rc;
+	if (!all_zero(a->alloc.reserved, sizeof(a->alloc.reserved)) ||
+	    !a->alloc.size)
+		return -EINVAL;
+	return req->writable ? 0 : -EBADF;
+}
+
+static int check_move(const struct tfs_ioc_req *req, union tfs_ioc_args *a)
+{
+	int rc = check_head(a->move.version, a->move.flags, TFS_MOVE_CHAIN);
+
+	if (rc)
+		return rc;
+	/* With the flag, a tier of the chain by its place in the stats'
+	 * "tiers" list: the store says whether this mount has it. */
+	if (a->move.reserved0 ||
+	    !all_zero(a->move.reserved, sizeof(a->move.reserved)) ||
+	    a->move.tier >= ((a->move.flags & TFS_MOVE_CHAIN) ? TFS_TIER_MAX :
+								 TFS_TIER_COUNT))
+		return -EINVAL;
+	return 0;
+}
+
+static int check_stat(const struct tfs_ioc_req *req, union tfs_ioc_args *a)
+{
+	int rc = check_head(a->stat.version, a->stat.flags, TFS_STAT_CHAIN);
+
+	if (rc)
+		return rc;
+	if (a->stat.reserved0 ||
+	    !all_zero(a->stat.reserved, sizeof(a->stat.reserved)))
+		return -EINVAL;
+	return 0;
+}
+
+static int check_rec(const struct tfs_ioc_req *req, union tfs_ioc_args *a)
+{
+	int rc = check_head(a->rec.version, a->rec.flags, TFS_RECLAIM_UUID);
+
+	if (rc)
+		return rc;
+	if (a->rec.reserved0 || a->rec.freed ||
+	    !all_zero(a->rec.reserved, sizeof(a->rec.reserved)))
+		return -EINVAL;
+	/* Without the flag, the UUID is a reserved field. */
+	if (!(a->rec.flags & TFS_RECLAIM_UUID) &&
+	    (a->rec.gpu < -1 || !all_zero(a->rec.uuid, sizeof(a->rec.uuid))))
+		return -EINVAL;
+	return 0;
+}
+
+static const struct {
+	unsigned int cmd;
+	enum tfs_ioc_where where;
+	int (*check)(const struct tfs_ioc_req *req, union tfs_ioc_args *a);
+} commands[] = {
+#define ROW(N, m, w) { TFS_IOC_##N, w, check_##m },
+	TFS_IOC_LIST(ROW)
+#undef ROW
+};
+
+#define NCMDS (sizeof(commands) / sizeof(commands[0]))
+
+const unsigned int tfs_ioc_cmds[] = {
+#define CMD(N, m, w) TFS_IOC_##N,
+	TFS_IOC_LIST(CMD)
+#undef CMD
+};
+const char *const tfs_ioc_names[] = {
+#define NAME(N, m, w) #N,
+	TFS_IOC_LIST(NAME)
+#undef NAME
+};
+const unsigned int tfs_ioc_ncmds = NCMDS;
+
+/* Each union member holds its command's struct exactly: the copy below
+ * writes _IOC_SIZE(cmd) bytes. */
+#define SIZE_OK(N, m, w)                                                   \
+	_Static_assert(_IOC_SIZE(TFS_IOC_##N) ==                           \
+			       sizeof(((union tfs_ioc_args *)0)->m),       \
+		       "TFS_IOC_" #N " and union tfs_ioc_args." #m " differ");
+TFS_IOC_LIST(SIZE_OK)
+#undef SIZE_OK
 
 int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out)
 {
 	unsigned int cmd = req->cmd, dir = _IOC_DIR(cmd);
-	size_t size = _IOC_SIZE(cmd);
-	union tfs_ioc_args *a = out;
-	int rc;
+	size_t size = _IOC_SIZE(cmd), i;
 
-	if (!known_cmd(cmd) || req->compat)
+	for (i = 0; i < NCMDS && commands[i].cmd != cmd; i++)
+		;
+	if (i == NCMDS || req->compat)
 		return -ENOTTY;
 	/* A reclaim is about the mount: any descriptor of it will do. */
-	if (cmd != TFS_IOC_RECLAIM && (req->dir || !req->has_file))
+	if (commands[i].where == TFS_IOC_FILE && (req->dir || !req->has_file))
 		return -ENOTTY;
 	/* The kernel copies _IOC_SIZE bytes each way the command says. */
 	if (((dir & _IOC_WRITE) && req->in_len != size) ||
@@ -64,80 +181,7 @@ int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out)
 	memset(out, 0, sizeof(*out));
 	/* Every command writes its struct in; size == sizeof that struct. */
 	memcpy(out, req->in, size);
-
-	switch (cmd) {
-	case TFS_IOC_EXPORT:
-		rc = check_head(a->exp.version, a->exp.flags, TFS_EXPORT_WRITE);
-		if (rc)
-			return rc;
-		/* caller_uuid is any 16 bytes: ones of no GPU get the
-		 * default GPU, as zero does. */
-		if (a->exp.cuda_runtime || a->exp.caller_pid ||
-		    a->exp.reserved0 ||
-		    !all_zero(a->exp.reserved, sizeof(a->exp.reserved)))
-			return -EINVAL;
-		if (!req->readable ||
-		    ((a->exp.flags & TFS_EXPORT_WRITE) && !req->writable))
-			return -EBADF;
-		return 0;
-	case TFS_IOC_RELEASE:
-		rc = check_head(a->rel.version, a->rel.flags,
-				TFS_RELEASE_UNMAPPED);
-		if (rc)
-			return rc;
-		return all_zero(a->rel.reserved, sizeof(a->rel.reserved)) ?
-			       0 :
-			       -EINVAL;
-	case TFS_IOC_COMMIT:
-		rc = check_head(a->commit.version, a->commit.flags, 0);
-		if (rc)
-			return rc;
-		if (a->commit.waited > TFS_COMMIT_WAITED_EVENT ||
-		    a->commit.reserved0)
-			return -EINVAL;
-		return all_zero(a->commit.reserved,
-				sizeof(a->commit.reserved)) ?
-			       0 :
-			       -EINVAL;
-	case TFS_IOC_ALLOC:
-		rc = check_head(a->alloc.version, a->alloc.flags, 0);
-		if (rc)
-			return rc;
-		if (!all_zero(a->alloc.reserved, sizeof(a->alloc.reserved)) ||
-		    !a->alloc.size)
-			return -EINVAL;
-		return req->writable ? 0 : -EBADF;
-	case TFS_IOC_MOVE:
-		rc = check_head(a->move.version, a->move.flags, 0);
-		if (rc)
-			return rc;
-		if (a->move.reserved0 ||
-		    !all_zero(a->move.reserved, sizeof(a->move.reserved)) ||
-		    a->move.tier >= TFS_TIER_COUNT)
-			return -EINVAL;
-		return 0;
-	case TFS_IOC_RECLAIM:
-		rc = check_head(a->rec.version, a->rec.flags, TFS_RECLAIM_UUID);
-		if (rc)
-			return rc;
-		if (a->rec.reserved0 || a->rec.freed ||
-		    !all_zero(a->rec.reserved, sizeof(a->rec.reserved)))
-			return -EINVAL;
-		/* Without the flag, the UUID is a reserved field. */
-		if (!(a->rec.flags & TFS_RECLAIM_UUID) &&
-		    (a->rec.gpu < -1 ||
-		     !all_zero(a->rec.uuid, sizeof(a->rec.uuid))))
-			return -EINVAL;
-		return 0;
-	default: /* TFS_IOC_STAT */
-		rc = check_head(a->stat.version, a->stat.flags, 0);
-		if (rc)
-			return rc;
-		if (a->stat.reserved0 ||
-		    !all_zero(a->stat.reserved, sizeof(a->stat.reserved)))
-			return -EINVAL;
-		return 0;
-	}
+	return commands[i].check(req, out);
 }
 
 /* A value as written by setfattr -v or echo: one trailing newline allowed. */

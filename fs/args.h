@@ -25,6 +25,30 @@ struct tfs_ioc_req {
 	size_t in_len, out_len;
 };
 
+/*
+ * Every TFS_IOC_* command, one line each: its name in TFS_IOC_<NAME>, the
+ * member of union tfs_ioc_args holding its struct, and where it is taken
+ * (TFS_IOC_FILE: an open regular file only; TFS_IOC_ANY: any descriptor
+ * of the mount, a directory's too). The tables of checks (args.c,
+ * check_<member>) and of handlers (ioctl.c, ioc_<member>) are built from
+ * this list, so a command without either is a build error, and a number
+ * given twice or left out fails test_args. A new ioctl: its struct,
+ * number and size in include/tierfs.h, a line here, a check, a handler.
+ */
+#define TFS_IOC_LIST(X)                           \
+	X(EXPORT, exp, TFS_IOC_FILE)               \
+	X(RELEASE, rel, TFS_IOC_FILE)              \
+	X(COMMIT, commit, TFS_IOC_FILE)            \
+	X(ALLOC, alloc, TFS_IOC_FILE)              \
+	X(MOVE, move, TFS_IOC_FILE)                \
+	X(STAT, stat, TFS_IOC_FILE)                \
+	X(RECLAIM, rec, TFS_IOC_ANY)
+
+enum tfs_ioc_where {
+	TFS_IOC_FILE,
+	TFS_IOC_ANY,
+};
+
 /* Its argument once checked: the struct of req.cmd, copied out. */
 union tfs_ioc_args {
 	struct tfs_ioc_export exp;
@@ -36,6 +60,12 @@ union tfs_ioc_args {
 	struct tfs_ioc_reclaim rec;
 };
 
+/* The commands, in TFS_IOC_LIST's order: their numbers (TFS_IOC_*) and
+ * names ("EXPORT"), for tests and the fuzzer. */
+extern const unsigned int tfs_ioc_cmds[];
+extern const char *const tfs_ioc_names[];
+extern const unsigned int tfs_ioc_ncmds;
+
 /*
  * Check @req, in this order:
  *   -ENOTTY  an unknown command; a 32-bit caller; a directory caller or
@@ -43,7 +73,8 @@ union tfs_ioc_args {
  *            64-bit callers, and but for a reclaim, of a file only);
  *   -EINVAL  buffer sizes other than the command's; a version other than
  *            TFS_ABI_VERSION, flags the command does not define, nonzero
- *            reserved words, a tier >= TFS_TIER_COUNT, an alloc of 0 bytes,
+ *            reserved words, a tier >= TFS_TIER_COUNT (TFS_TIER_MAX with
+ *            TFS_MOVE_CHAIN), an alloc of 0 bytes,
  *            a reclaim's gpu below -1 or its UUID set without
  *            TFS_RECLAIM_UUID, or its freed set;
  *   -EBADF   an export through a file not open for reading, a write export

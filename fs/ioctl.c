@@ -120,10 +120,27 @@ static pid_t thread_group(pid_t tid)
 	return tgid;
 }
 
-static int ioc_export(fuse_req_t req, struct tfs_file *f,
-		      const struct tfs_ioc_export *a, struct tfs_ioc_export *out)
+/*
+ * One command's call: what the kernel sent (checked), where the reply's
+ * struct goes (its _IOC_SIZE when the command reads back) and whether the
+ * kernel's cached attributes must be dropped before the reply.
+ */
+struct ioc_call {
+	fuse_req_t req;
+	fuse_ino_t ino;
+	struct tfs_file *f; /* NULL for a TFS_IOC_ANY command on a directory */
+	const union tfs_ioc_args *a;
+	union tfs_ioc_args out;
+	bool inval;
+	bool tell_size; /* after the invalidation, tell the kernel the size */
+};
+
+static int ioc_exp(struct ioc_call *c)
 {
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	const struct fuse_ctx *ctx = fuse_req_ctx(c->req);
+	const struct tfs_ioc_export *a = &c->a->exp;
+	struct tfs_ioc_export *out = &c->out.exp;
+	struct tfs_file *f = c->f;
 	bool writable = a->flags & TFS_EXPORT_WRITE;
 	int gpu = export_gpu(a->caller_uuid);
 	pid_t pid = thread_group(ctx->pid);
@@ -133,8 +150,7 @@ static int ioc_export(fuse_req_t req, struct tfs_file *f,
 	if (writable && tfs_deny_sealed(f->inode))
 		return -EPERM;
 	if (writable)
-		tfs_break_leases(req, f->inode, "export");
-	memset(out, 0, sizeof(*out));
+		tfs_break_leases(c->req, f->inode, "export");
 	out->version = TFS_ABI_VERSION;
 	out->flags = a->flags;
 	memcpy(out->caller_uuid, a->caller_uuid, sizeof(out->caller_uuid));
@@ -153,59 +169,64 @@ static int ioc_export(fuse_req_t req, struct tfs_file *f,
 
 /* The generation is informational: a lease is per open file, and a commit
  * in between bumps it, so a mismatch must not keep the lease alive. */
-static int ioc_release(struct tfs_file *f, const struct tfs_ioc_release *a)
+static int ioc_rel(struct ioc_call *c)
 {
-	return tier_buf_unexport(f->inode->buf, f->owner,
-				 a->flags & TFS_RELEASE_UNMAPPED);
+	return tier_buf_unexport(c->f->inode->buf, c->f->owner,
+				 c->a->rel.flags & TFS_RELEASE_UNMAPPED);
 }
 
-static int ioc_commit(struct tfs_file *f)
+static int ioc_commit(struct ioc_call *c)
 {
 	int rc;
 
-	if (tfs_deny_sealed(f->inode))
+	if (tfs_deny_sealed(c->f->inode))
 		return -EPERM;
-	rc = tier_buf_commit(f->inode->buf, f->owner);
+	rc = tier_buf_commit(c->f->inode->buf, c->f->owner);
 	if (rc < 0)
 		return rc;
-	mark_changed(f->inode);
+	mark_changed(c->f->inode);
+	c->inval = true;
 	return 0;
 }
 
-static int ioc_alloc(struct tfs_file *f, const struct tfs_ioc_alloc *a)
+static int ioc_alloc(struct ioc_call *c)
 {
 	int rc;
 
-	if (tfs_deny_sealed(f->inode))
+	if (tfs_deny_sealed(c->f->inode))
 		return -EPERM;
-	rc = tier_buf_alloc_device(f->inode->buf, a->size);
+	rc = tier_buf_alloc_device(c->f->inode->buf, c->a->alloc.size);
 	if (rc < 0)
 		return rc;
-	mark_changed(f->inode);
+	mark_changed(c->f->inode);
+	c->inval = true;
+	c->tell_size = tfs.writeback;
 	return 0;
 }
 
-static int ioc_move(fuse_req_t req, struct tfs_file *f,
-		    const struct tfs_ioc_move *a)
+static int ioc_move(struct ioc_call *c)
 {
-	int rc = tfs_may_write(req, f->inode);
+	int rc = tfs_may_write(c->req, c->f->inode);
 
 	if (rc < 0)
 		return rc;
 	if (tfs_readonly_now())
 		return -EROFS;
-	tfs_break_leases(req, f->inode, "move");
-	return tier_buf_move_as(f->inode->buf, (enum tfs_tier)a->tier, f->owner,
-				fuse_req_ctx(req)->uid);
+	tfs_break_leases(c->req, c->f->inode, "move");
+	c->inval = true;
+	return tier_buf_move_as(c->f->inode->buf,
+				(enum tfs_tier)c->a->move.tier, c->f->owner,
+				fuse_req_ctx(c->req)->uid);
 }
 
-static void ioc_stat(struct tfs_file *f, struct tfs_ioc_stat *out)
+static int ioc_stat(struct ioc_call *c)
 {
+	struct tfs_ioc_stat *out = &c->out.stat;
 	struct tier_buf_stat st;
 
-	tier_buf_stat(f->inode->buf, &st);
-	memset(out, 0, sizeof(*out));
+	tier_buf_stat(c->f->inode->buf, &st);
 	out->version = TFS_ABI_VERSION;
+	out->flags = c->a->stat.flags;
 	out->tier = st.tier;
 	out->pins = st.pins;
 	out->leases = st.leases;
@@ -213,11 +234,13 @@ static void ioc_stat(struct tfs_file *f, struct tfs_ioc_stat *out)
 	out->stored_size = st.stored_size;
 	out->last_access_ns = st.last_access_ns;
 	out->generation = st.generation;
+	return 0;
 }
 
-static int ioc_reclaim(const struct tfs_ioc_reclaim *a,
-		       struct tfs_ioc_reclaim *out)
+static int ioc_rec(struct ioc_call *c)
 {
+	const struct tfs_ioc_reclaim *a = &c->a->rec;
+	struct tfs_ioc_reclaim *out = &c->out.rec;
 	uint64_t freed = 0;
 	int gpu, rc;
 
@@ -230,7 +253,6 @@ static int ioc_reclaim(const struct tfs_ioc_reclaim *a,
 	rc = tier_store_reclaim(tfs.store, gpu, a->bytes, &freed);
 	if (rc < 0)
 		return rc;
-	memset(out, 0, sizeof(*out));
 	out->version = TFS_ABI_VERSION;
 	out->flags = a->flags;
 	out->gpu = gpu;
@@ -239,6 +261,17 @@ static int ioc_reclaim(const struct tfs_ioc_reclaim *a,
 	memcpy(out->uuid, a->uuid, sizeof(out->uuid));
 	return 0;
 }
+
+/* The handler of each command of TFS_IOC_LIST (fs/args.h): one missing is
+ * a build error. */
+static const struct {
+	unsigned int cmd;
+	int (*run)(struct ioc_call *c);
+} handlers[] = {
+#define ROW(N, m, w) { TFS_IOC_##N, ioc_##m },
+	TFS_IOC_LIST(ROW)
+#undef ROW
+};
 
 void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	       struct fuse_file_info *fi, unsigned int flags,
@@ -257,13 +290,8 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		.out_len = out_bufsz,
 	};
 	union tfs_ioc_args a;
-	union {
-		struct tfs_ioc_export exp;
-		struct tfs_ioc_stat st;
-		struct tfs_ioc_reclaim rec;
-	} out;
-	size_t out_len = 0;
-	bool inval = false;
+	struct ioc_call c = { .req = req, .ino = ino, .f = f, .a = &a };
+	size_t i, out_len;
 	int rc;
 
 	/* chattr and lsattr reach directories too. */
@@ -276,42 +304,19 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	switch (cmd) {
-	case TFS_IOC_EXPORT:
-		rc = ioc_export(req, f, &a.exp, &out.exp);
-		out_len = sizeof(out.exp);
-		break;
-	case TFS_IOC_RELEASE:
-		rc = ioc_release(f, &a.rel);
-		break;
-	case TFS_IOC_COMMIT:
-		rc = ioc_commit(f);
-		inval = true;
-		break;
-	case TFS_IOC_ALLOC:
-		rc = ioc_alloc(f, &a.alloc);
-		inval = true;
-		break;
-	case TFS_IOC_MOVE:
-		rc = ioc_move(req, f, &a.move);
-		inval = true;
-		break;
-	case TFS_IOC_RECLAIM:
-		rc = ioc_reclaim(&a.rec, &out.rec);
-		out_len = sizeof(out.rec);
-		break;
-	default:
-		ioc_stat(f, &out.st);
-		out_len = sizeof(out.st);
-		break;
-	}
+	/* tfs_ioc_check() knows the command: so does this table. */
+	for (i = 0; handlers[i].cmd != cmd; i++)
+		;
+	memset(&c.out, 0, sizeof(c.out));
+	rc = handlers[i].run(&c);
 	if (rc < 0) {
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	if (inval)
+	if (c.inval)
 		tfs_inval_attr(ino);
-	if (cmd == TFS_IOC_ALLOC && tfs.writeback)
+	if (c.tell_size)
 		tell_size(ino, tier_buf_size(f->inode->buf));
-	fuse_reply_ioctl(req, 0, out_len ? &out : NULL, out_len);
+	out_len = (_IOC_DIR(cmd) & _IOC_READ) ? _IOC_SIZE(cmd) : 0;
+	fuse_reply_ioctl(req, 0, out_len ? &c.out : NULL, out_len);
 }

@@ -26,12 +26,19 @@
 
 #define TFS_ABI_VERSION 1
 
-/* Tiers, fastest first. A buffer's tier is the fastest one holding a copy. */
+/*
+ * Tiers, fastest first. A buffer's tier is the fastest one holding a copy.
+ * Every mount's chain starts with these three (the device tier standing
+ * for all of its GPUs); a chain's further disk-kind tiers ([tiers] in
+ * tierfs.conf) follow from TFS_TIER_COUNT on, in the order the "tiers"
+ * key of user.tierfs.stats lists them, up to TFS_TIER_MAX.
+ */
 enum tfs_tier {
 	TFS_TIER_DEVICE = 0,
 	TFS_TIER_HOST = 1,
 	TFS_TIER_DISK = 2,
 	TFS_TIER_COUNT = 3,
+	TFS_TIER_MAX = 16,
 };
 
 /* Extended attributes answered on every regular file. */
@@ -160,6 +167,11 @@ struct tfs_ioc_alloc {
 	uint64_t reserved[2];
 };
 
+/* TFS_IOC_MOVE: `tier` may be any tier of the chain, one of [tiers] too
+ * (ENXIO for one the mount does not have); without it, only the three
+ * every mount has. */
+#define TFS_MOVE_CHAIN 0x1u
+
 /* TFS_IOC_MOVE: move the buffer to `tier` (EBUSY while another file holds
  * it with a write export). Needs write permission on the file, whatever the
  * fd's mode (EACCES; the owner and root always may), as setting
@@ -169,16 +181,20 @@ struct tfs_ioc_alloc {
 struct tfs_ioc_move {
 	uint32_t version;
 	uint32_t flags;
-	uint32_t tier; /* enum tfs_tier */
+	uint32_t tier; /* enum tfs_tier, or with TFS_MOVE_CHAIN any tier */
 	uint32_t reserved0;
 	uint64_t reserved[2];
 };
 
+/* TFS_IOC_STAT: report a tier of [tiers] as its place in the chain, where
+ * without it every disk-kind tier reads TFS_TIER_DISK. */
+#define TFS_STAT_CHAIN 0x1u
+
 /* TFS_IOC_STAT: where the buffer is and how much it takes there. */
 struct tfs_ioc_stat {
 	uint32_t version;
-	uint32_t flags;
-	uint32_t tier; /* out: enum tfs_tier */
+	uint32_t flags; /* in: TFS_STAT_* */
+	uint32_t tier; /* out: enum tfs_tier, or as TFS_STAT_CHAIN says */
 	uint32_t pins; /* out: explicit pins */
 	uint32_t leases; /* out: exports and I/O in flight */
 	uint32_t reserved0;

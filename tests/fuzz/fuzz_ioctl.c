@@ -36,8 +36,10 @@ static const struct cmd {
 	/* waited (8-12) is 0 to TFS_COMMIT_WAITED_EVENT */
 	{ TFS_IOC_COMMIT, 32, true, false, 0, { { 12, 32 }, { 0, 0 } } },
 	{ TFS_IOC_ALLOC, 32, true, false, 0, { { 16, 32 }, { 0, 0 } } },
-	{ TFS_IOC_MOVE, 32, true, false, 0, { { 12, 32 }, { 0, 0 } } },
-	{ TFS_IOC_STAT, 88, true, true, 0, { { 20, 24 }, { 56, 88 } } },
+	{ TFS_IOC_MOVE, 32, true, false, TFS_MOVE_CHAIN,
+	  { { 12, 32 }, { 0, 0 } } },
+	{ TFS_IOC_STAT, 88, true, true, TFS_STAT_CHAIN,
+	  { { 20, 24 }, { 56, 88 } } },
 	/* reserved0, freed (out only) and reserved[] */
 	{ TFS_IOC_RECLAIM, 80, true, true, TFS_RECLAIM_UUID,
 	  { { 12, 16 }, { 24, 32 }, { 48, 80 } } },
@@ -91,7 +93,9 @@ static int reference(const struct tfs_ioc_req *r, const struct cmd *c,
 		     b++)
 			if (in[b])
 				return -EINVAL;
-	if (c->cmd == TFS_IOC_MOVE && rd32(in + 8) >= TFS_TIER_COUNT)
+	if (c->cmd == TFS_IOC_MOVE &&
+	    rd32(in + 8) >= ((rd32(in + 4) & TFS_MOVE_CHAIN) ? TFS_TIER_MAX :
+							       TFS_TIER_COUNT))
 		return -EINVAL;
 	if (c->cmd == TFS_IOC_COMMIT && rd32(in + 8) > TFS_COMMIT_WAITED_EVENT)
 		return -EINVAL;

@@ -116,6 +116,74 @@ static void test_ioctl_answers(void)
 }
 
 /* TFS_RELEASE_UNMAPPED is the one flag a release takes. */
+
+/*
+ * The table of commands (TFS_IOC_LIST in fs/args.h): numbers 1 to N, each
+ * once, of tierfs's type; every one known to the check (a well-formed
+ * argument passes); nothing else is.
+ */
+static void test_ioctl_table(void)
+{
+	bool seen[64] = { false };
+	unsigned char buf[512];
+
+	CHECK(tfs_ioc_ncmds > 0 && tfs_ioc_ncmds < 64);
+	for (unsigned int i = 0; i < tfs_ioc_ncmds; i++) {
+		unsigned int cmd = tfs_ioc_cmds[i], nr = _IOC_NR(cmd);
+		size_t size = _IOC_SIZE(cmd);
+		uint32_t one = TFS_ABI_VERSION;
+		int rc;
+
+		CHECK_EQ(_IOC_TYPE(cmd), TFS_IOC_MAGIC);
+		CHECK(nr >= 1 && nr <= tfs_ioc_ncmds);
+		if (nr < 64) {
+			CHECK(!seen[nr] || !printf("#   %s: number %u twice\n",
+						   tfs_ioc_names[i], nr));
+			seen[nr] = true;
+		}
+		CHECK(size <= sizeof(buf));
+		memset(buf, 0, sizeof(buf));
+		memcpy(buf, &one, sizeof(one));
+		/* The fields a zeroed struct would get refused for. */
+		if (cmd == TFS_IOC_ALLOC)
+			memcpy(buf + 8, &(uint64_t){ 1 }, 8);
+		rc = check(cmd, buf, (_IOC_DIR(cmd) & _IOC_WRITE) ? size : 0,
+			   (_IOC_DIR(cmd) & _IOC_READ) ? size : 0, true, true);
+		CHECK(rc == 0 || !printf("#   %s: %d\n", tfs_ioc_names[i], rc));
+	}
+	for (unsigned int nr = 1; nr <= tfs_ioc_ncmds && nr < 64; nr++)
+		CHECK(seen[nr] || !printf("#   no command %u\n", nr));
+	CHECK_EQ(check(_IOW(TFS_IOC_MAGIC, tfs_ioc_ncmds + 1,
+			    struct tfs_ioc_move),
+		       buf, sizeof(struct tfs_ioc_move), 0, true, true),
+		 -ENOTTY);
+}
+
+/* A move to a tier of [tiers] needs TFS_MOVE_CHAIN; a stat reports one
+ * as such with TFS_STAT_CHAIN. */
+static void test_ioctl_chain_flags(void)
+{
+	struct tfs_ioc_move m = { .version = TFS_ABI_VERSION, .tier = 3 };
+	struct tfs_ioc_stat st = { .version = TFS_ABI_VERSION };
+
+	CHECK_EQ(check(TFS_IOC_MOVE, &m, sizeof(m), 0, true, true), -EINVAL);
+	m.flags = TFS_MOVE_CHAIN;
+	CHECK_EQ(check(TFS_IOC_MOVE, &m, sizeof(m), 0, true, true), 0);
+	m.tier = TFS_TIER_MAX - 1;
+	CHECK_EQ(check(TFS_IOC_MOVE, &m, sizeof(m), 0, true, true), 0);
+	m.tier = TFS_TIER_MAX;
+	CHECK_EQ(check(TFS_IOC_MOVE, &m, sizeof(m), 0, true, true), -EINVAL);
+	m.flags = 0x2;
+	m.tier = 1;
+	CHECK_EQ(check(TFS_IOC_MOVE, &m, sizeof(m), 0, true, true), -EINVAL);
+	st.flags = TFS_STAT_CHAIN;
+	CHECK_EQ(check(TFS_IOC_STAT, &st, sizeof(st), sizeof(st), true, false),
+		 0);
+	st.flags = 0x2;
+	CHECK_EQ(check(TFS_IOC_STAT, &st, sizeof(st), sizeof(st), true, false),
+		 -EINVAL);
+}
+
 static void test_release_flags(void)
 {
 	struct tfs_ioc_release rel = { .version = TFS_ABI_VERSION };
@@ -394,6 +462,8 @@ int main(void)
 	TAP_RUN(test_acl_rules);
 	TAP_RUN(test_statx_reply);
 	TAP_RUN(test_ioctl_answers);
+	TAP_RUN(test_ioctl_table);
+	TAP_RUN(test_ioctl_chain_flags);
 	TAP_RUN(test_release_flags);
 	TAP_RUN(test_commit_waited);
 	TAP_RUN(test_reclaim_answers);
