@@ -67,11 +67,6 @@ uint32_t meta_get(const struct tier_dobj *o, uint64_t idx)
 	return o->cap <= 2 ? o->meta.inl[idx] : o->meta.arr[idx];
 }
 
-uint32_t meta_total(uint32_t m)
-{
-	return m & META_LEN_MASK;
-}
-
 /* Bytes of the page map of a chunk with holes. */
 uint32_t map_len(const struct tier_disk *d)
 {
@@ -239,34 +234,6 @@ off_t chunk_off(const struct tier_disk *d, uint64_t idx)
 	return (off_t)(idx * slot);
 }
 
-bool all_zero(const void *buf, size_t len)
-{
-	const unsigned char *p = buf;
-	uint64_t acc = 0, w;
-
-	/* Data that is not zero almost always says so in its first word. */
-	while (len >= 8) {
-		memcpy(&w, p, 8);
-		if (w)
-			return false;
-		p += 8;
-		len -= 8;
-		if (len >= 64) {
-			for (int i = 0; i < 8; i++) {
-				memcpy(&w, p + 8 * i, 8);
-				acc |= w;
-			}
-			if (acc)
-				return false;
-			p += 64;
-			len -= 64;
-		}
-	}
-	while (len--)
-		acc |= *p++;
-	return !acc;
-}
-
 static int obj_fd_get(struct tier_disk *d, struct tier_dobj *o)
 {
 	int fd = __atomic_load_n(&o->fd, __ATOMIC_ACQUIRE), other = -1;
@@ -389,9 +356,128 @@ void punch(struct tier_disk *d, const struct tier_dobj *o, int fd,
 		 strerror(err));
 }
 
-uint32_t hdr_crc(const struct chunk_hdr *h)
+/* --- chunks: the file side of the codec (disk_chunk.c) --- */
+
+/*
+ * Encode and write chunk @idx into @slot, which held @old (a meta word; 0
+ * for a free slot): @len bytes of payload at @src, laid out as @desc says
+ * (NULL: the chunk's first bytes). Sets *@meta to the new meta word.
+ * Leaves no trace of @old on failure.
+ */
+int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
+		uint64_t idx, uint64_t slot, const void *src, size_t len,
+		const struct tier_chunk_desc *desc, uint32_t old,
+		uint32_t *meta)
 {
-	return tfs_crc32c(0, h, offsetof(struct chunk_hdr, hdr_crc));
+	struct chunk_codec c = codec_of(d);
+	struct chunk_enc_out e;
+	off_t off = chunk_off(d, slot);
+	uint64_t now;
+	int rc;
+
+	if (off < 0)
+		return -EFBIG;
+	rc = chunk_encode(&c, idx, src, len, desc, &e);
+	if (rc == -EIO)
+		tfs_err("cannot compress chunk %" PRIu64 " of '%s': lz4 "
+			"error %d", idx, o->path, e.lz4_error);
+	if (rc)
+		return rc;
+	rc = pwritev_full(fd, e.iov, e.cnt, off);
+	if (rc < 0) {
+		count(&d->stats.write_errors);
+		tfs_err("cannot write chunk %" PRIu64 " of spill file '%s': %s",
+			idx, o->path, strerror(-rc));
+		punch(d, o, fd, off, (off_t)d->chunk_size + d->blk);
+		return rc;
+	}
+	/* Give back the blocks the old content took past the new. */
+	now = slot_cost(d, e.total);
+	if (meta_cost(d, old) > now)
+		punch(d, o, fd, off + (off_t)now,
+		      (off_t)(meta_cost(d, old) - now));
+	*meta = e.meta;
+	return 0;
+}
+
+static int chunk_corrupt(struct tier_disk *d, const struct tier_dobj *o,
+			 uint64_t idx, const char *why)
+{
+	count(&d->stats.corrupt_chunks);
+	tfs_err("cannot read chunk %" PRIu64 " of spill file '%s': %s", idx,
+		o->path, why);
+	return -EIO;
+}
+
+/* A read of chunk @idx's slot failed with @rc from preadv_full(). */
+static int read_failed(struct tier_disk *d, const struct tier_dobj *o,
+		       uint64_t idx, int rc)
+{
+	if (rc == -ENODATA)
+		return chunk_corrupt(d, o, idx, "file too short");
+	count(&d->stats.read_errors);
+	tfs_err("cannot read chunk %" PRIu64 " of spill file '%s': %s", idx,
+		o->path, strerror(-rc));
+	return rc;
+}
+
+/*
+ * Fill @out with @n bytes of chunk @idx from its byte @lo on. @m is the
+ * chunk's meta word, nonzero.
+ */
+static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
+		      uint64_t idx, uint32_t m, char *out, size_t lo, size_t n)
+{
+	struct chunk_codec c = codec_of(d);
+	off_t off = chunk_off(d, slot_of(o, idx));
+	const char *why;
+	struct scratch *s;
+	struct iovec iov[2];
+	struct chunk_hdr hb;
+	char whybuf[64];
+	int rc;
+
+	if (chunk_direct(m, lo, n)) {
+		/* Straight into the caller's buffer: no copy. */
+		iov[0].iov_base = &hb;
+		iov[0].iov_len = HDR;
+		iov[1].iov_base = out;
+		iov[1].iov_len = meta_total(m) - HDR;
+		rc = preadv_full(fd, iov, 2, off);
+		if (rc < 0)
+			return read_failed(d, o, idx, rc);
+		why = chunk_check_direct(&c, &hb, idx, m, out, n);
+		return why ? chunk_corrupt(d, o, idx, why) : 0;
+	}
+	s = scratch_get(d->chunk_size, false);
+	if (!s)
+		return -ENOMEM;
+	iov[0].iov_base = s->in;
+	iov[0].iov_len = meta_total(m);
+	rc = preadv_full(fd, iov, 1, off);
+	if (rc < 0)
+		return read_failed(d, o, idx, rc);
+	rc = chunk_decode(&c, idx, m, s->in, out, lo, n, whybuf,
+			  sizeof(whybuf), &why);
+	return rc == -EIO ? chunk_corrupt(d, o, idx, why) : rc;
+}
+
+/* The part of [@off, @off + @len) in chunk @idx, into @dst (which holds
+ * @off). */
+int range_chunk(struct tier_disk *d, const struct tier_dobj *o, int fd,
+		char *dst, size_t len, uint64_t off, uint64_t idx)
+{
+	uint64_t cs = d->chunk_size, start = idx * cs;
+	uint64_t lo = off > start ? off - start : 0;
+	uint64_t end = off + len - start < cs ? off + len - start : cs;
+	char *out = dst + (start + lo - off);
+	uint32_t m = meta_get(o, idx);
+
+	if (!m) {
+		memset(out, 0, end - lo);
+		return 0;
+	}
+	return chunk_load(d, o, fd, idx, m, out, lo, end - lo);
 }
 
 /* --- jobs --- */

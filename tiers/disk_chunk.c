@@ -1,40 +1,73 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * One chunk of a spill file: encoding it into its slot and decoding it,
- * checked (the format is described in disk.c).
+ * The chunk codec: one chunk encoded into the bytes of its slot (header,
+ * page map, stored bytes: the format is described in disk.c), and the bytes
+ * of a slot checked and decoded. No file I/O: the disk tier's file code
+ * (disk.c) reads and writes the slots and calls this on memory, so the
+ * codec is tested and fuzzed on buffers, and a tier whose files live on
+ * another kind of storage encodes the same way.
  */
 #include "tiers/disk_i.h"
 
-/* --- chunks --- */
+bool all_zero(const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+	uint64_t acc = 0, w;
 
-/*
- * Encode and write chunk @idx into @slot, which held @old (a meta word; 0
- * for a free slot): @len bytes of payload at @src, laid out as @desc says
- * (NULL: the chunk's first bytes). Sets *@meta to the new meta word.
- * Leaves no trace of @old on failure.
- */
-int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
-		       uint64_t idx, uint64_t slot, const void *src,
-		       size_t len, const struct tier_chunk_desc *desc,
-		       uint32_t old, uint32_t *meta)
+	/* Data that is not zero almost always says so in its first word. */
+	while (len >= 8) {
+		memcpy(&w, p, 8);
+		if (w)
+			return false;
+		p += 8;
+		len -= 8;
+		if (len >= 64) {
+			for (int i = 0; i < 8; i++) {
+				memcpy(&w, p + 8 * i, 8);
+				acc |= w;
+			}
+			if (acc)
+				return false;
+			p += 64;
+			len -= 64;
+		}
+	}
+	while (len--)
+		acc |= *p++;
+	return !acc;
+}
+
+uint32_t hdr_crc(const struct chunk_hdr *h)
+{
+	return tfs_crc32c(0, h, offsetof(struct chunk_hdr, hdr_crc));
+}
+
+/* Bytes of the page map of a chunk with holes. */
+static uint32_t codec_map_len(const struct chunk_codec *c)
+{
+	uint32_t bits = c->chunk_size / TIER_PAGE;
+
+	return (bits + 63) / 64 * 8;
+}
+
+int chunk_encode(const struct chunk_codec *c, uint64_t idx, const void *src,
+		 size_t len, const struct tier_chunk_desc *desc,
+		 struct chunk_enc_out *out)
 {
 	struct chunk_hdr *h;
 	struct scratch *s;
-	struct iovec iov[3];
 	const void *data = src;
 	uint32_t stored = 0, mlen = 0, crc;
-	int enc, cnt = 1, rc;
-	off_t off = chunk_off(d, slot);
+	int enc, cnt = 1;
 	bool raw_only = desc && desc->raw;
 
-	if (off < 0)
-		return -EFBIG;
-	s = scratch_get(d->chunk_size, false);
+	out->lz4_error = 0;
+	s = scratch_get(c->chunk_size, false);
 	if (!s)
 		return -ENOMEM;
 	h = (struct chunk_hdr *)s->in;
 	if (desc && desc->map)
-		mlen = map_len(d);
+		mlen = codec_map_len(c);
 
 	if (raw_only) {
 		/* Room that fallocate took must stay taken. */
@@ -43,25 +76,23 @@ int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
 		/* Where the zeroes are does not matter then. */
 		enc = ENC_ZERO;
 		mlen = 0;
-	} else if (d->compression == CFG_COMPRESS_LZ4) {
+	} else if (c->compression == CFG_COMPRESS_LZ4) {
 		/* Keep lz4 only when it saves more than 1/64: decoding a
 		 * barely smaller block costs more than reading raw bytes
 		 * straight into the caller's buffer. */
-		int cap = (int)(len - 1 - len / 64), c = 0;
+		int cap = (int)(len - 1 - len / 64), n = 0;
 
 		if (cap > 0)
-			c = LZ4_compress_fast_extState(s->lz4_state, src,
+			n = LZ4_compress_fast_extState(s->lz4_state, src,
 						       s->in + HDR, (int)len,
-						       cap, d->accel);
-		if (c < 0) {
-			tfs_err("cannot compress chunk %" PRIu64
-				" of '%s': lz4 error %d",
-				idx, o->path, c);
+						       cap, c->accel);
+		if (n < 0) {
+			out->lz4_error = n;
 			return -EIO;
 		}
-		enc = c ? ENC_LZ4 : ENC_RAW;
-		if (c) {
-			stored = (uint32_t)c;
+		enc = n ? ENC_LZ4 : ENC_RAW;
+		if (n) {
+			stored = (uint32_t)n;
 			data = s->in + HDR;
 		}
 	} else {
@@ -83,62 +114,29 @@ int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
 
 	/* The lz4 block sits right after the header in scratch; the map
 	 * goes between them. */
-	iov[0].iov_base = h;
-	iov[0].iov_len = HDR;
+	out->iov[0].iov_base = h;
+	out->iov[0].iov_len = HDR;
 	if (mlen) {
-		iov[cnt].iov_base = (void *)desc->map;
-		iov[cnt++].iov_len = mlen;
+		out->iov[cnt].iov_base = (void *)desc->map;
+		out->iov[cnt++].iov_len = mlen;
 	}
 	if (stored) {
-		iov[cnt].iov_base = (void *)data;
-		iov[cnt++].iov_len = stored;
+		out->iov[cnt].iov_base = (void *)data;
+		out->iov[cnt++].iov_len = stored;
 	}
-	rc = pwritev_full(fd, iov, cnt, off);
-	if (rc < 0) {
-		count(&d->stats.write_errors);
-		tfs_err("cannot write chunk %" PRIu64 " of spill file '%s': %s",
-			idx, o->path, strerror(-rc));
-		punch(d, o, fd, off, (off_t)d->chunk_size + d->blk);
-		return rc;
-	}
-	/* Give back the blocks the old content took past the new. */
-	uint64_t now = slot_cost(d, HDR + mlen + stored);
-
-	if (meta_cost(d, old) > now)
-		punch(d, o, fd, off + (off_t)now,
-		      (off_t)(meta_cost(d, old) - now));
-	*meta = (HDR + mlen + stored) | (mlen ? META_MAP : 0) |
-		((uint32_t)enc << META_ENC_SHIFT);
+	out->cnt = cnt;
+	out->total = HDR + mlen + stored;
+	out->meta = out->total | (mlen ? META_MAP : 0) |
+		    ((uint32_t)enc << META_ENC_SHIFT);
 	return 0;
 }
 
-static int chunk_corrupt(struct tier_disk *d, const struct tier_dobj *o,
-			 uint64_t idx, const char *why)
-{
-	count(&d->stats.corrupt_chunks);
-	tfs_err("cannot read chunk %" PRIu64 " of spill file '%s': %s", idx,
-		o->path, why);
-	return -EIO;
-}
-
-/* A read of chunk @idx's slot failed with @rc from preadv_full(). */
-static int read_failed(struct tier_disk *d, const struct tier_dobj *o,
-		       uint64_t idx, int rc)
-{
-	if (rc == -ENODATA)
-		return chunk_corrupt(d, o, idx, "file too short");
-	count(&d->stats.read_errors);
-	tfs_err("cannot read chunk %" PRIu64 " of spill file '%s': %s", idx,
-		o->path, strerror(-rc));
-	return rc;
-}
-
-static const char *hdr_check(const struct tier_disk *d,
-			     const struct chunk_hdr *h, uint64_t idx,
-			     uint32_t meta)
+const char *chunk_check_hdr(const struct chunk_codec *c,
+			    const struct chunk_hdr *h, uint64_t idx,
+			    uint32_t meta)
 {
 	uint32_t enc = meta >> META_ENC_SHIFT;
-	uint32_t mlen = (meta & META_MAP) ? map_len(d) : 0;
+	uint32_t mlen = (meta & META_MAP) ? codec_map_len(c) : 0;
 	uint32_t stored = meta_total(meta) - HDR - mlen;
 	uint32_t raw = le32toh(h->raw_len);
 
@@ -153,9 +151,29 @@ static const char *hdr_check(const struct tier_disk *d,
 	if (h->encoding != enc || le32toh(h->stored_len) != stored ||
 	    !(le16toh(h->flags) & HDR_F_MAP) != !mlen)
 		return "header does not match what was written";
-	if (raw > d->chunk_size || (enc == ENC_RAW && raw != stored))
+	if (raw > c->chunk_size || (enc == ENC_RAW && raw != stored))
 		return "bad length";
 	return NULL;
+}
+
+bool chunk_direct(uint32_t meta, size_t lo, size_t n)
+{
+	return meta >> META_ENC_SHIFT == ENC_RAW && !(meta & META_MAP) &&
+	       lo == 0 && n >= meta_total(meta) - HDR;
+}
+
+const char *chunk_check_direct(const struct chunk_codec *c,
+			       const struct chunk_hdr *h, uint64_t idx,
+			       uint32_t meta, char *out, size_t n)
+{
+	uint32_t stored = meta_total(meta) - HDR;
+	const char *why = chunk_check_hdr(c, h, idx, meta);
+
+	if (!why && tfs_crc32c(0, out, stored) != le32toh(h->data_crc))
+		why = "checksum mismatch";
+	if (!why)
+		memset(out + stored, 0, n - stored);
+	return why;
 }
 
 /* The rank of page @p among the pages set in @map: its place in the
@@ -205,60 +223,33 @@ static void scatter_pages(const uint64_t *map, const char *pay, size_t raw,
 	}
 }
 
-/*
- * Fill @out with @n bytes of chunk @idx from its byte @lo on. @m is the
- * chunk's meta word, nonzero.
- */
-static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
-		      uint64_t idx, uint32_t m, char *out, size_t lo, size_t n)
+/* *@why for an lz4 failure @r, in @buf. */
+static int lz4_failed(int r, char *buf, size_t len, const char **why)
+{
+	snprintf(buf, len, "lz4 decode failed (%d)", r);
+	*why = buf;
+	return -EIO;
+}
+
+int chunk_decode(const struct chunk_codec *c, uint64_t idx, uint32_t m,
+		 const char *slot, char *out, size_t lo, size_t n,
+		 char *whybuf, size_t whylen, const char **why)
 {
 	/* The header names the chunk, not the slot: a stale slot of another
 	 * chunk fails the index check. */
 	uint32_t enc = m >> META_ENC_SHIFT, total = meta_total(m);
-	uint32_t mlen = (m & META_MAP) ? map_len(d) : 0;
+	uint32_t mlen = (m & META_MAP) ? codec_map_len(c) : 0;
 	uint32_t stored = total - HDR - mlen, raw;
-	const struct chunk_hdr *h;
-	const char *why, *src;
+	const struct chunk_hdr *h = (const struct chunk_hdr *)slot;
+	const char *src = slot + HDR + mlen;
 	struct scratch *s;
-	struct iovec iov[2];
-	struct chunk_hdr hb;
-	off_t off = chunk_off(d, slot_of(o, idx));
-	int rc;
 
-	if (enc == ENC_RAW && !mlen && lo == 0 && n >= stored) {
-		/* Straight into the caller's buffer: no copy. */
-		iov[0].iov_base = &hb;
-		iov[0].iov_len = HDR;
-		iov[1].iov_base = out;
-		iov[1].iov_len = stored;
-		rc = preadv_full(fd, iov, 2, off);
-		if (rc < 0)
-			return read_failed(d, o, idx, rc);
-		why = hdr_check(d, &hb, idx, m);
-		if (!why && tfs_crc32c(0, out, stored) != le32toh(hb.data_crc))
-			why = "checksum mismatch";
-		if (why)
-			return chunk_corrupt(d, o, idx, why);
-		memset(out + stored, 0, n - stored);
-		return 0;
-	}
-
-	s = scratch_get(d->chunk_size, mlen != 0);
-	if (!s)
-		return -ENOMEM;
-	iov[0].iov_base = s->in;
-	iov[0].iov_len = total;
-	rc = preadv_full(fd, iov, 1, off);
-	if (rc < 0)
-		return read_failed(d, o, idx, rc);
-	h = (const struct chunk_hdr *)s->in;
-	src = s->in + HDR + mlen;
-	why = hdr_check(d, h, idx, m);
-	if (!why && tfs_crc32c(0, s->in + HDR, mlen + stored) !=
-			    le32toh(h->data_crc))
-		why = "checksum mismatch";
-	if (why)
-		return chunk_corrupt(d, o, idx, why);
+	*why = chunk_check_hdr(c, h, idx, m);
+	if (!*why && tfs_crc32c(0, slot + HDR, mlen + stored) !=
+			     le32toh(h->data_crc))
+		*why = "checksum mismatch";
+	if (*why)
+		return -EIO;
 	raw = le32toh(h->raw_len);
 	if (enc == ENC_ZERO) {
 		memset(out, 0, n);
@@ -266,25 +257,26 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 	}
 	if (mlen) {
 		/* The whole payload, then the pages the range covers. The
-		 * map is not aligned in the file: copy it out. */
+		 * map is not aligned in the slot: copy it out. */
 		uint64_t map[MAX_CHUNK_SIZE / TIER_PAGE / 64];
 
-		memcpy(map, s->in + HDR, mlen);
+		memcpy(map, slot + HDR, mlen);
 		if (enc == ENC_LZ4) {
-			int r = LZ4_decompress_safe(src, s->out, (int)stored,
-						    (int)raw);
+			int r;
 
-			if (r < 0 || (uint32_t)r != raw) {
-				char why_buf[64];
-
-				snprintf(why_buf, sizeof(why_buf),
-					 "lz4 decode failed (%d)", r);
-				return chunk_corrupt(d, o, idx, why_buf);
-			}
+			s = scratch_get(c->chunk_size, true);
+			if (!s)
+				return -ENOMEM;
+			r = LZ4_decompress_safe(src, s->out, (int)stored,
+						(int)raw);
+			if (r < 0 || (uint32_t)r != raw)
+				return lz4_failed(r, whybuf, whylen, why);
 			src = s->out;
 		}
-		if (map_rank(map, d->chunk_size / TIER_PAGE) * TIER_PAGE < raw)
-			return chunk_corrupt(d, o, idx, "map and length differ");
+		if (map_rank(map, c->chunk_size / TIER_PAGE) * TIER_PAGE < raw) {
+			*why = "map and length differ";
+			return -EIO;
+		}
 		scatter_pages(map, src, raw, out, lo, n);
 		return 0;
 	}
@@ -302,7 +294,7 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 		int r;
 
 		if (lo) {
-			s = scratch_get(d->chunk_size, true);
+			s = scratch_get(c->chunk_size, true);
 			if (!s)
 				return -ENOMEM;
 			dst = s->out;
@@ -314,35 +306,11 @@ static int chunk_load(struct tier_disk *d, const struct tier_dobj *o, int fd,
 		else
 			r = LZ4_decompress_safe_partial(src, dst, (int)stored,
 							(int)end, (int)end);
-		if (r < 0 || (size_t)r != end) {
-			char why_buf[64];
-
-			snprintf(why_buf, sizeof(why_buf),
-				 "lz4 decode failed (%d)", r);
-			return chunk_corrupt(d, o, idx, why_buf);
-		}
+		if (r < 0 || (size_t)r != end)
+			return lz4_failed(r, whybuf, whylen, why);
 		if (lo)
 			memcpy(out, dst + lo, got);
 	}
 	memset(out + got, 0, n - got);
 	return 0;
-}
-
-/* The part of [@off, @off + @len) in chunk @idx, into @dst (which holds
- * @off). */
-int range_chunk(struct tier_disk *d, const struct tier_dobj *o,
-		       int fd, char *dst, size_t len, uint64_t off,
-		       uint64_t idx)
-{
-	uint64_t cs = d->chunk_size, start = idx * cs;
-	uint64_t lo = off > start ? off - start : 0;
-	uint64_t end = off + len - start < cs ? off + len - start : cs;
-	char *out = dst + (start + lo - off);
-	uint32_t m = meta_get(o, idx);
-
-	if (!m) {
-		memset(out, 0, end - lo);
-		return 0;
-	}
-	return chunk_load(d, o, fd, idx, m, out, lo, end - lo);
 }

@@ -74,6 +74,12 @@ _Static_assert(sizeof(struct chunk_hdr) == 32, "chunk header is 32 bytes");
 #define META_MAP (1u << 29)
 #define META_ENC_SHIFT 30
 
+/* The bytes of its slot a chunk of meta word @m uses. */
+static inline uint32_t meta_total(uint32_t m)
+{
+	return m & META_LEN_MASK;
+}
+
 /*
  * A job is n independent items run by the pool threads and its submitter.
  * Lock order: pool.lock is a leaf; nothing else is taken under it.
@@ -168,7 +174,68 @@ void pool_start(struct pool *p);
 void pool_stop(struct pool *p);
 void pool_run(struct pool *p, struct pool_job *job);
 
-/* disk_chunk.c: one chunk stored into its slot, one loaded */
+/*
+ * disk_chunk.c: the chunk codec, on memory only (no descriptor reaches
+ * it). What it needs of the disk tier: the chunk size, the compression and
+ * lz4's acceleration.
+ */
+struct chunk_codec {
+	uint32_t chunk_size;
+	enum cfg_compression compression;
+	int accel;
+};
+
+static inline struct chunk_codec codec_of(const struct tier_disk *d)
+{
+	return (struct chunk_codec){ d->chunk_size, d->compression, d->accel };
+}
+
+/* A chunk encoded for its slot: the bytes to write, in order, and what
+ * they make its meta word. */
+struct chunk_enc_out {
+	struct iovec iov[3]; /* header, page map, stored bytes */
+	int cnt;
+	uint32_t total; /* bytes of the slot used */
+	uint32_t meta;
+	int lz4_error; /* lz4's code when encoding returned -EIO */
+};
+
+/*
+ * Encode chunk @idx: @len bytes of payload at @src (<= chunk size), laid out
+ * as @desc says (NULL: the chunk's first bytes). The header and any lz4
+ * block are in this thread's scratch, valid until its next use; the map is
+ * @desc's. 0, -ENOMEM, or -EIO when lz4 failed (out->lz4_error).
+ */
+int chunk_encode(const struct chunk_codec *c, uint64_t idx, const void *src,
+		 size_t len, const struct tier_chunk_desc *desc,
+		 struct chunk_enc_out *out);
+/* NULL when header @h fits chunk @idx as meta word @meta says, else what
+ * is wrong with it. */
+const char *chunk_check_hdr(const struct chunk_codec *c,
+			    const struct chunk_hdr *h, uint64_t idx,
+			    uint32_t meta);
+/* Whether bytes [@lo, @lo + @n) of a chunk of meta word @meta (not 0) can
+ * be read straight into the caller's buffer: a raw chunk without a map,
+ * read from its start and whole. Then the header is read apart and
+ * chunk_check_direct() checks it and the data, zeroing the rest of @n. */
+bool chunk_direct(uint32_t meta, size_t lo, size_t n);
+const char *chunk_check_direct(const struct chunk_codec *c,
+			       const struct chunk_hdr *h, uint64_t idx,
+			       uint32_t meta, char *out, size_t n);
+/*
+ * Check the meta_total(@m) bytes of chunk @idx's slot at @slot and decode
+ * its bytes [@lo, @lo + @n) into @out; holes read as zeroes. 0, -ENOMEM,
+ * or -EIO with *@why saying what is wrong (in @whybuf when it needs
+ * formatting).
+ */
+int chunk_decode(const struct chunk_codec *c, uint64_t idx, uint32_t m,
+		 const char *slot, char *out, size_t lo, size_t n,
+		 char *whybuf, size_t whylen, const char **why);
+bool all_zero(const void *buf, size_t len);
+uint32_t hdr_crc(const struct chunk_hdr *h);
+
+/* disk.c: one chunk stored into its slot, one loaded (the file side of
+ * the codec) */
 int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
 		uint64_t idx, uint64_t slot, const void *src, size_t len,
 		const struct tier_chunk_desc *desc, uint32_t old,
@@ -177,14 +244,11 @@ int range_chunk(struct tier_disk *d, const struct tier_dobj *o, int fd,
 		char *dst, size_t len, uint64_t off, uint64_t idx);
 
 /* disk.c: small helpers */
-bool all_zero(const void *buf, size_t len);
 off_t chunk_off(const struct tier_disk *d, uint64_t idx);
 void count(uint64_t *counter);
-uint32_t hdr_crc(const struct chunk_hdr *h);
 uint32_t map_len(const struct tier_disk *d);
 uint64_t meta_cost(const struct tier_disk *d, uint32_t m);
 uint32_t meta_get(const struct tier_dobj *o, uint64_t idx);
-uint32_t meta_total(uint32_t m);
 int preadv_full(int fd, struct iovec *iov, int cnt, off_t off);
 void punch(struct tier_disk *d, const struct tier_dobj *o, int fd, off_t off,
 	   off_t len);
