@@ -55,7 +55,7 @@
 
 /* --- small helpers --- */
 
-static uint32_t *meta_of(struct tier_dobj *o)
+uint32_t *meta_of(struct tier_dobj *o)
 {
 	return o->cap <= 2 ? o->meta.inl : o->meta.arr;
 }
@@ -194,7 +194,7 @@ static int cow_alloc(struct dobj_cow *c, uint64_t idx, uint32_t *out)
 
 /* Room for chunks 0..@n-1. Only called with the object's writers
  * serialised, so no reader runs meanwhile. */
-static int meta_grow(struct tier_dobj *o, uint64_t n)
+int meta_grow(struct tier_dobj *o, uint64_t n)
 {
 	uint64_t cap = o->cap;
 	uint32_t *arr;

@@ -92,6 +92,54 @@ int tier_disk_init_persistent(struct tier_disk **out, const char *path,
 			      enum cfg_compression compression, char *err,
 			      size_t errlen);
 
+/*
+ * A shared tier's spill directory: like tier_disk_init() (the same checks
+ * of @path and the same private parent, which every tierfs sharing @path
+ * must reach as the same user), named tierfs-shared.<node>.<@tag>.<random>
+ * and holding a MANIFEST that says its format (chunk size, block, node,
+ * pid), so that another tierfs can read its spill files. Stale directories
+ * are swept only when they are this node's: another node's lock is not
+ * visible here on every filesystem. Objects of a shared tier are written
+ * whole once and never rewritten in place, so another tierfs may hold a
+ * hard link to one (tier_dobj_handoff(), tier_dobj_adopt_link()).
+ */
+int tier_disk_init_shared(struct tier_disk **out, const char *path,
+			  const char *tag, uint32_t chunk_size,
+			  enum cfg_compression compression, char *err,
+			  size_t errlen);
+
+bool tier_disk_shared(const struct tier_disk *d);
+
+/*
+ * Give @o, buffer @id's spill file of @size bytes in a shared tier, a
+ * name another tierfs can adopt it by: a hard link h.<id>.<size>.<token>
+ * beside it, where the token is 64 random bits (*@token 0: a new one,
+ * returned; else the one given before, the link made again when gone).
+ * Its full path into @buf. Only whoever is told the path can adopt the
+ * file: ids are guessable, tokens are not. 0 or -errno.
+ */
+int tier_dobj_handoff(struct tier_disk *d, struct tier_dobj *o, uint64_t id,
+		      uint64_t size, uint64_t *token, char *buf, size_t len);
+
+/* Remove the hand-off name of tier_dobj_handoff(); adopters keep theirs. */
+void tier_dobj_handoff_drop(struct tier_disk *d, uint64_t id, uint64_t size,
+			    uint64_t token);
+
+/*
+ * Adopt the file a hand-off path (@path, @len bytes, a trailing newline or
+ * NUL ignored) names as the spill file of buffer @id: a hard link to it in
+ * @d's own directory, so no byte is copied; its chunk table comes from its
+ * chunk headers (a damaged one reads as EIO later, never as wrong bytes),
+ * its size, into *@size, from the name. The path must be one of a shared
+ * directory beside @d's (the same parent, the same format in its
+ * MANIFEST). -EINVAL for a path that is not a hand-off name, -EXDEV for
+ * one outside @d's parent, -ENOENT when it is gone, -EPERM when what is
+ * there is not tierfs's (owner, mode, symlinks), -EPROTO for another chunk
+ * size or block, -ENOMEM.
+ */
+int tier_dobj_adopt_link(struct tier_disk *d, const char *path, size_t len,
+			 uint64_t id, uint64_t *size, struct tier_dobj **out);
+
 /* 1 to 64 of [A-Za-z0-9._-], not starting with a dot. */
 bool tier_disk_name_valid(const char *name);
 

@@ -21,6 +21,9 @@
 /* Not SPILL_PREFIX: the stale-directory sweep must never match it. */
 #define PERSIST_PREFIX "tierfs-persist."
 #define LOCK_NAME "lock"
+/* A shared tier's per-mount directories: tierfs-shared.<host>.<tag>.<hex>,
+ * never matched by SPILL_PREFIX either. */
+#define SHARED_PREFIX "tierfs-shared."
 
 int tier_private_dir_open(int parent, const char *name,
 			  enum tier_pdir_mode mode)
@@ -152,8 +155,10 @@ out_dir:
 	close(dfd);
 }
 
-/* Remove the stale spill directories under @base. */
-static void remove_stale_all(int base, const char *base_path)
+/* Remove the stale spill directories under @base whose names start with
+ * @prefix. */
+static void remove_stale_all(int base, const char *base_path,
+			     const char *prefix)
 {
 	struct dirent *e;
 	DIR *dir;
@@ -168,7 +173,7 @@ static void remove_stale_all(int base, const char *base_path)
 		return;
 	}
 	while ((e = readdir(dir)))
-		if (!strncmp(e->d_name, SPILL_PREFIX, strlen(SPILL_PREFIX)))
+		if (!strncmp(e->d_name, prefix, strlen(prefix)))
 			remove_stale(base, base_path, e->d_name);
 	closedir(dir);
 }
@@ -285,8 +290,8 @@ out_close:
  * lock is held: then the lock fails or the directory is gone, and another
  * name is tried.
  */
-static int create_spill_dir(struct tier_disk *d, const char *tag,
-			    char *name, size_t namelen)
+static int create_spill_dir(struct tier_disk *d, const char *prefix,
+			    const char *tag, char *name, size_t namelen)
 {
 	struct stat a, b;
 	int rc = -EEXIST;
@@ -297,7 +302,7 @@ static int create_spill_dir(struct tier_disk *d, const char *tag,
 		rc = rand_hex(hex, 8);
 		if (rc < 0)
 			return rc;
-		snprintf(name, namelen, SPILL_PREFIX "%s.%s", tag, hex);
+		snprintf(name, namelen, "%s%s.%s", prefix, tag, hex);
 		d->dirfd = tier_private_dir_open(d->basefd, name,
 						 TIER_PDIR_CREATE_EXCL);
 		if (d->dirfd == -EEXIST)
@@ -604,13 +609,15 @@ out_dir:
 	return rc;
 }
 
-/* tier_disk_init() with @pname NULL, else tier_disk_init_persistent(). */
+/* tier_disk_init() with @pname NULL, else tier_disk_init_persistent();
+ * tier_disk_init_shared() with @shared. */
 static int disk_init(struct tier_disk **out, const char *path,
-		     const char *tag, const char *pname, uint32_t chunk_size,
-		     enum cfg_compression compression, char *err,
-		     size_t errlen)
+		     const char *tag, const char *pname, bool shared,
+		     uint32_t chunk_size, enum cfg_compression compression,
+		     char *err, size_t errlen)
 {
 	char sub[64], name[NAME_MAX + 1], base_path[PATH_MAX];
+	char prefix[SHARED_NODE_MAX + 32] = SPILL_PREFIX;
 	struct tier_disk *d;
 	struct rlimit rl;
 	int len, rc;
@@ -629,9 +636,17 @@ static int disk_init(struct tier_disk **out, const char *path,
 	}
 	if (pname)
 		tag = pname;
-	/* The longest name below: "/" sub "/" "tierfs." tag "." 16 hex. */
-	len = snprintf(NULL, 0, "%s/%s/" SPILL_PREFIX "%s.%016x", path,
-		       "tierfs-4294967295.0123456789abcdef", tag, 0);
+	if (shared) {
+		/* Several nodes share the directory: a node sweeps only its
+		 * own stale directories, whose locks it can see. */
+		char node[SHARED_NODE_MAX + 1];
+
+		tier_shared_node(node, sizeof(node));
+		snprintf(prefix, sizeof(prefix), SHARED_PREFIX "%s.", node);
+	}
+	/* The longest name below: "/" sub "/" prefix tag "." 16 hex. */
+	len = snprintf(NULL, 0, "%s/%s/%s%s.%016x", path,
+		       "tierfs-4294967295.0123456789abcdef", prefix, tag, 0);
 	if (len < 0 || len >= PATH_MAX - 24) {
 		snprintf(err, errlen, "disk path '%s' too long", path);
 		return -ENAMETOOLONG;
@@ -657,7 +672,7 @@ static int disk_init(struct tier_disk **out, const char *path,
 		snprintf(base_path, sizeof(base_path), "%s/%s", path, sub);
 	else
 		snprintf(base_path, sizeof(base_path), "%s", path);
-	remove_stale_all(d->basefd, base_path);
+	remove_stale_all(d->basefd, base_path, prefix);
 	if (pname) {
 		rc = open_persist_dir(d, base_path, pname, name, sizeof(name),
 				      err, errlen);
@@ -665,13 +680,14 @@ static int disk_init(struct tier_disk **out, const char *path,
 			goto out_base;
 		d->persistent = true;
 	} else {
-		rc = create_spill_dir(d, tag, name, sizeof(name));
+		rc = create_spill_dir(d, prefix, tag, name, sizeof(name));
 		if (rc < 0) {
 			snprintf(err, errlen, "cannot create a spill directory "
 				 "in '%s': %s", base_path, strerror(-rc));
 			goto out_base;
 		}
 	}
+	d->shared = shared;
 	d->dirlen = (size_t)snprintf(d->dir, (size_t)len + 1, "%s/%s",
 				     base_path, name);
 	d->blk = TIER_PAGE;
@@ -684,6 +700,16 @@ static int disk_init(struct tier_disk **out, const char *path,
 			d->blk = (uint32_t)sv.f_frsize;
 	}
 	d->name = d->dir + d->dirlen - strlen(name);
+	d->baselen = d->dirlen - strlen(name) - 1;
+	if (shared && (rc = tier_shared_manifest(d)) < 0) {
+		snprintf(err, errlen, "cannot write the manifest of '%s': %s",
+			 d->dir, strerror(-rc));
+		empty_dir(d->dirfd, d->dir);
+		unlinkat(d->basefd, name, AT_REMOVEDIR);
+		close(d->dirfd);
+		close(d->lockfd);
+		goto out_base;
+	}
 
 	/* Objects keep their descriptor while half the limit is free; past
 	 * that they open the file for each call instead of failing. */
@@ -708,8 +734,17 @@ int tier_disk_init(struct tier_disk **out, const char *path, const char *tag,
 		   uint32_t chunk_size, enum cfg_compression compression,
 		   char *err, size_t errlen)
 {
-	return disk_init(out, path, tag, NULL, chunk_size, compression, err,
-			 errlen);
+	return disk_init(out, path, tag, NULL, false, chunk_size, compression,
+			 err, errlen);
+}
+
+int tier_disk_init_shared(struct tier_disk **out, const char *path,
+			  const char *tag, uint32_t chunk_size,
+			  enum cfg_compression compression, char *err,
+			  size_t errlen)
+{
+	return disk_init(out, path, tag, NULL, true, chunk_size, compression,
+			 err, errlen);
 }
 
 int tier_disk_init_persistent(struct tier_disk **out, const char *path,
@@ -717,8 +752,8 @@ int tier_disk_init_persistent(struct tier_disk **out, const char *path,
 			      enum cfg_compression compression, char *err,
 			      size_t errlen)
 {
-	return disk_init(out, path, NULL, name, chunk_size, compression, err,
-			 errlen);
+	return disk_init(out, path, NULL, name, false, chunk_size, compression,
+			 err, errlen);
 }
 
 bool tier_disk_persistent(const struct tier_disk *d)

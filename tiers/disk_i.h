@@ -110,6 +110,8 @@ struct tier_disk {
 	/* Persistent: how the daemon before this one left the directory,
 	 * read from the lock file before it was taken. */
 	enum tier_disk_prev prev;
+	bool shared; /* see tier_disk_init_shared() */
+	size_t baselen; /* dir[0, baselen) is the path of basefd */
 	const char *name; /* the spill directory's name in basefd, in dir */
 	uint32_t chunk_size;
 	/* Slots start on this boundary and a chunk costs whole units of it:
@@ -243,12 +245,25 @@ int chunk_store(struct tier_disk *d, struct tier_dobj *o, int fd,
 int range_chunk(struct tier_disk *d, const struct tier_dobj *o, int fd,
 		char *dst, size_t len, uint64_t off, uint64_t idx);
 
+/* disk_shared.c: what a shared tier's directory adds */
+
+/* The most bytes of a node's name in a shared directory's name. */
+#define SHARED_NODE_MAX 64
+/* This node's name as it goes into a shared directory's name: the host
+ * name, [A-Za-z0-9.-] only. */
+void tier_shared_node(char *buf, size_t len);
+/* Write d's MANIFEST (the format another tierfs needs to read its files).
+ * 0 or -errno. */
+int tier_shared_manifest(struct tier_disk *d);
+
 /* disk.c: small helpers */
 off_t chunk_off(const struct tier_disk *d, uint64_t idx);
 void count(uint64_t *counter);
 uint32_t map_len(const struct tier_disk *d);
 uint64_t meta_cost(const struct tier_disk *d, uint32_t m);
 uint32_t meta_get(const struct tier_dobj *o, uint64_t idx);
+uint32_t *meta_of(struct tier_dobj *o);
+int meta_grow(struct tier_dobj *o, uint64_t n);
 int preadv_full(int fd, struct iovec *iov, int cnt, off_t off);
 void punch(struct tier_disk *d, const struct tier_dobj *o, int fd, off_t off,
 	   off_t len);

@@ -1429,6 +1429,135 @@ static void test_committed_versions(void)
 }
 
 /* Tables that do not describe a version of this disk tier. */
+
+/*
+ * A shared tier: two "mounts" on one directory. A file spilled by one is
+ * handed to the other by name and adopted by a hard link: same inode, no
+ * byte copied, every byte read back; it outlives the first mount's copy.
+ * Paths that are no hand-off names, or lead elsewhere, are refused.
+ */
+static void test_shared_handoff(void)
+{
+	struct tier_disk *a = NULL, *b = NULL, *c = NULL;
+	size_t size = 3 * CS + 777;
+	unsigned char *img = calloc(1, 4 * CS);
+	char err[256], path[4096], bad[4096], *slash;
+	struct tier_dobj *o = NULL, *got = NULL;
+	uint64_t token = 0, sz = 0;
+	struct stat sa, sb;
+	char dir[128];
+
+	snprintf(dir, sizeof(dir), "%s/shared-tier", tmpdir);
+	mkdir(dir, 0700);
+	CHECK_EQ(tier_disk_init_shared(&a, dir, "one", CS, CFG_COMPRESS_LZ4,
+				       err, sizeof(err)), 0);
+	CHECK_EQ(tier_disk_init_shared(&b, dir, "two", CS, CFG_COMPRESS_LZ4,
+				       err, sizeof(err)), 0);
+	if (!a || !b)
+		goto out;
+	CHECK(tier_disk_shared(a));
+	CHECK(strstr(tier_disk_path(a), "/tierfs-shared."));
+	fill_text(img, CS);
+	fill_random(img + CS, CS);
+	/* chunk 2 a hole */
+	fill_text(img + 3 * CS, 777);
+	CHECK_EQ(tier_dobj_create(a, 7, &o), 0);
+	CHECK_EQ(tier_dobj_write_chunk(a, o, 0, img, CS), 0);
+	CHECK_EQ(tier_dobj_write_chunk(a, o, 1, img + CS, CS), 0);
+	CHECK_EQ(tier_dobj_write_chunk(a, o, 3, img + 3 * CS, 777), 0);
+	CHECK_EQ(tier_dobj_handoff(a, o, 7, size, &token, path, sizeof(path)),
+		 0);
+	CHECK(token != 0);
+	CHECK(strstr(path, "/h.7."));
+	/* Asked again: the same name. */
+	{
+		char again[4096];
+		uint64_t t2 = token;
+
+		CHECK_EQ(tier_dobj_handoff(a, o, 7, size, &t2, again,
+					   sizeof(again)), 0);
+		CHECK(!strcmp(again, path));
+	}
+
+	/* Refused: not a hand-off name, another place, a guessed token. */
+	CHECK_EQ(tier_dobj_adopt_link(b, "relative", 8, 1, &sz, &got),
+		 -EINVAL);
+	CHECK_EQ(tier_dobj_adopt_link(b, "/etc/passwd", 11, 1, &sz, &got),
+		 -EXDEV);
+	snprintf(bad, sizeof(bad), "%s", path);
+	slash = strrchr(bad, '/');
+	strcpy(slash + 1, "7");
+	CHECK_EQ(tier_dobj_adopt_link(b, bad, strlen(bad), 1, &sz, &got),
+		 -EINVAL);
+	snprintf(bad, sizeof(bad), "%s", path);
+	bad[strlen(bad) - 1] = bad[strlen(bad) - 1] == '0' ? '1' : '0';
+	CHECK_EQ(tier_dobj_adopt_link(b, bad, strlen(bad), 1, &sz, &got),
+		 -ENOENT);
+	CHECK(!got);
+
+	/* Adopted with a trailing newline, as getfattr/setfattr pass it. */
+	snprintf(bad, sizeof(bad), "%.4000s\n", path);
+	CHECK_EQ(tier_dobj_adopt_link(b, bad, strlen(bad), 42, &sz, &got), 0);
+	CHECK_EQ(sz, size);
+	if (!got)
+		goto out;
+	CHECK_EQ(tier_dobj_stored(got), tier_dobj_stored(o));
+	CHECK_EQ(stat(tier_dobj_path(o), &sa), 0);
+	CHECK_EQ(stat(tier_dobj_path(got), &sb), 0);
+	CHECK_EQ(sa.st_ino, sb.st_ino);
+	CHECK_EQ(sa.st_nlink, 3); /* its name, the hand-off, the adopter's */
+	check_read(b, got, img, size, 0);
+	check_read(b, got, img, 200, 2 * CS - 100);
+	/* The first mount's copy goes; the adopter's stays. */
+	tier_dobj_handoff_drop(a, 7, size, token);
+	tier_dobj_destroy(a, o);
+	o = NULL;
+	check_read(b, got, img, size, 0);
+
+	/* Another chunk size cannot read the file. */
+	CHECK_EQ(tier_disk_init_shared(&c, dir, "three", 2 * CS,
+				       CFG_COMPRESS_LZ4, err, sizeof(err)), 0);
+	{
+		struct tier_dobj *o2 = NULL, *g2 = NULL;
+		uint64_t t3 = 0;
+
+		CHECK_EQ(tier_dobj_create(b, 9, &o2), 0);
+		CHECK_EQ(tier_dobj_write_chunk(b, o2, 0, img, CS), 0);
+		CHECK_EQ(tier_dobj_handoff(b, o2, 9, CS, &t3, path,
+					   sizeof(path)), 0);
+		if (c)
+			CHECK_EQ(tier_dobj_adopt_link(c, path, strlen(path), 1,
+						      &sz, &g2),
+				 -EPROTO);
+		tier_dobj_destroy(b, o2);
+	}
+	/* A private tier neither hands off nor adopts. */
+	{
+		struct tier_disk *p = disk_new(CS, CFG_COMPRESS_LZ4);
+		struct tier_dobj *po = NULL, *pg = NULL;
+		uint64_t t4 = 0;
+
+		if (p && !tier_dobj_create(p, 3, &po)) {
+			CHECK_EQ(tier_dobj_handoff(p, po, 3, 0, &t4, bad,
+						   sizeof(bad)),
+				 -EOPNOTSUPP);
+			CHECK_EQ(tier_dobj_adopt_link(p, path, strlen(path), 4,
+						      &sz, &pg),
+				 -EOPNOTSUPP);
+			tier_dobj_destroy(p, po);
+		}
+		tier_disk_destroy(p);
+	}
+out:
+	tier_dobj_destroy(a, o);
+	tier_dobj_destroy(b, got);
+	tier_disk_destroy(a);
+	tier_disk_destroy(b);
+	tier_disk_destroy(c);
+	rmdir(dir);
+	free(img);
+}
+
 static void test_adopt_refuses(void)
 {
 	struct tier_disk *d;
@@ -1493,6 +1622,7 @@ int main(void)
 	TAP_RUN(test_persistent_dir);
 	TAP_RUN(test_committed_versions);
 	TAP_RUN(test_adopt_refuses);
+	TAP_RUN(test_shared_handoff);
 	{
 		int err = small_mount();
 		char why[160];
