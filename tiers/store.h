@@ -347,9 +347,11 @@ int tier_buf_register(struct tier_buf *b);
  * Move the buffer to @tier now (spill or prefetch). -EBUSY when a lease
  * that holds it (a write export) belongs to someone other than @owner (0:
  * anyone counts), -ENOSPC when the tier has no room, -ENODEV when there is
- * no device tier. tier_buf_move_as() does it for @uid: a move to the
- * device or host fails with -EDQUOT when the buffer would take @uid past
- * that tier's user_share (uid 0 never does); tier_buf_move() is for root.
+ * no device tier, -ENXIO for a tier past TFS_TIER_DISK (one of [tiers],
+ * which no mount serves yet). tier_buf_move_as() does it for @uid: a move
+ * to the device or host fails with -EDQUOT when the buffer would take @uid
+ * past that tier's user_share (uid 0 never does); tier_buf_move() is for
+ * root.
  */
 int tier_buf_move(struct tier_buf *b, enum tfs_tier tier, uint64_t owner);
 int tier_buf_move_as(struct tier_buf *b, enum tfs_tier tier, uint64_t owner,

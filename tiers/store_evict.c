@@ -387,7 +387,9 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 /*
  * The disk tier's limit is ours; the filesystem under it may be shared and
  * fill up first. Asking it before each chunk turns that into ENOSPC for the
- * write that needs the room instead of a failed spill later.
+ * write that needs the room instead of a failed spill later. Asked without
+ * s->lock: on NFS or Lustre a statvfs() can take as long as the server
+ * does, and every operation of the store would wait behind it.
  */
 static bool disk_has_room(struct tier_store *s, uint64_t bytes)
 {
@@ -403,15 +405,14 @@ int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
 {
 	struct tier_store *s = b->s;
 	uint64_t limit, room = 0;
+	bool fs_room = t != TFS_TIER_DISK || disk_has_room(s, bytes);
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
 	limit = st_room(s, t, b->dgi);
 	uint64_t *used = used_of(s, t, b->dgi);
 
-	if (bytes > limit) {
-		rc = -ENOSPC;
-	} else if (t == TFS_TIER_DISK && !disk_has_room(s, bytes)) {
+	if (bytes > limit || !fs_room) {
 		rc = -ENOSPC;
 	} else if ((rc = st_share_pinned(s, b, t, bytes))) {
 		/* A pinned buffer grows within its pinner's share. */

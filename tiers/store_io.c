@@ -677,8 +677,10 @@ static int move(struct tier_buf *b, enum tfs_tier tier, int g, uint64_t owner,
 	struct tier_store *s = b->s;
 	int rc = 0;
 
+	/* TFS_MOVE_CHAIN lets callers name a tier of [tiers]: a mount has
+	 * none of those yet. */
 	if (tier >= TFS_TIER_COUNT)
-		return -EINVAL;
+		return -ENXIO;
 	if (tier == TFS_TIER_DEVICE &&
 	    !st_gpu_usable(s, g < 0 ? s->defg : (unsigned int)g))
 		return -ENODEV;

@@ -386,7 +386,7 @@ require_usr_local_sbin() {
 	tfs_unmount
 	# Every ';' key set to its documented default.
 	sed 's/^;//' "$SRC/config/tierfs.conf" >"$CONF"
-	[ "$(grep -c '^[a-z_]* = ' "$CONF")" -eq 22 ]
+	[ "$(grep -c '^[a-z_]* = ' "$CONF")" -eq 24 ]
 	tfs_mount -o "config=$CONF,device_backend=sim,device_limit=4M"
 	[ "$(tfs_stat host.limit)" -gt 0 ]
 }
@@ -399,7 +399,8 @@ require_usr_local_sbin() {
 		host_pinned disk_path disk_limit disk_compression \
 		disk_chunk_size policy_eviction policy_unspill \
 		policy_overcommit policy_high_watermark policy_target \
-		fs_threads fs_read_ahead_kb device_user_share \
+		policy_promote policy_promote_rate fs_threads \
+		fs_read_ahead_kb device_user_share \
 		device_user_exports host_user_share fs_metadata_user_share; do
 		[[ "$output" == *"-o $key="* ]]
 	done
@@ -443,4 +444,16 @@ require_usr_local_sbin() {
 	done
 	# tierfs(8), tierfs.conf(5), tierfsctl(1), libtierfs(3)
 	[ "$n" -ge 4 ]
+}
+
+@test "[tiers]: each entry is checked, and a mount with a valid one is refused, naming it" {
+	mkdir -p "$TFS_TMP/nvme"
+	bad_option "-o tiers_nvme: unknown kind 'tape' (known: disk, shared)" \
+		"tiers_nvme=tape:$TFS_TMP/nvme"
+	bad_option "is the directory of" "tiers_nvme=disk:$SPILL"
+	bad_option "[tiers] nvme: tiers below disk are not served yet" \
+		"tiers_nvme=disk:$TFS_TMP/nvme:1G"
+	printf '[tiers]\nlustre = shared:%s\n' "$TFS_TMP/nvme" >"$CONF"
+	mount_fails "[tiers] lustre: tiers below disk are not served yet" \
+		-f -o "config=$CONF,disk_path=$SPILL"
 }

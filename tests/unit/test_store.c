@@ -4,10 +4,13 @@
  * pins, ENOSPC, large files and concurrency, on the sim device.
  */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,6 +183,73 @@ static void test_small_grown_by_truncate(void)
 		CHECK_EQ(tier_buf_read(b, got, sizeof(got), 0), sizeof(got));
 		CHECK(!memcmp(got, want, sizeof(want)));
 	}
+	/* A tier of [tiers] (TFS_MOVE_CHAIN), which no mount has yet. */
+	CHECK_EQ(tier_buf_move(b, (enum tfs_tier)TFS_TIER_COUNT, 0), -ENXIO);
+	CHECK_EQ(tier_buf_move(b, (enum tfs_tier)(TFS_TIER_MAX - 1), 0),
+		 -ENXIO);
+	tier_buf_destroy(b);
+	tier_store_destroy(s);
+}
+
+/*
+ * statvfs() of the spill directory, as the store's calls resolve to it
+ * (statvfs64 with 64-bit offsets): while slow_statvfs is set, one call
+ * says it started and waits up to 5 s for the test to let it go, saying
+ * in statvfs_waited whether it had to wait that long.
+ */
+static atomic_int slow_statvfs, in_statvfs, statvfs_go, statvfs_waited;
+
+int statvfs64(const char *path, struct statvfs64 *buf)
+{
+	static int (*real)(const char *, struct statvfs64 *);
+
+	if (!real)
+		real = (int (*)(const char *, struct statvfs64 *))dlsym(
+			RTLD_NEXT, "statvfs64");
+	if (atomic_exchange(&slow_statvfs, 0)) {
+		atomic_store(&in_statvfs, 1);
+		for (int i = 0; i < 500 && !atomic_load(&statvfs_go); i++)
+			usleep(10000);
+		atomic_store(&statvfs_waited, !atomic_load(&statvfs_go));
+	}
+	return real(path, buf);
+}
+
+static void *move_to_disk_main(void *arg)
+{
+	return (void *)(intptr_t)tier_buf_move(arg, TFS_TIER_DISK, 0);
+}
+
+/* The disk tier asks its filesystem for room without the store's lock:
+ * on NFS or Lustre a statvfs() waits on the server, and every other
+ * operation of the store would wait behind it. */
+static void test_statvfs_unlocked(void)
+{
+	struct tier_store *s = mk_store("none", 0, 4 * MiB, 0);
+	struct tier_store_stats st;
+	struct tier_buf_stat bs;
+	struct tier_buf *b;
+	pthread_t th;
+	void *ret;
+	char data[4096];
+
+	memset(data, 'v', sizeof(data));
+	CHECK_EQ(tier_buf_new(s, &b), 0);
+	CHECK_EQ(tier_buf_write(b, data, sizeof(data), 0), sizeof(data));
+	CHECK_EQ(tier_buf_register(b), 0);
+	atomic_store(&slow_statvfs, 1);
+	CHECK_EQ(pthread_create(&th, NULL, move_to_disk_main, b), 0);
+	while (!atomic_load(&in_statvfs))
+		usleep(1000);
+	/* Takes s->lock: had the mover taken it around statvfs(), this
+	 * would wait the 5 s out. */
+	tier_store_stats(s, &st);
+	atomic_store(&statvfs_go, 1);
+	pthread_join(th, &ret);
+	CHECK_EQ((int)(intptr_t)ret, 0);
+	CHECK_EQ(atomic_load(&statvfs_waited), 0);
+	tier_buf_stat(b, &bs);
+	CHECK_EQ(bs.tier, TFS_TIER_DISK);
 	tier_buf_destroy(b);
 	tier_store_destroy(s);
 }
@@ -2279,6 +2349,7 @@ int main(void)
 	TAP_RUN(test_adopt_shapes);
 	TAP_RUN(test_adopt_salvage);
 	TAP_RUN(test_host_overhead);
+	TAP_RUN(test_statvfs_unlocked);
 	{
 		char cmd[128];
 
