@@ -82,12 +82,22 @@ static struct pol_item *lru_victim(struct pol *p, int tier,
 	return n == head ? NULL : item_of(n, tier);
 }
 
+/* Walk from the hot end towards the cold one. */
+static struct pol_item *lru_hot(struct pol *p, int tier, struct pol_item *prev)
+{
+	struct pol_node *head = &p->head[tier];
+	struct pol_node *n = prev ? prev->link[tier].next : head->next;
+
+	return n == head ? NULL : item_of(n, tier);
+}
+
 static const struct pol_ops lru_ops = {
 	.name = "lru",
 	.insert = lru_insert,
 	.remove = lru_remove,
 	.touch = lru_touch,
 	.victim = lru_victim,
+	.hot = lru_hot,
 };
 
 const struct pol_ops *pol_lookup(const char *name)

@@ -43,6 +43,13 @@ struct pol_ops {
 	 */
 	struct pol_item *(*victim)(struct pol *p, int tier,
 				   struct pol_item *prev);
+	/*
+	 * victim()'s order reversed: the next item to bring back up from
+	 * @tier after @prev (NULL: the first), the most wanted first.
+	 * Returns NULL when there are no more.
+	 */
+	struct pol_item *(*hot)(struct pol *p, int tier,
+				struct pol_item *prev);
 };
 
 struct pol {
@@ -83,6 +90,12 @@ static inline struct pol_item *pol_victim(struct pol *p, int tier,
 					  struct pol_item *prev)
 {
 	return p->ops->victim(p, tier, prev);
+}
+
+static inline struct pol_item *pol_hot(struct pol *p, int tier,
+				       struct pol_item *prev)
+{
+	return p->ops->hot(p, tier, prev);
 }
 
 #endif

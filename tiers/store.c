@@ -61,6 +61,8 @@ static void apply_limits(struct tier_store *s, const struct tfs_config *cfg,
 	s->high_wm = cfg->policy.high_watermark;
 	s->target = cfg->policy.target;
 	s->unspill = cfg->policy.unspill;
+	s->promote = cfg->policy.promote;
+	s->promote_rate = cfg_size_resolve(&cfg->policy.promote_rate, 0);
 }
 
 int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,

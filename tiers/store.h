@@ -62,6 +62,9 @@ struct tier_usage {
 	 * take the bytes, had no room: write(2), fallocate, and the flush at
 	 * close or fsync. */
 	uint64_t enospc;
+	/* Buffers and bytes promotion brought up into this tier when it had
+	 * room again ([policy] promote): also counted in unspills. */
+	uint64_t promotes, promote_bytes;
 };
 
 struct tier_store_stats {

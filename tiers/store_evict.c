@@ -25,8 +25,9 @@ static bool movable(const struct tier_buf *b)
 void st_sync_links(struct tier_store *s, struct tier_buf *b)
 {
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
-		if (movable(b) && (b->present & (1u << t)) &&
-		    t != TFS_TIER_DISK)
+		/* The disk tier's list is never asked for a victim: it is
+		 * where promotion looks for what to bring back up. */
+		if (movable(b) && (b->present & (1u << t)))
 			pol_insert(&s->pol, t, &b->pi);
 		else
 			pol_remove(&s->pol, t, &b->pi);
@@ -358,6 +359,8 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 		pthread_mutex_lock(&s->lock);
 		if (rc == -ENOSPC)
 			disk_full_enter(s, v, t);
+		if (!rc)
+			v->pushed = true;
 		if (rc < 0) {
 			s->evict_move_errors++;
 			move_failed = true;
@@ -417,7 +420,7 @@ int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
 	} else if ((rc = st_share_pinned(s, b, t, bytes))) {
 		/* A pinned buffer grows within its pinner's share. */
 	} else if (*used + bytes > limit) {
-		if (t == TFS_TIER_DISK)
+		if (t == TFS_TIER_DISK || b->promoting)
 			rc = -ENOSPC;
 		else
 			rc = st_shrink(s, t, b->dgi, limit - bytes, b, true);
@@ -609,6 +612,92 @@ static void give_back(struct tier_store *s)
 	pthread_mutex_lock(&s->lock);
 }
 
+/* Buffers looked at per tier and pass, so that s->lock is not held long. */
+#define PROMOTE_SCAN 64
+
+/*
+ * s->lock held. Bring the most recently used buffers eviction pushed out of
+ * tier @t (the device: GPU @g) back into it from the tier below, while @t
+ * stays under its target and the rate allows: a reservation that would
+ * need room made fails instead (b->promoting), so nothing is pushed out.
+ * The lower copy stays, clean, as after a read's unspill.
+ */
+static void promote_into(struct tier_store *s, int t, unsigned int g)
+{
+	uint64_t goal = (uint64_t)(s->target * (double)limit_of(s, t, g));
+	struct pol_item *prev = NULL;
+
+	for (unsigned int n = 0; n < PROMOTE_SCAN && s->promote_credit > 0 &&
+				 !s->stop && *used_of(s, t, g) < goal;
+	     n++) {
+		struct pol_item *it = pol_hot(&s->pol, t + 1, prev);
+		struct tier_buf *b = (struct tier_buf *)it;
+
+		if (!it)
+			return;
+		prev = it;
+		if (!b->pushed || !movable(b) || b->io_refs || b->staging ||
+		    (b->present & ((2u << t) - 1)) ||
+		    pthread_rwlock_trywrlock(&b->lock))
+			continue;
+		/* A write cache to flush first is a writer's, not ours;
+		 * what a read would not bring up, neither does this. */
+		uint64_t cost = b->wc ? UINT64_MAX :
+			t == TFS_TIER_HOST ? st_host_cost(b) :
+					     st_dev_granted_for(s, b->size);
+
+		if (!b->size || cost > goal - *used_of(s, t, g) ||
+		    cost > limit_of(s, t, g) / PROMOTE_SHARE) {
+			pthread_rwlock_unlock(&b->lock);
+			continue;
+		}
+		b->promoting = true;
+		pthread_mutex_unlock(&s->lock);
+		int rc = t == TFS_TIER_HOST ? st_host_fetch(b) :
+					      st_dev_fill(b, g);
+
+		b->promoting = false;
+		st_publish(b);
+		pthread_mutex_lock(&s->lock);
+		if (!rc) {
+			s->use[t].promotes++;
+			s->use[t].promote_bytes += b->size;
+			s->use[t].unspills++;
+			s->use[t].unspill_bytes += b->size;
+			s->promote_credit -= (int64_t)cost;
+			if (t == TFS_TIER_DEVICE)
+				b->pushed = false;
+		}
+		/* Unlocking under s->lock keeps @b alive, as in st_shrink. */
+		pthread_rwlock_unlock(&b->lock);
+		if (b->dead || !pol_linked(&b->pi, t + 1))
+			prev = NULL;
+	}
+}
+
+/* s->lock held, the spiller idle: promotion's turn, host then device. */
+static void promote(struct tier_store *s)
+{
+	uint64_t now = mono_ns(), dt = now - s->promote_ns;
+	double add = (double)s->promote_rate * (double)dt / 1e9;
+
+	s->promote_ns = now;
+	if (!s->promote) {
+		s->promote_credit = 0;
+		return;
+	}
+	/* At most a second's worth saved up. */
+	if (add > (double)s->promote_rate ||
+	    (double)s->promote_credit + add > (double)s->promote_rate)
+		s->promote_credit = (int64_t)s->promote_rate;
+	else
+		s->promote_credit += (int64_t)add;
+	promote_into(s, TFS_TIER_HOST, 0);
+	if (s->ngpus && st_gpu_usable(s, s->defg) &&
+	    s->unspill == CFG_UNSPILL_DEVICE)
+		promote_into(s, TFS_TIER_DEVICE, s->defg);
+}
+
 void *st_spiller_main(void *arg)
 {
 	struct tier_store *s = arg;
@@ -659,6 +748,7 @@ void *st_spiller_main(void *arg)
 		}
 		if (work)
 			continue;
+		promote(s);
 wait:;
 		struct timespec ts;
 

@@ -201,6 +201,14 @@ struct tier_store {
 	uint64_t next_id; /* [S] */
 	double high_wm, target; /* [S] */
 	enum cfg_unspill unspill; /* [S] */
+	/* [S] Promotion when room returns ([policy] promote): on, the bytes
+	 * a second it may move up, and what it may move now (the spiller's
+	 * alone: refilled by the time since promote_ns, negative after a
+	 * buffer larger than what was left). */
+	bool promote;
+	uint64_t promote_rate;
+	int64_t promote_credit;
+	uint64_t promote_ns;
 	/* [S] Bytes of the device (TFS_TIER_DEVICE) and of host memory
 	 * (TFS_TIER_HOST) one user may hold, 0: any; live exports one user
 	 * may hold, 0: any. */
@@ -307,6 +315,12 @@ struct tier_buf {
 	uint8_t present; /* [S] bit t: a copy in tier t */
 	bool dead; /* [S] destroy has begun */
 	bool staging; /* [S] mirror of dirty: being written, not placed */
+	/* [S] Eviction pushed @b out of a tier since it was last on the
+	 * device or moved: promotion may bring it back up. */
+	bool pushed;
+	/* [B] Being promoted: a reservation for it takes free room only,
+	 * pushing nothing out. */
+	bool promoting;
 	bool synced; /* [B] pobj holds exactly these bytes */
 	bool sync_pending; /* [B] synced with TIER_SYNC_DEFER, to commit */
 	/* [S] The bytes changed behind the kernel's page cache since an open

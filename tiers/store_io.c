@@ -686,6 +686,8 @@ static int move(struct tier_buf *b, enum tfs_tier tier, int g, uint64_t owner,
 		return -ENODEV;
 	pthread_rwlock_wrlock(&b->lock);
 	pthread_mutex_lock(&s->lock);
+	/* Where it was put it stays: promotion is for what eviction moved. */
+	b->pushed = false;
 	bool pinned = b->pins > 0;
 	/* A move up holds nothing there (the buffer may be evicted
 	 * again), but no user places more than their share on top of what

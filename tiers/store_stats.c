@@ -154,6 +154,8 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 		EMIT("%s.unspills=%" PRIu64 "\n", nm, u->unspills);
 		EMIT("%s.written_bytes=%" PRIu64 "\n", nm, u->written_bytes);
 		EMIT("%s.enospc=%" PRIu64 "\n", nm, u->enospc);
+		EMIT("%s.promotes=%" PRIu64 "\n", nm, u->promotes);
+		EMIT("%s.promote_bytes=%" PRIu64 "\n", nm, u->promote_bytes);
 	}
 	EMIT("host.pool=%" PRIu64 "\n", st.host_pool);
 	EMIT("disk.full=%d\n", st.disk_full);

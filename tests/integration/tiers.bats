@@ -621,3 +621,91 @@ assert not bad, "old bytes back after O_TRUNC at %d..%d: %r" % (
     bad[0], bad[-1], data[bad[0]:bad[-1] + 1])
 PY
 }
+
+# Promotion when room returns ([policy] promote): write_64 leaves the
+# oldest 52 or more on disk; deleting the newest 24 empties device and host.
+promoted() {
+	[ "$(tstat host.promotes)" -ge 1 ] && [ "$(tstat device.promotes)" -ge 1 ]
+}
+
+@test "room returns: the newest files eviction pushed to disk come back up, pushing nothing out, counted" {
+	tfs_mount -o "$SIM"
+	write_64
+	wait_until within_limits || { show_stats; false; }
+	[ "$(tfs_tier "$MNT/f39")" = disk ]
+	[ "$(tstat host.promotes)" -eq 0 ]
+	local dspills hspills i
+	dspills=$(tstat device.spills)
+	hspills=$(tstat host.spills)
+	for i in $(seq 40 63); do
+		rm "$MNT/f$i"
+	done
+	wait_until promoted || { show_stats; false; }
+	wait_until within_limits || { show_stats; false; }
+	# The hottest first: f39 is up, the oldest stay on disk.
+	[ "$(tfs_tier "$MNT/f39")" != disk ]
+	[ "$(tfs_tier "$MNT/f00")" = disk ]
+	# Up to the target (0.85 of each limit), and nothing went down.
+	[ "$(tstat host.used)" -le $((8388608 * 85 / 100)) ]
+	[ "$(tstat device.used)" -le $((4194304 * 85 / 100)) ]
+	[ "$(tstat device.spills)" -eq "$dspills" ]
+	[ "$(tstat host.spills)" -eq "$hspills" ]
+	[ "$(tstat host.promote_bytes)" -ge 1048576 ]
+	[ "$(tstat device.promote_bytes)" -ge 1048576 ]
+	# Promotion may go on meanwhile: the count read first is the smaller.
+	local m
+	m=$(tstat host.promotes)
+	[ "$(tstat host.unspills)" -ge "$m" ]
+	run "$TIERFSCTL_BIN" metrics "$MNT"
+	[ "$status" -eq 0 ]
+	m=$(echo "$output" | sed -n "s/^tierfs_tier_promotes_total{tier=\"host\",mount=\"${MNT//\//\\/}\"} //p")
+	[ "$m" -ge 1 ]
+	m=$(echo "$output" | sed -n "s/^tierfs_tier_promote_bytes_total{tier=\"device\",mount=\"${MNT//\//\\/}\"} //p")
+	[ "$m" -ge 1048576 ]
+	for i in $(seq -w 0 39); do
+		cmp "$TFS_TMP/src/f$i" "$MNT/f$i"
+	done
+	[ "$(tstat checksum_errors)" -eq 0 ]
+}
+
+@test "policy_promote=no leaves them on disk; a file moved to disk by hand stays there" {
+	tfs_mount -o "$SIM,policy_promote=no"
+	write_64
+	wait_until within_limits || { show_stats; false; }
+	local i
+	for i in $(seq 40 63); do
+		rm "$MNT/f$i"
+	done
+	sleep 3
+	[ "$(tfs_tier "$MNT/f39")" = disk ]
+	[ "$(tstat host.promotes)" -eq 0 ]
+	[ "$(tstat device.promotes)" -eq 0 ]
+	tfs_unmount
+	# Promotion is for what eviction pushed down, not what a user put.
+	make_src 1 1M
+	tfs_mount -o "$SIM"
+	cp "$TFS_TMP/src/f00" "$MNT/a"
+	set_tier "$MNT/a" disk
+	sleep 3
+	[ "$(tfs_tier "$MNT/a")" = disk ]
+	[ "$(tstat host.promotes)" -eq 0 ]
+}
+
+@test "policy_promote_rate bounds the bytes promotion moves up a second" {
+	tfs_mount -o "$SIM,policy_promote_rate=1M"
+	write_64
+	wait_until within_limits || { show_stats; false; }
+	local i t0 t1
+	t0=$(date +%s)
+	for i in $(seq 40 63); do
+		rm "$MNT/f$i"
+	done
+	wait_until promoted || { show_stats; false; }
+	sleep 2
+	t1=$(date +%s)
+	# A second's worth saved up at most, then the rate: one 1 MiB file
+	# a second, against seven that would fit at once.
+	i=$(($(tstat host.promote_bytes) + $(tstat device.promote_bytes)))
+	echo "promoted $i bytes in $((t1 - t0)) s"
+	[ "$i" -le $(((t1 - t0 + 2) * 1048576)) ]
+}

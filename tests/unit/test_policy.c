@@ -42,6 +42,13 @@ static void test_order(void)
 	CHECK(pol_victim(&p, TFS_TIER_HOST, &it[0]) == NULL);
 	CHECK(pol_victim(&p, TFS_TIER_DEVICE, NULL) == NULL);
 	CHECK_EQ(p.count[TFS_TIER_HOST], 4);
+	/* Promotion's order is eviction's reversed. */
+	CHECK(pol_hot(&p, TFS_TIER_HOST, NULL) == &it[0]);
+	CHECK(pol_hot(&p, TFS_TIER_HOST, &it[0]) == &it[3]);
+	CHECK(pol_hot(&p, TFS_TIER_HOST, &it[3]) == &it[2]);
+	CHECK(pol_hot(&p, TFS_TIER_HOST, &it[2]) == &it[1]);
+	CHECK(pol_hot(&p, TFS_TIER_HOST, &it[1]) == NULL);
+	CHECK(pol_hot(&p, TFS_TIER_DEVICE, NULL) == NULL);
 }
 
 static void test_ties_larger_first(void)
