@@ -141,6 +141,12 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 	EMIT("spill_write_errors=%" PRIu64 "\n", st.spill_write_errors);
 	EMIT("spill_punch_errors=%" PRIu64 "\n", st.spill_punch_errors);
 	EMIT("host_alloc_failures=%" PRIu64 "\n", st.host_alloc_failures);
+	/* The chain, fastest first: the one list of tiers tierfsctl and
+	 * Python read, and the names of the TIER.* keys below. */
+	EMIT("tiers=");
+	for (int t = 0; t < TFS_TIER_COUNT; t++)
+		EMIT("%s%s", t ? "," : "", tier_name((enum tfs_tier)t));
+	EMIT("\n");
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
 		const struct tier_usage *u = &st.tier[t];
 		const char *nm = tier_name((enum tfs_tier)t);

@@ -207,15 +207,19 @@ static void metrics_write(FILE *f, char **mounts, struct ctl_stats *st,
 				fprintf(f, "} %" PRIu64 "\n", v);
 				continue;
 			}
-			for (int t = 0; t < TFS_TIER_COUNT; t++) {
+			struct ctl_tiers tl;
+
+			/* The daemon's chain, not a list of our own. */
+			ctl_stats_tiers(&st[m], &tl);
+			for (unsigned int t = 0; t < tl.n; t++) {
 				char key[64];
 
 				snprintf(key, sizeof(key), "%s.%s",
-					 ctl_tier_names[t], mt->field);
+					 tl.name[t], mt->field);
 				if (!ctl_stats_u64(&st[m], key, &v))
 					continue;
 				fprintf(f, "%s{tier=\"%s\",mount=", mt->name,
-					ctl_tier_names[t]);
+					tl.name[t]);
 				prom_label(f, mounts[m]);
 				fprintf(f, "} %" PRIu64 "\n", v);
 			}

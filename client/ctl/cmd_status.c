@@ -69,18 +69,18 @@ static uint64_t stats_u64_or0(const struct ctl_stats *s, const char *key)
 	return v;
 }
 
-static uint64_t tier_u64(const struct ctl_stats *s, int t,
+static uint64_t tier_u64(const struct ctl_stats *s, const char *tier,
 			 const char *field)
 {
 	char key[64];
 
-	snprintf(key, sizeof(key), "%s.%s", ctl_tier_names[t], field);
+	snprintf(key, sizeof(key), "%s.%s", tier, field);
 	return stats_u64_or0(s, key);
 }
 
 /* Per second from @a to @b; 0 when a counter went back (a restart). */
 static double rate(const struct ctl_stats *a, const struct ctl_stats *b,
-		   int t, const char *field)
+		   const char *t, const char *field)
 {
 	uint64_t x = tier_u64(a, t, field), y = tier_u64(b, t, field);
 	double dt = b->at - a->at;
@@ -229,6 +229,7 @@ static void status_text(FILE *f, const char *mount,
 	const char *reload;
 	int bar = term_columns() - 65;
 	char a[32], b[32], c[32];
+	struct ctl_tiers tl;
 	uint64_t v;
 
 	/* 80 columns give a 24-cell bar; narrower terminals shrink it */
@@ -258,14 +259,16 @@ static void status_text(FILE *f, const char *mount,
 	 * take them, was full. */
 	fprintf(f, "\n%-7s %10s  %10s  %-*s %5s %8s %8s\n", "TIER", "USED",
 		"LIMIT", bar + 2, "USAGE", "", "BUFFERS", "ENOSPC");
-	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+	/* The daemon's chain, not a list of our own. */
+	ctl_stats_tiers(s, &tl);
+	for (unsigned int i = 0; i < tl.n; i++) {
+		const char *t = tl.name[i];
 		uint64_t used = tier_u64(s, t, "used");
 		uint64_t limit = tier_u64(s, t, "limit");
 		uint64_t bufs = tier_u64(s, t, "buffers");
 
-		fprintf(f, "%-7s %10s  ", ctl_tier_names[t],
-			ctl_fmt_bytes(a, sizeof(a), used));
-		if (!limit && t == TFS_TIER_DEVICE) {
+		fprintf(f, "%-7s %10s  ", t, ctl_fmt_bytes(a, sizeof(a), used));
+		if (!limit && !strcmp(t, "device")) {
 			fprintf(f, "%10s  %-*s %5s", "-", bar + 2,
 				"(no device tier)", "");
 		} else if (!limit) {
@@ -289,7 +292,8 @@ static void status_text(FILE *f, const char *mount,
 	if (prev)
 		fprintf(f, " %12s %12s", "SPILL/S", "UNSPILL/S");
 	fputc('\n', f);
-	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+	for (unsigned int i = 0; i < tl.n; i++) {
+		const char *t = tl.name[i];
 		char sp[48], un[48];
 
 		snprintf(sp, sizeof(sp), "%s (%" PRIu64 ")",
@@ -300,7 +304,7 @@ static void status_text(FILE *f, const char *mount,
 			 ctl_fmt_bytes(b, sizeof(b),
 				       tier_u64(s, t, "unspill_bytes")),
 			 tier_u64(s, t, "unspills"));
-		fprintf(f, "%-7s %22s %22s", ctl_tier_names[t], sp, un);
+		fprintf(f, "%-7s %22s %22s", t, sp, un);
 		if (prev) {
 			ctl_fmt_bytes(a, sizeof(a),
 				      rate(prev, s, t, "spill_bytes"));
@@ -343,6 +347,19 @@ static void status_text(FILE *f, const char *mount,
  * were taken. Keys this tierfsctl does not know pass through, so scripts
  * see what a newer daemon adds.
  */
+/* Whether @key, with its first '.' at @dot, is a TIER.* key of @tl. */
+static bool tier_of_key(const struct ctl_tiers *tl, const char *key,
+			const char *dot)
+{
+	size_t len = (size_t)(dot - key);
+
+	for (unsigned int i = 0; i < tl->n; i++)
+		if (strlen(tl->name[i]) == len &&
+		    !memcmp(tl->name[i], key, len))
+			return true;
+	return false;
+}
+
 static void status_json(FILE *f, const char *mount,
 			const struct ctl_stats *s, const struct ctl_stats *prev)
 {
@@ -350,13 +367,15 @@ static void status_json(FILE *f, const char *mount,
 						   "unspill_bytes", "spills",
 						   "unspills" };
 
+	struct ctl_tiers tl;
+
+	ctl_stats_tiers(s, &tl);
 	fputs("{\"mount\": ", f);
 	ctl_json_str(f, mount);
 	for (size_t i = 0; i < s->n; i++) {
 		const char *dot = strchr(s->kv[i].key, '.');
 
-		if (dot &&
-		    ctl_tier_index(s->kv[i].key, dot - s->kv[i].key) >= 0)
+		if (dot && tier_of_key(&tl, s->kv[i].key, dot))
 			continue;
 		if (!strcmp(s->kv[i].key, "mount") ||
 		    !strcmp(s->kv[i].key, "tiers") ||
@@ -368,19 +387,20 @@ static void status_json(FILE *f, const char *mount,
 		json_value(f, s->kv[i].val);
 	}
 	fputs(", \"tiers\": {", f);
-	for (int t = 0; t < TFS_TIER_COUNT; t++) {
-		size_t tl = strlen(ctl_tier_names[t]);
+	for (unsigned int ti = 0; ti < tl.n; ti++) {
+		const char *t = tl.name[ti];
+		size_t len = strlen(t);
 		bool first = true;
 
-		fprintf(f, "%s\"%s\": {", t ? ", " : "", ctl_tier_names[t]);
+		fprintf(f, "%s\"%s\": {", ti ? ", " : "", t);
 		for (size_t i = 0; i < s->n; i++) {
 			const char *k = s->kv[i].key;
 
-			if (strncmp(k, ctl_tier_names[t], tl) || k[tl] != '.')
+			if (strncmp(k, t, len) || k[len] != '.')
 				continue;
 			fputs(first ? "" : ", ", f);
 			first = false;
-			ctl_json_str(f, k + tl + 1);
+			ctl_json_str(f, k + len + 1);
 			fputs(": ", f);
 			json_value(f, s->kv[i].val);
 		}

@@ -190,6 +190,16 @@ const char *ctl_stats_get(const struct ctl_stats *s, const char *key);
 /* The value of @key as a number; false when absent or not one. */
 bool ctl_stats_u64(const struct ctl_stats *s, const char *key, uint64_t *v);
 
+/* A mount's chain of tiers, fastest first: what the daemon's "tiers" key
+ * lists, the names its TIER.* keys use. */
+struct ctl_tiers {
+	unsigned int n;
+	char name[TFS_TIER_MAX][32];
+};
+
+/* The chain of @s; a daemon without the key has device, host, disk. */
+void ctl_stats_tiers(const struct ctl_stats *s, struct ctl_tiers *out);
+
 /* The number in the attribute @name of @path; false when it cannot be
  * read or is not a number. */
 bool ctl_get_xattr_u64(const char *path, const char *name, uint64_t *v);

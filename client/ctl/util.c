@@ -109,6 +109,26 @@ double ctl_now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+void ctl_stats_tiers(const struct ctl_stats *s, struct ctl_tiers *out)
+{
+	const char *v = ctl_stats_get(s, "tiers");
+
+	out->n = 0;
+	while (v && *v && out->n < TFS_TIER_MAX) {
+		size_t len = strcspn(v, ",");
+
+		if (len && len < sizeof(out->name[0]))
+			snprintf(out->name[out->n++], sizeof(out->name[0]),
+				 "%.*s", (int)len, v);
+		v += len + (v[len] == ',');
+	}
+	if (out->n)
+		return;
+	for (int t = 0; t < TFS_TIER_COUNT; t++)
+		snprintf(out->name[out->n++], sizeof(out->name[0]), "%s",
+			 ctl_tier_names[t]);
+}
+
 int ctl_tier_index(const char *name, size_t len)
 {
 	for (int t = 0; t < TFS_TIER_COUNT; t++)

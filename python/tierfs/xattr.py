@@ -6,8 +6,8 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["tier", "gpu", "stat", "mount_stats", "set_tier", "pin", "unpin",
-           "TIERS"]
+__all__ = ["tier", "gpu", "stat", "mount_stats", "tiers", "set_tier", "pin",
+           "unpin", "TIERS"]
 
 PREFIX = "user.tierfs."
 TIER = PREFIX + "tier"
@@ -19,6 +19,7 @@ PIN = PREFIX + "pin"
 DEVICE = PREFIX + "device"
 STATS = PREFIX + "stats"
 
+# The tiers every mount has; tiers() reads a mount's own chain.
 TIERS = ("device", "host", "disk")
 
 
@@ -74,6 +75,17 @@ def mount_stats(mount: str | os.PathLike) -> dict:
         if sep:
             out[key.strip()] = _num(value.strip())
     return out
+
+
+def tiers(mount: str | os.PathLike) -> tuple:
+    """The mount's chain of tiers, fastest first, as its daemon lists them
+    (the stats' ``tiers`` key; TIERS from a daemon without it): the names
+    of its ``TIER.*`` stats keys."""
+    for line in _get(mount, STATS).splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "tiers" and value.strip():
+            return tuple(value.strip().split(","))
+    return TIERS
 
 
 def set_tier(path: str | os.PathLike, where: str, gpu: int | None = None) -> None:

@@ -709,3 +709,28 @@ promoted() {
 	echo "promoted $i bytes in $((t1 - t0)) s"
 	[ "$i" -le $(((t1 - t0 + 2) * 1048576)) ]
 }
+
+@test "one list of tiers: the stats list the chain, and tierfsctl status, metrics and tierfs.xattr.tiers() follow it" {
+	tfs_mount -o "$SIM"
+	echo x >"$MNT/f"
+	local chain got
+	chain=$(tstat tiers)
+	[ "$chain" = device,host,disk ]
+	# Each consumer's tiers, in order, are the daemon's.
+	got=$(PYTHONPATH="$BATS_TEST_DIRNAME/../../python" python3 -c '
+import sys
+from tierfs import xattr
+print(",".join(xattr.tiers(sys.argv[1])))' "$MNT")
+	[ "$got" = "$chain" ]
+	got=$("$TIERFSCTL_BIN" status --json "$MNT" | python3 -c '
+import json, sys
+print(",".join(json.load(sys.stdin)["tiers"]))')
+	[ "$got" = "$chain" ]
+	got=$("$TIERFSCTL_BIN" status "$MNT" |
+		awk '/^TIER .*SPILLED/ { on = 1; next } on && NF == 0 { exit } on { print $1 }' |
+		paste -sd,)
+	[ "$got" = "$chain" ]
+	got=$("$TIERFSCTL_BIN" metrics "$MNT" |
+		sed -n 's/^tierfs_tier_used_bytes{tier="\([^"]*\)".*/\1/p' | paste -sd,)
+	[ "$got" = "$chain" ]
+}
