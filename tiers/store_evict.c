@@ -662,11 +662,13 @@ static void promote_into(struct tier_store *s, int t, unsigned int g)
 		if (!rc) {
 			s->use[t].promotes++;
 			s->use[t].promote_bytes += b->size;
+			s->promote_credit -= (int64_t)cost;
+		}
+		/* st_host_fetch() counts its unspill itself. */
+		if (!rc && t == TFS_TIER_DEVICE) {
 			s->use[t].unspills++;
 			s->use[t].unspill_bytes += b->size;
-			s->promote_credit -= (int64_t)cost;
-			if (t == TFS_TIER_DEVICE)
-				b->pushed = false;
+			b->pushed = false;
 		}
 		/* Unlocking under s->lock keeps @b alive, as in st_shrink. */
 		pthread_rwlock_unlock(&b->lock);
