@@ -1148,6 +1148,7 @@ static void test_tiers_chain(void)
 	CHECK_EQ(cfg.tiers.n, 0);
 	CHECK(cfg.policy.promote);
 	CHECK_EQ(cfg.policy.promote_rate.bytes, 256 * MiB);
+	cfg_free(&cfg); /* load() starts from the defaults again */
 	CHECK_EQ(load(&cfg, "[tiers]\n"
 			    "nvme = disk:/mnt/nvme:200G\n"
 			    "shared = shared:/mnt/lustre/tierfs\n"
