@@ -131,7 +131,7 @@ static const struct cfg_key keys[] = {
 	  .def = "0.85", .arg = "FRACTION",
 	  .help = "background spilling stops at this share of a limit" },
 	{ "policy", "promote", CFG_BOOL, 0, FIELD(policy, promote),
-	  .def = "yes", .arg = "yes|no",
+	  .def = "no", .arg = "yes|no",
 	  .help = "bring the hottest buffers pushed out of a tier back up "
 		  "when it has room again, never pushing anything out" },
 	{ "policy", "promote_rate", CFG_SIZE, CFG_F_NONZERO,

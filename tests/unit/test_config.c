@@ -1146,7 +1146,7 @@ static void test_tiers_chain(void)
 
 	cfg_defaults(&cfg);
 	CHECK_EQ(cfg.tiers.n, 0);
-	CHECK(cfg.policy.promote);
+	CHECK(!cfg.policy.promote);
 	CHECK_EQ(cfg.policy.promote_rate.bytes, 256 * MiB);
 	cfg_free(&cfg); /* load() starts from the defaults again */
 	CHECK_EQ(load(&cfg, "[tiers]\n"
