@@ -771,7 +771,9 @@ static void file_set(struct file_ctx *ctx, const char *section,
 		ctx->rc = rc == -ENOMEM ? rc : -EINVAL;
 		return;
 	}
-	ctx->seen[key_index(k)] = ctx->lineno;
+	/* [tiers] has no rows: its names are the tiers' (tiers.c). */
+	if (k)
+		ctx->seen[key_index(k)] = ctx->lineno;
 }
 
 static int file_handler(void *user, const char *section, const char *name,
