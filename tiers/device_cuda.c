@@ -960,6 +960,28 @@ static int block_copy(struct cuda_dev *d, struct cuda_dmem *m, void **out,
 }
 
 /*
+ * An IPC handle for the block at @ptr (@len bytes, for the message): 0,
+ * -ENODEV when the device is lost, -EOPNOTSUPP or -EIO otherwise.
+ */
+static int ipc_handle(struct cuda_dev *d, cudaIpcMemHandle_t *h, void *ptr,
+		      size_t len)
+{
+	cudaError_t e = cudaIpcGetMemHandle(h, ptr);
+	char why[256];
+
+	if (e == cudaSuccess)
+		return 0;
+	(void)cudaGetLastError();
+	if (cuda_sticky(d, e)) {
+		cuda_dev_fail(d, e, "cudaIpcGetMemHandle");
+		return -ENODEV;
+	}
+	tfs_err("cuda: cudaIpcGetMemHandle of %zu bytes: %s", len,
+		cuda_describe(e, why, sizeof(why)));
+	return cuda_errno(e) == -EOPNOTSUPP ? -EOPNOTSUPP : -EIO;
+}
+
+/*
  * The snapshot of @m's bytes that a read export maps: the one readers of
  * these same bytes share already, or a new block copied from @m. Buffer
  * lock held for writing, as for export.
@@ -968,8 +990,6 @@ static int snap_get(struct cuda_dev *d, struct cuda_dmem *m, uid_t uid,
 		    struct cuda_snap **out)
 {
 	struct cuda_snap *sn;
-	cudaError_t e;
-	char why[256];
 	int rc;
 
 	*out = NULL;
@@ -990,18 +1010,8 @@ static int snap_get(struct cuda_dev *d, struct cuda_dmem *m, uid_t uid,
 		return rc;
 	}
 	sn->granted = m->base.granted;
-	e = cudaIpcGetMemHandle(&sn->handle, sn->ptr);
-	if (e != cudaSuccess) {
-		(void)cudaGetLastError();
-		if (cuda_sticky(d, e)) {
-			cuda_dev_fail(d, e, "cudaIpcGetMemHandle");
-			rc = -ENODEV;
-		} else {
-			tfs_err("cuda: cudaIpcGetMemHandle of %zu bytes: %s",
-				m->base.len,
-				cuda_describe(e, why, sizeof(why)));
-			rc = cuda_errno(e) == -EOPNOTSUPP ? -EOPNOTSUPP : -EIO;
-		}
+	rc = ipc_handle(d, &sn->handle, sn->ptr, m->base.len);
+	if (rc) {
 		gone_free_now(d, sn->ptr, sn->granted, sn->gone);
 		free(sn);
 		return rc;
@@ -1060,7 +1070,6 @@ static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm,
 	struct cuda_dexp *x;
 	cudaIpcMemHandle_t h;
 	cudaError_t e;
-	char why[256];
 	int rc;
 
 	_Static_assert(sizeof(h) == sizeof(out->handle), "IPC handle size");
@@ -1091,20 +1100,9 @@ static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm,
 	rc = zero_tail(d, m);
 	if (rc)
 		goto out_free;
-	e = cudaIpcGetMemHandle(&h, m->ptr);
-	if (e != cudaSuccess) {
-		(void)cudaGetLastError();
-		if (cuda_sticky(d, e)) {
-			cuda_dev_fail(d, e, "cudaIpcGetMemHandle");
-			rc = -ENODEV;
-		} else {
-			tfs_err("cuda: cudaIpcGetMemHandle of %zu bytes: %s",
-				m->base.len,
-				cuda_describe(e, why, sizeof(why)));
-			rc = cuda_errno(e) == -EOPNOTSUPP ? -EOPNOTSUPP : -EIO;
-		}
+	rc = ipc_handle(d, &h, m->ptr, m->base.len);
+	if (rc)
 		goto out_free;
-	}
 	/* The holder writes it from now on: no reader shares a snapshot
 	 * of bytes that may be changing. */
 	m->wexp = true;
