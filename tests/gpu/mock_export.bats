@@ -8,31 +8,7 @@
 #   EXPORT_CLIENT  tests/integration/export_client with the mock preloaded
 #   MOCK_CLIENT    tests/gpu/mock_client.c, built, with the mock preloaded
 
-load ../integration/helpers
-
-setup() {
-	HOLDERS=()
-	tfs_setup
-}
-
-teardown() {
-	local pid
-	for pid in "${HOLDERS[@]}"; do
-		kill -TERM "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-	tfs_teardown
-}
-
-mount_cuda() {
-	tfs_mount -o device_backend=cuda,device_limit=64M,host_limit=64M "$@"
-}
-
-# A file of N random bytes at $MNT/NAME with a copy at $TFS_TMP/NAME.
-mkfile() {
-	head -c "$2" /dev/urandom >"$TFS_TMP/$1"
-	cp "$TFS_TMP/$1" "$MNT/$1"
-}
+load mock_helpers
 
 # hold OUT CMD...: run a client in the background until it prints "ready".
 hold() {

@@ -7,30 +7,7 @@
 # failure is blamed on. Run by tests/gpu/mock_check.sh (see mock_export.bats
 # for what it sets).
 
-load ../integration/helpers
-
-setup() {
-	HOLDERS=()
-	tfs_setup
-}
-
-teardown() {
-	local pid
-	for pid in "${HOLDERS[@]}"; do
-		kill -TERM "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
-	tfs_teardown
-}
-
-mount_cuda() {
-	tfs_mount -o device_backend=cuda,device_limit=64M,host_limit=64M "$@"
-}
-
-mkfile() {
-	head -c "$2" /dev/urandom >"$TFS_TMP/$1"
-	cp "$TFS_TMP/$1" "$MNT/$1"
-}
+load mock_helpers
 
 # hold OUT WANT CMD...: run a client in the background until its output
 # has a line starting with WANT; HOLD_PID is its pid.
