@@ -3,6 +3,7 @@
 # one message naming the file and line or the -o option; -o wins over the
 # file; SIGHUP applies a smaller limit live; fstab-style mounts through
 # mount.fuse3; the man pages render cleanly.
+# tests/run: long (started first, so that the lanes end together)
 
 load helpers
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # The filesystem core: real tools on a real mount behave as on tmpfs.
 # Every test mounts its own tierfs (helpers.bash) and unmounts in teardown.
+# tests/run: long (started first, so that the lanes end together)
 
 load helpers
 

@@ -3,6 +3,7 @@
 # ENOTCONN, fusermount3 -u clears the mount point, and a new daemon mounts
 # there at once and removes what the dead one left on disk and in /dev/shm.
 # The mount is not persistent, so nothing of the dead run is worth keeping.
+# tests/run: alone (every daemon that starts sweeps a dead one's /dev/shm)
 
 load helpers
 

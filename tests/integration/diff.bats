@@ -7,6 +7,7 @@
 # every file as it came back. A failure prints the seed, the step and the
 # op log; rerun one seed with
 #   tests/diff/difftest.py --tierfs build/fs/tierfs --seed N --ops N
+# tests/run: long (started first, so that the lanes end together)
 
 load helpers
 

@@ -9,6 +9,7 @@
 # TFS_EXPORT_BACKEND=cuda runs the same tests on the cuda backend (the
 # shm-only ones skip): tests/gpu/mock_check.sh does that with a daemon and
 # client linked to tests/gpu/cuda_mock.c.
+# tests/run: alone (every daemon that starts sweeps a dead one's /dev/shm)
 : "${TFS_EXPORT_BACKEND:=sim}"
 
 load helpers

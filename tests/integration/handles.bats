@@ -2,6 +2,7 @@
 # File handles (name_to_handle_at, open_by_handle_at, NFS export): a handle
 # outlives the kernel's caches, and fails with ESTALE once its file is gone,
 # even when a later file gets the same inode number.
+# tests/run: alone (drops the page cache that pagecache.bats checks)
 
 load helpers
 

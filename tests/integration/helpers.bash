@@ -86,7 +86,10 @@ tfs_unmount() {
 tfs_user() {
 	local letters=abcdefgh name
 	name=tfs${letters:${#TFS_USERS[@]}:1}$$
-	useradd -M -U -s /usr/sbin/nologin "$name" || return 1
+	# useradd and userdel lock /etc/passwd and fail at once when another
+	# holds it: test files that run side by side take turns.
+	flock /run/lock/tierfs-tests.users \
+		useradd -M -U -s /usr/sbin/nologin "$name" || return 1
 	TFS_USERS+=("$name")
 	chmod 755 "$TFS_TMP"
 	printf -v "$1" %s "$name"
@@ -128,7 +131,7 @@ tfs_teardown() {
 		rm -rf "$TFS_TMP"
 	fi
 	for u in "${TFS_USERS[@]}"; do
-		userdel "$u" || bad=1
+		flock /run/lock/tierfs-tests.users userdel "$u" || bad=1
 	done
 	TFS_USERS=()
 	return $bad

@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # What an operator meets first: the checks on the mount point and the
 # options, where the logs go, the atime flags, the installed files.
+# tests/run: long (started first, so that the lanes end together)
 
 load helpers
 # run ! CMD (a check that CMD fails, which set -e would not make).

@@ -4,6 +4,7 @@
 # with exactly its bytes, and nothing with mixed ones; damaged journals and
 # directories of another version get a recovery of what checks out or a
 # clear refusal; tierfsctl shows it all.
+# tests/run: long (started first, so that the lanes end together)
 
 load helpers
 

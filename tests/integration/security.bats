@@ -3,6 +3,7 @@
 # the mount has allow_other (and, always, default_permissions), and two
 # unprivileged users, alice and bob, made for each test, act through the
 # ioctls and the sim backend's shared-memory exports.
+# tests/run: alone (every daemon that starts sweeps a dead one's /dev/shm)
 
 load helpers
 
@@ -42,7 +43,7 @@ teardown() {
 	done
 	tfs_teardown
 	for g in "${GROUPS_MADE[@]}"; do
-		groupdel "$g" || true
+		flock /run/lock/tierfs-tests.users groupdel "$g" || true
 	done
 }
 
@@ -127,9 +128,9 @@ dead_pid() {
 	[ "$(tfs_tier "$MNT/f")" = disk ]
 	# ...and the group bits for a supplementary group of the caller.
 	local g=tfsg$$
-	groupadd "$g"
+	flock /run/lock/tierfs-tests.users groupadd "$g"
 	GROUPS_MADE+=("$g")
-	usermod -a -G "$g" "$bob"
+	flock /run/lock/tierfs-tests.users usermod -a -G "$g" "$bob"
 	chgrp "$g" "$MNT/f"
 	chmod 0664 "$MNT/f"
 	run ec "$bob" ioctl "$MNT/f" move-host r
