@@ -174,9 +174,11 @@ EOF
 }
 
 @test "1 GiB dd write and read back identical" {
-	head -c 1G /dev/urandom >"$TFS_TMP/big"
+	local mib
+	mib=$(tfs_scale 1024 256)
+	head -c "${mib}M" /dev/urandom >"$TFS_TMP/big"
 	dd if="$TFS_TMP/big" of="$MNT/big" bs=1M status=none
-	[ "$(stat -c %s "$MNT/big")" -eq 1073741824 ]
+	[ "$(stat -c %s "$MNT/big")" -eq $((mib * 1048576)) ]
 	cmp "$TFS_TMP/big" "$MNT/big"
 	rm "$TFS_TMP/big" "$MNT/big"
 }

@@ -37,7 +37,7 @@ run_seeds() {
 }
 
 @test "difftest: tierfs matches tmpfs op for op (short seed set)" {
-	run_seeds 2000 1 2 3
+	run_seeds "$(tfs_scale 2000 800)" 1 2 3
 }
 
 @test "difftest: long seed set (TFS_LONG=1)" {
@@ -56,7 +56,7 @@ run_seeds() {
 # restart each file's size, bytes, extents, links, mode, flags, xattrs and
 # the room fallocate took are what tmpfs has.
 @test "difftest --persist: unmount and mount again every 200 steps, every file as it came back (short)" {
-	DIFF_ARGS="--persist 200 --max-size 16M" run_seeds 600 1 2
+	DIFF_ARGS="--persist 200 --max-size 16M" run_seeds "$(tfs_scale 600 400)" 1 2
 }
 
 @test "difftest --persist: long seed set, a restart every 2500 steps (TFS_LONG=1)" {
@@ -77,9 +77,9 @@ run_seeds() {
 	[[ "$a" == *--seed* ]]
 	# reproducibility: two runs of one seed perform the same operations
 	a=$(/usr/bin/python3 "$DIFFTEST" --tierfs "$TIERFS_BIN" --seed 42 \
-		--ops 300 --log "$LOG.a" | head -1)
+		--ops 100 --log "$LOG.a" | head -1)
 	b=$(/usr/bin/python3 "$DIFFTEST" --tierfs "$TIERFS_BIN" --seed 42 \
-		--ops 300 --log "$LOG.b" | head -1)
+		--ops 100 --log "$LOG.b" | head -1)
 	cat "$LOG.a" "$LOG.b" >>"$LOG"
 	echo "$a"
 	echo "$b"

@@ -15,6 +15,19 @@ bats_require_minimum_version 1.5.0
 : "${TIERFS_BIN:=$BATS_TEST_DIRNAME/../../build/fs/tierfs}"
 : "${TIERFSCTL_BIN:=$(dirname "$TIERFS_BIN")/../client/tierfsctl}"
 
+# tfs_scale N M: N, or M when the binaries under test are built with the
+# sanitizers (tests/run --sanitize sets TFS_SANITIZED=1). For tests that
+# repeat one path many times or move a lot of bytes: the sanitizers find a
+# bad access on the first pass through a path, and the normal stage runs
+# the full count. M keeps every path the test takes.
+tfs_scale() {
+	if [ "${TFS_SANITIZED:-0}" = 1 ]; then
+		echo "$2"
+	else
+		echo "$1"
+	fi
+}
+
 tfs_setup() {
 	TFS_TMP=$(mktemp -d /tmp/tierfs-test.XXXXXX)
 	MNT=$TFS_TMP/mnt

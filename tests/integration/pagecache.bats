@@ -213,7 +213,7 @@ random_io() {
 	for seed in 1 2; do
 		rm -f "$MNT"/f* "$TFS_TMP"/ref/*
 		python3 "$BATS_TEST_DIRNAME/random_io.py" "$MNT" "$TFS_TMP/ref" \
-			"$seed" 1500 ${1:+"$1"}
+			"$seed" "$(tfs_scale 1500 600)" ${1:+"$1"}
 	done
 }
 

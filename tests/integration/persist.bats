@@ -192,9 +192,10 @@ PY
 logged() { [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]; }
 
 @test "kill -9 during a copy loop that fsyncs each file, 20 times: every fsynced file is intact" {
-	local opts=disk_persist=yes,host_limit=16M c w want i
+	local opts=disk_persist=yes,host_limit=16M c w want i n
+	n=$(tfs_scale 20 6)
 	write_loop_py >"$TFS_TMP/loop.py"
-	for c in $(seq 1 20); do
+	for c in $(seq 1 "$n"); do
 		tfs_mount -o "$opts"
 		python3 "$TFS_TMP/loop.py" "$MNT" "$TFS_TMP/log" "$c" \
 			2>/dev/null &
@@ -215,7 +216,7 @@ logged() { [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]; }
 		tfs_unmount
 	done
 	cat "$TFS_TMP/results"
-	[ "$(grep -c ' 0 bad$' "$TFS_TMP/results")" -eq 20 ]
+	[ "$(grep -c ' 0 bad$' "$TFS_TMP/results")" -eq "$n" ]
 }
 
 @test "persist=close: a file closed before kill -9 is there, one never closed is not" {
