@@ -127,6 +127,25 @@ static int check_rec(const struct tfs_ioc_req *req, union tfs_ioc_args *a)
 	return 0;
 }
 
+static int check_prefetch(const struct tfs_ioc_req *req,
+			  union tfs_ioc_args *a)
+{
+	const struct tfs_ioc_prefetch *p = &a->prefetch;
+	int rc = check_head(p->version, p->flags, TFS_PREFETCH_WAIT);
+
+	if (rc)
+		return rc;
+	if (p->state || p->pending || p->reserved0 ||
+	    !all_zero(p->reserved, sizeof(p->reserved)) ||
+	    p->tier >= TFS_TIER_COUNT || p->offset > INT64_MAX ||
+	    p->length > INT64_MAX - p->offset)
+		return -EINVAL;
+	/* It brings the bytes up as a read does: a read's descriptor. */
+	if (!req->readable)
+		return -EBADF;
+	return 0;
+}
+
 static const struct {
 	unsigned int cmd;
 	enum tfs_ioc_where where;

@@ -42,7 +42,8 @@ struct tfs_ioc_req {
 	X(ALLOC, alloc, TFS_IOC_FILE)              \
 	X(MOVE, move, TFS_IOC_FILE)                \
 	X(STAT, stat, TFS_IOC_FILE)                \
-	X(RECLAIM, rec, TFS_IOC_ANY)
+	X(RECLAIM, rec, TFS_IOC_ANY)               \
+	X(PREFETCH, prefetch, TFS_IOC_FILE)
 
 enum tfs_ioc_where {
 	TFS_IOC_FILE,
@@ -58,6 +59,7 @@ union tfs_ioc_args {
 	struct tfs_ioc_move move;
 	struct tfs_ioc_stat stat;
 	struct tfs_ioc_reclaim rec;
+	struct tfs_ioc_prefetch prefetch;
 };
 
 /* The commands, in TFS_IOC_LIST's order: their numbers (TFS_IOC_*) and
@@ -76,10 +78,12 @@ extern const unsigned int tfs_ioc_ncmds;
  *            reserved words, a tier >= TFS_TIER_COUNT (TFS_TIER_MAX with
  *            TFS_MOVE_CHAIN), an alloc of 0 bytes,
  *            a reclaim's gpu below -1 or its UUID set without
- *            TFS_RECLAIM_UUID, or its freed set;
+ *            TFS_RECLAIM_UUID, or its freed set; a prefetch's state or
+ *            pending set, or a range past INT64_MAX;
  *   -EBADF   an export through a file not open for reading, a write export
  *            through one not open for reading and writing, an alloc
- *            through one not open for writing (as read(2) and write(2)
+ *            through one not open for writing, a prefetch through one
+ *            not open for reading (as read(2) and write(2)
  *            would answer: the descriptor is what is wrong).
  * Returns 0 with @out holding the argument. A move's write permission
  * depends on who asks and is the caller's to check.

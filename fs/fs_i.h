@@ -506,6 +506,23 @@ void tfs_fileattr_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,
 			const void *in_buf, size_t in_bufsz, size_t out_bufsz);
 
 /* ioctl.c */
+/*
+ * fs/prefetch.c, TFS_IOC_PREFETCH's queue. tfs_prefetch(): queue @b to be
+ * brought up to @tier for @uid, filling @out's state and pending; with
+ * @req, its reply is the prefetch's (sent once it is there, or failed).
+ * Returns 1 when @b is there already (nothing queued: the caller replies
+ * with @out), 0 when queued (the caller replies, unless it gave @req),
+ * -ENODEV, -EAGAIN (the queue is full), -ENOMEM, -ESHUTDOWN.
+ * tfs_prefetch_forget(): before @b is destroyed, take it out of the queue
+ * and wait for a move of it in flight.
+ */
+int tfs_prefetch_start(void);
+void tfs_prefetch_stop(void);
+int tfs_prefetch(fuse_req_t req, struct tier_buf *b, enum tfs_tier tier,
+		 uid_t uid, struct tfs_ioc_prefetch *out);
+void tfs_prefetch_forget(struct tier_buf *b);
+size_t tfs_prefetch_stats(char *buf, size_t len);
+
 void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	       struct fuse_file_info *fi, unsigned int flags,
 	       const void *in_buf, size_t in_bufsz, size_t out_bufsz);

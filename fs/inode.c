@@ -514,8 +514,10 @@ static void inode_free(struct tfs_inode *i)
 			  inode_cost(i->mode,
 				     S_ISLNK(i->mode) ? i->target : NULL));
 	if (S_ISREG(i->mode)) {
-		if (i->buf)
+		if (i->buf) {
+			tfs_prefetch_forget(i->buf);
 			tier_buf_destroy(i->buf);
+		}
 	} else if (S_ISDIR(i->mode)) {
 		if (i->dir) {
 			free(i->dir->slots);

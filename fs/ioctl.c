@@ -262,6 +262,26 @@ static int ioc_rec(struct ioc_call *c)
 	return 0;
 }
 
+/*
+ * Queued or found there, answered now; with TFS_PREFETCH_WAIT and queued,
+ * answered by the prefetch thread (1: the request is its to answer).
+ */
+static int ioc_prefetch(struct ioc_call *c)
+{
+	const struct tfs_ioc_prefetch *a = &c->a->prefetch;
+	struct tfs_ioc_prefetch *out = &c->out.prefetch;
+	bool wait = a->flags & TFS_PREFETCH_WAIT;
+	int rc;
+
+	*out = *a;
+	rc = tfs_prefetch(wait ? c->req : NULL, c->f->inode->buf,
+			  (enum tfs_tier)a->tier, fuse_req_ctx(c->req)->uid,
+			  out);
+	if (rc < 0)
+		return rc;
+	return rc == 0 && wait ? 1 : 0;
+}
+
 /* The handler of each command of TFS_IOC_LIST (fs/args.h): one missing is
  * a build error. */
 static const struct {
@@ -313,6 +333,8 @@ void tfs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		fuse_reply_err(req, -rc);
 		return;
 	}
+	if (rc > 0) /* the handler answers it later */
+		return;
 	if (c.inval)
 		tfs_inval_attr(ino);
 	if (c.tell_size)

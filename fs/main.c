@@ -868,6 +868,11 @@ int main(int argc, char **argv)
 		fail("cannot start the atime thread: %s", strerror(-rc));
 		goto out_session;
 	}
+	rc = tfs_prefetch_start();
+	if (rc) {
+		fail("cannot start the prefetch thread: %s", strerror(-rc));
+		goto out_session;
+	}
 	rc = tfs_sighup_start(reload, tfs_meta_idle);
 	if (rc) {
 		fail("cannot start the reload thread: %s", strerror(-rc));
@@ -914,6 +919,7 @@ int main(int argc, char **argv)
 out_hup:
 	tfs_sighup_stop();
 out_session:
+	tfs_prefetch_stop();
 	tfs_inval_stop();
 	tfs_atime_stop();
 	if (mounted) {

@@ -231,6 +231,46 @@ struct tfs_ioc_reclaim {
 	uint64_t reserved[4];
 };
 
+/* TFS_IOC_PREFETCH: return only once the buffer is there, or with the
+ * error that kept it from getting there. */
+#define TFS_PREFETCH_WAIT 0x1u
+
+/* TFS_IOC_PREFETCH's `state` */
+enum tfs_prefetch_state {
+	TFS_PREFETCH_THERE = 1, /* in the tier or a faster one already */
+	TFS_PREFETCH_QUEUED = 2, /* queued; the call did not wait */
+	TFS_PREFETCH_DONE = 3, /* TFS_PREFETCH_WAIT: brought there */
+};
+
+/*
+ * TFS_IOC_PREFETCH: bring the buffer up to `tier` (device or host; the
+ * disk tier is always reached) in the background, as a read would bring
+ * it up, and return at once: with TFS_PREFETCH_THERE when it is in that
+ * tier or a faster one already (nothing is queued), else with
+ * TFS_PREFETCH_QUEUED. With TFS_PREFETCH_WAIT the call returns once it is
+ * there (TFS_PREFETCH_DONE) or with the errno of the move that failed
+ * (ENOSPC, EDQUOT past the caller's user_share, EBUSY for a pinned
+ * buffer, EIO); a prefetch of the same buffer already queued is joined,
+ * not queued twice. Buffers move whole: `offset` and `length` (0: to the
+ * end) say which bytes the caller will read and are checked, not used
+ * yet. Making room evicts only buffers that may move: never a pinned or
+ * leased one. Needs the file open for reading (EBADF), as a read does;
+ * ENODEV for the device tier of a mount without one; EAGAIN when the
+ * queue is full ("prefetch.pending" and "prefetch.max" of
+ * user.tierfs.stats).
+ */
+struct tfs_ioc_prefetch {
+	uint32_t version;
+	uint32_t flags; /* in: TFS_PREFETCH_* */
+	uint32_t tier; /* in: enum tfs_tier */
+	uint32_t state; /* out: enum tfs_prefetch_state; in: 0 */
+	uint64_t offset; /* in */
+	uint64_t length; /* in: 0: to the end */
+	uint32_t pending; /* out: prefetches queued, this one's included */
+	uint32_t reserved0;
+	uint64_t reserved[3];
+};
+
 #define TFS_IOC_EXPORT _IOWR(TFS_IOC_MAGIC, 1, struct tfs_ioc_export)
 #define TFS_IOC_RELEASE _IOW(TFS_IOC_MAGIC, 2, struct tfs_ioc_release)
 #define TFS_IOC_COMMIT _IOW(TFS_IOC_MAGIC, 3, struct tfs_ioc_commit)
@@ -238,6 +278,7 @@ struct tfs_ioc_reclaim {
 #define TFS_IOC_MOVE _IOW(TFS_IOC_MAGIC, 5, struct tfs_ioc_move)
 #define TFS_IOC_STAT _IOWR(TFS_IOC_MAGIC, 6, struct tfs_ioc_stat)
 #define TFS_IOC_RECLAIM _IOWR(TFS_IOC_MAGIC, 7, struct tfs_ioc_reclaim)
+#define TFS_IOC_PREFETCH _IOWR(TFS_IOC_MAGIC, 8, struct tfs_ioc_prefetch)
 
 static_assert(sizeof(struct tfs_ioc_export) == 152, "export ABI");
 static_assert(sizeof(struct tfs_ioc_release) == 32, "release ABI");
@@ -246,5 +287,6 @@ static_assert(sizeof(struct tfs_ioc_alloc) == 32, "alloc ABI");
 static_assert(sizeof(struct tfs_ioc_move) == 32, "move ABI");
 static_assert(sizeof(struct tfs_ioc_stat) == 88, "stat ABI");
 static_assert(sizeof(struct tfs_ioc_reclaim) == 80, "reclaim ABI");
+static_assert(sizeof(struct tfs_ioc_prefetch) == 64, "prefetch ABI");
 
 #endif /* TIERFS_H */

@@ -339,6 +339,7 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 		if (skip_disk && needs_disk(s, v, t)) {
 			/* The full disk tier's refusal, counted once. */
 			move_failed = true;
+			st_metric_spill_error(s, -ENOSPC, true);
 			prev = it;
 			continue;
 		}
@@ -363,6 +364,7 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 			v->pushed = true;
 		if (rc < 0) {
 			s->evict_move_errors++;
+			st_metric_spill_error(s, rc, false);
 			move_failed = true;
 		} else if (*used >= before) {
 			rc = -EAGAIN; /* moved, but another took the room */
@@ -506,6 +508,7 @@ int st_top_tier(struct tier_buf *b)
 static int evict_copy(struct tier_buf *v, int t)
 {
 	struct tier_store *s = v->s;
+	uint64_t t0 = st_metric_now();
 	int rc = 0;
 
 	/* A copy on a failed device is no copy: let it go wherever there is
@@ -525,6 +528,7 @@ static int evict_copy(struct tier_buf *v, int t)
 			st_dev_drop(v);
 			st_count_move(s, TFS_TIER_DEVICE, TFS_TIER_HOST,
 				      v->size);
+			st_metric_move(v, TFS_TIER_DEVICE, st_top_tier(v), t0);
 		}
 	} else if (t == TFS_TIER_HOST && v->has_host) {
 		if (!v->dmem && !v->dobj)
@@ -532,6 +536,7 @@ static int evict_copy(struct tier_buf *v, int t)
 		if (!rc) {
 			st_host_drop(v);
 			st_count_move(s, TFS_TIER_HOST, TFS_TIER_DISK, v->size);
+			st_metric_move(v, TFS_TIER_HOST, TFS_TIER_DISK, t0);
 		}
 	}
 	st_publish(v);
@@ -566,7 +571,8 @@ int st_unspill_target(struct tier_buf *b)
 int st_promote(struct tier_buf *b, int t, unsigned int g)
 {
 	struct tier_store *s = b->s;
-	int rc = 0;
+	int from = st_top_tier(b), rc = 0;
+	uint64_t t0 = st_metric_now();
 
 	if (b->wc && (rc = st_wc_flush(b)))
 		return rc;
@@ -583,6 +589,8 @@ int st_promote(struct tier_buf *b, int t, unsigned int g)
 			st_count_move(s, TFS_TIER_HOST, TFS_TIER_DEVICE,
 				      b->size);
 	}
+	if (!rc)
+		st_metric_move(b, from, st_top_tier(b), t0);
 	return rc;
 }
 
@@ -653,8 +661,13 @@ static void promote_into(struct tier_store *s, int t, unsigned int g)
 		}
 		b->promoting = true;
 		pthread_mutex_unlock(&s->lock);
+		int from = st_top_tier(b);
+		uint64_t t0 = st_metric_now();
 		int rc = t == TFS_TIER_HOST ? st_host_fetch(b) :
 					      st_dev_fill(b, g);
+
+		if (!rc)
+			st_metric_move(b, from, t, t0);
 
 		b->promoting = false;
 		st_publish(b);

@@ -33,6 +33,7 @@
 #include "tiers/disk.h"
 #include "tiers/host.h"
 #include "tiers/store.h"
+#include "tiers/store_metrics_i.h"
 
 /* Device allocations that fail with ENOMEM below our limit (fragmentation,
  * another process) evict this many more buffers before giving up. */
@@ -264,6 +265,7 @@ struct tier_store {
 	bool watcher_started;
 	pthread_cond_t io_idle; /* with lock: some io_refs reached 0 */
 	void *zeroes; /* chunk_size of never-written memory, reads as zero */
+	struct st_metrics m; /* atomic: see store_metrics_i.h */
 	bool stop; /* [S] */
 	bool spiller_started;
 };

@@ -92,18 +92,30 @@ static bool read_host(struct tier_buf *b)
 /* Serve a read from the fastest clean copy; b->lock held. */
 static int serve_read(struct tier_buf *b, void *dst, size_t len, uint64_t off)
 {
+	int rc;
+
 	if (read_host(b)) {
 		st_host_read(b, dst, len, off);
+		st_metric_read(b, TFS_TIER_HOST, len);
 		return 0;
 	}
-	if (b->dmem && !tier_dev_failed(st_bdev(b)))
-		return st_bdev(b)->ops->read(st_bdev(b), b->dmem, dst, len,
-					     off);
-	if (b->dobj)
-		return st_disk_read(b, dst, len, off);
+	if (b->dmem && !tier_dev_failed(st_bdev(b))) {
+		rc = st_bdev(b)->ops->read(st_bdev(b), b->dmem, dst, len, off);
+		if (!rc)
+			st_metric_read(b, TFS_TIER_DEVICE, len);
+		return rc;
+	}
+	if (b->dobj) {
+		rc = st_disk_read(b, dst, len, off);
+		if (!rc)
+			st_metric_read(b, TFS_TIER_DISK, len);
+		return rc;
+	}
 	if (b->dmem)
 		return -EIO; /* its only copy was on a device that failed */
+	/* No copy anywhere (holes only): the tier it says it is in. */
 	memset(dst, 0, len);
+	st_metric_read(b, TFS_TIER_HOST, len);
 	return 0;
 }
 
@@ -183,6 +195,8 @@ ssize_t tier_buf_read_iov_as(struct tier_buf *b, size_t len, off_t off,
 		n = st_host_iov(b, len, (uint64_t)off, iov, max);
 		if (n < 0)
 			n = -EAGAIN;
+		else
+			st_metric_read(b, TFS_TIER_HOST, len);
 	} else if (b->dmem && !tier_dev_failed(st_bdev(b))) {
 		struct tier_dev *dev = st_bdev(b);
 		char *p = dev->ops->host_ptr ?
@@ -192,6 +206,7 @@ ssize_t tier_buf_read_iov_as(struct tier_buf *b, size_t len, off_t off,
 		if (p && max >= 1) {
 			iov[0] = (struct iovec){ p + off, len };
 			n = 1;
+			st_metric_read(b, TFS_TIER_DEVICE, len);
 		}
 	}
 	if (n < 0) {
@@ -708,6 +723,7 @@ static int move(struct tier_buf *b, enum tfs_tier tier, int g, uint64_t owner,
 		goto out;
 	}
 	int from = st_top_tier(b);
+	uint64_t t0 = st_metric_now();
 
 	if (tier == TFS_TIER_DEVICE) {
 		if (other_gpu)
@@ -735,6 +751,9 @@ static int move(struct tier_buf *b, enum tfs_tier tier, int g, uint64_t owner,
 	}
 	if (!rc && (int)tier > from)
 		st_count_move(s, from, (int)tier, b->size);
+	/* st_promote() times a move up to the device itself. */
+	if (!rc && tier != TFS_TIER_DEVICE && (int)tier != from)
+		st_metric_move(b, from, (int)tier, t0);
 out:
 	st_publish(b);
 	pthread_rwlock_unlock(&b->lock);

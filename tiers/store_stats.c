@@ -211,7 +211,7 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 		EMIT("device%d.moves_out=%" PRIu64 "\n", g, u->moves_out);
 	}
 #undef EMIT
-	return n;
+	return st_metric_format(s, buf, len, n);
 }
 
 /* What the disk tier's filesystem still lets it write, for statfs. */
