@@ -41,7 +41,10 @@ static const char usage_text[] =
 	"                            access and pins; COL: name, tier, size,\n"
 	"                            stored, atime, pins\n"
 	"  spill [--to host|disk] [-R] PATH...      move down (default: disk)\n"
-	"  prefetch [--to device|host] [-R] PATH... move up (default: device)\n"
+	"  prefetch [--tier device|host] [--wait] PATH...\n"
+	"                            queue files (a directory: its tree) to\n"
+	"                            move up (default: device); --wait: until\n"
+	"                            they are there\n"
 	"  pin [-R] PATH...          keep files where they are\n"
 	"  unpin [-R] PATH...        let them move again\n"
 	"      -q, --quiet           no summary line and no progress bar\n"
@@ -75,7 +78,7 @@ static const struct command {
 	{ "ls", cmd_ls, "ls [-R] [-h] [-s COLUMN] [-r] [--json] [PATH...]" },
 	{ "spill", cmd_spill, "spill [--to host|disk] [-R] [-q] PATH..." },
 	{ "prefetch", cmd_prefetch,
-	  "prefetch [--to device|host] [-R] [-q] PATH..." },
+	  "prefetch [--tier device|host] [--wait] [-q] PATH..." },
 	{ "pin", cmd_pin, "pin [-R] [-q] PATH..." },
 	{ "unpin", cmd_unpin, "unpin [-R] [-q] PATH..." },
 	{ "metrics", cmd_metrics, "metrics [-o FILE] [MOUNT...]" },

@@ -64,8 +64,8 @@ static struct {
 	pthread_t thread;
 	/* lock: queued (entries taken, joins not), done (moved there, or
 	 * found there when its turn came), failed, skipped (there when
-	 * asked: nothing queued) */
-	uint64_t queued, done, failed, skipped;
+	 * asked: nothing queued), cancelled (the file went first) */
+	uint64_t queued, done, failed, skipped, cancelled;
 } pf = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.wake = PTHREAD_COND_INITIALIZER,
@@ -206,6 +206,7 @@ void tfs_prefetch_forget(struct tier_buf *b)
 		}
 		*pp = e->next;
 		pf.pending--;
+		pf.cancelled++;
 		e->next = gone;
 		gone = e;
 	}
@@ -303,10 +304,12 @@ size_t tfs_prefetch_stats(char *buf, size_t len)
 		     "prefetch.done=%" PRIu64 "\n"
 		     "prefetch.failed=%" PRIu64 "\n"
 		     "prefetch.skipped=%" PRIu64 "\n"
+		     "prefetch.cancelled=%" PRIu64 "\n"
 		     "prefetch.pending=%" PRIu32 "\n"
 		     "prefetch.active=%d\n"
 		     "prefetch.max=%d\n",
-		     pf.queued, pf.done, pf.failed, pf.skipped, pf.pending,
+		     pf.queued, pf.done, pf.failed, pf.skipped, pf.cancelled,
+		     pf.pending,
 		     pf.busy != NULL, PF_MAX);
 	pthread_mutex_unlock(&pf.lock);
 	return n > 0 ? (size_t)n : 0;

@@ -119,6 +119,52 @@ static const struct metric metrics[] = {
 	{ "tierfs_gpu_room_bytes", "gauge",
 	  "What the GPU's device tier may hold now: its limit, less while "
 	  "other processes leave it less.", "room", .per_gpu = true },
+	{ "tierfs_tier_reads_total", "counter",
+	  "Reads the daemon served from the tier's copy (the kernel's page "
+	  "cache answers the others).", "reads", true },
+	{ "tierfs_tier_read_bytes_total", "counter",
+	  "Bytes of reads the daemon served from the tier's copy.",
+	  "read_bytes", true },
+	{ "tierfs_gpu_reads_total", "counter",
+	  "Reads the daemon served from the GPU's device copy.", "reads",
+	  .per_gpu = true },
+	{ "tierfs_gpu_read_bytes_total", "counter",
+	  "Bytes of reads the daemon served from the GPU's device copy.",
+	  "read_bytes", .per_gpu = true },
+	{ "tierfs_prefetches_queued_total", "counter",
+	  "Prefetches queued (TFS_IOC_PREFETCH; joining one queued already "
+	  "is not counted).", "prefetch.queued", false },
+	{ "tierfs_prefetches_done_total", "counter",
+	  "Queued prefetches whose buffer reached its tier.", "prefetch.done",
+	  false },
+	{ "tierfs_prefetches_failed_total", "counter",
+	  "Queued prefetches whose move failed.", "prefetch.failed", false },
+	{ "tierfs_prefetches_skipped_total", "counter",
+	  "Prefetches of buffers in the tier already: nothing queued.",
+	  "prefetch.skipped", false },
+	{ "tierfs_prefetches_cancelled_total", "counter",
+	  "Queued prefetches dropped because their file was deleted first.",
+	  "prefetch.cancelled", false },
+	{ "tierfs_prefetch_pending", "gauge",
+	  "Prefetches queued and not yet started.", "prefetch.pending",
+	  false },
+	{ "tierfs_prefetch_queue_max", "gauge",
+	  "Prefetches the queue holds at most.", "prefetch.max", false },
+};
+
+/* Stats keys PREFIX.REASON, as one family labelled reason="REASON". */
+static const struct {
+	const char *name, *help, *prefix;
+} reasons[] = {
+	{ "tierfs_spills_skipped_total",
+	  "Scans for room that found nothing movable: every buffer pinned, "
+	  "leased or in use.", "spill_skipped." },
+	{ "tierfs_spills_dropped_total",
+	  "Buffers a scan for room did not move for want of room below: the "
+	  "tier below refused them (no_room_below), or they were passed over "
+	  "while the disk tier is full (disk_full).", "spill_dropped." },
+	{ "tierfs_spills_failed_total",
+	  "Moves down that failed with an error, by errno.", "spill_failed." },
 };
 
 /* Label values escape backslash, double quote and newline. */
@@ -161,6 +207,151 @@ static void gpu_samples(FILE *f, const struct metric *mt, const char *mount,
 		p += len;
 		if (*p == ',')
 			p++;
+	}
+}
+
+static void reason_samples(FILE *f, const char *name, const char *prefix,
+			   const char *mount, const struct ctl_stats *st)
+{
+	size_t pl = strlen(prefix);
+
+	for (size_t i = 0; i < st->n; i++) {
+		const char *k = st->kv[i].key;
+		uint64_t v;
+
+		if (strncmp(k, prefix, pl) || !k[pl] ||
+		    !ctl_stats_u64(st, k, &v))
+			continue;
+		fprintf(f, "%s{reason=", name);
+		prom_label(f, k + pl);
+		fputs(",mount=", f);
+		prom_label(f, mount);
+		fprintf(f, "} %" PRIu64 "\n", v);
+	}
+}
+
+/* The "move_buckets" bounds of a mount: their count, up to @max. */
+static int hist_bounds(const struct ctl_stats *st, char bounds[][24], int max)
+{
+	const char *p = ctl_stats_get(st, "move_buckets");
+	int n = 0;
+
+	while (p && *p && n < max) {
+		size_t len = strcspn(p, ",");
+
+		if (len == 0 || len >= 24)
+			return n;
+		snprintf(bounds[n++], 24, "%.*s", (int)len, p);
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	return n;
+}
+
+/* The samples of one direction's histogram, from "move.F.T.*". */
+static void hist_samples(FILE *f, const char *name, const char *from,
+			 const char *to, const char *mount,
+			 const struct ctl_stats *st)
+{
+	char key[96], bounds[32][24];
+	const char *b;
+	uint64_t count, sum_ns;
+	int nb = hist_bounds(st, bounds, 32);
+
+	snprintf(key, sizeof(key), "move.%s.%s.count", from, to);
+	if (!ctl_stats_u64(st, key, &count))
+		return;
+	snprintf(key, sizeof(key), "move.%s.%s.sum_ns", from, to);
+	if (!ctl_stats_u64(st, key, &sum_ns))
+		sum_ns = 0;
+	snprintf(key, sizeof(key), "move.%s.%s.buckets", from, to);
+	b = ctl_stats_get(st, key);
+	for (int i = 0; i < nb && b && *b; i++) {
+		unsigned long long c = strtoull(b, NULL, 10);
+
+		fprintf(f, "%s_bucket{from=\"%s\",to=\"%s\",le=\"%s\",mount=",
+			name, from, to, bounds[i]);
+		prom_label(f, mount);
+		fprintf(f, "} %llu\n", c);
+		b += strcspn(b, ",");
+		if (*b == ',')
+			b++;
+	}
+	fprintf(f, "%s_bucket{from=\"%s\",to=\"%s\",le=\"+Inf\",mount=",
+		name, from, to);
+	prom_label(f, mount);
+	fprintf(f, "} %" PRIu64 "\n", count);
+	fprintf(f, "%s_sum{from=\"%s\",to=\"%s\",mount=", name, from, to);
+	prom_label(f, mount);
+	fprintf(f, "} %.9f\n", (double)sum_ns / 1e9);
+	fprintf(f, "%s_count{from=\"%s\",to=\"%s\",mount=", name, from, to);
+	prom_label(f, mount);
+	fprintf(f, "} %" PRIu64 "\n", count);
+}
+
+/* The bytes of one direction, from "move.F.T.bytes". */
+static void dir_bytes_sample(FILE *f, const char *name, const char *from,
+			     const char *to, const char *mount,
+			     const struct ctl_stats *st)
+{
+	char key[96];
+	uint64_t v;
+
+	snprintf(key, sizeof(key), "move.%s.%s.bytes", from, to);
+	if (!ctl_stats_u64(st, key, &v))
+		return;
+	fprintf(f, "%s{from=\"%s\",to=\"%s\",mount=", name, from, to);
+	prom_label(f, mount);
+	fprintf(f, "} %" PRIu64 "\n", v);
+}
+
+/*
+ * Moves between tiers, per direction: spills (to a lower tier) and
+ * unspills (to a higher one) as a histogram family each, and their bytes.
+ */
+static void moves_write(FILE *f, char **mounts, struct ctl_stats *st, int n)
+{
+	static const struct {
+		const char *name, *type, *help;
+		bool down, hist;
+	} fam[] = {
+		{ "tierfs_spill_duration_seconds", "histogram",
+		  "Time a buffer took to move down, by direction.", true,
+		  true },
+		{ "tierfs_unspill_duration_seconds", "histogram",
+		  "Time a buffer took to move up, by direction.", false,
+		  true },
+		{ "tierfs_spill_direction_bytes_total", "counter",
+		  "Bytes of buffers moved down, by direction.", true, false },
+		{ "tierfs_unspill_direction_bytes_total", "counter",
+		  "Bytes of buffers moved up, by direction.", false, false },
+	};
+
+	for (size_t k = 0; k < sizeof(fam) / sizeof(fam[0]); k++) {
+		fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", fam[k].name,
+			fam[k].help, fam[k].name, fam[k].type);
+		for (int m = 0; m < n; m++) {
+			struct ctl_tiers tl;
+
+			ctl_stats_tiers(&st[m], &tl);
+			for (unsigned int a = 0; a < tl.n; a++) {
+				for (unsigned int b = 0; b < tl.n; b++) {
+					if (a == b || (a < b) != fam[k].down)
+						continue;
+					if (fam[k].hist)
+						hist_samples(f, fam[k].name,
+							     tl.name[a],
+							     tl.name[b],
+							     mounts[m], &st[m]);
+					else
+						dir_bytes_sample(
+							f, fam[k].name,
+							tl.name[a], tl.name[b],
+							mounts[m], &st[m]);
+				}
+			}
+		}
 	}
 }
 
@@ -225,6 +416,14 @@ static void metrics_write(FILE *f, char **mounts, struct ctl_stats *st,
 			}
 		}
 	}
+	for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++) {
+		fprintf(f, "# HELP %s %s\n# TYPE %s counter\n",
+			reasons[i].name, reasons[i].help, reasons[i].name);
+		for (int m = 0; m < n; m++)
+			reason_samples(f, reasons[i].name, reasons[i].prefix,
+				       mounts[m], &st[m]);
+	}
+	moves_write(f, mounts, st, n);
 }
 
 /*

@@ -9,8 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/ctl/ctl.h"
@@ -87,6 +89,7 @@ struct op_opts {
 	int to; /* target tier of spill and prefetch */
 	bool to_given;
 	bool recursive;
+	bool wait; /* prefetch: until the files are there */
 	bool quiet;
 	int progress; /* -1 never, 0 auto, 1 always */
 };
@@ -121,7 +124,8 @@ static bool collect_targets(struct target_list *l, char **paths, int n,
 		if (S_ISREG(st.st_mode)) {
 			target_add(l, ctl_xstrdup(paths[i]), st.st_size,
 				   st.st_dev, to);
-		} else if (S_ISDIR(st.st_mode) && o->recursive) {
+		} else if (S_ISDIR(st.st_mode) &&
+			   (o->recursive || o->kind == OP_PREFETCH)) {
 			ok &= collect_dir(l, paths[i], st.st_dev, to);
 		} else if (S_ISDIR(st.st_mode)) {
 			ctl_op_error("'%s': %s (use -R)", paths[i],
@@ -204,6 +208,175 @@ static void progress_clear(struct progress *p)
 	}
 }
 
+/*
+ * A descriptor for reading the regular file at @path on device @dev, as
+ * set_on_mount() checks it: reopened from an O_PATH one that did not
+ * follow a symlink. -errno.
+ */
+static int open_on_mount(const char *path, dev_t dev)
+{
+	char proc[64];
+	struct stat st;
+	int fd, rfd;
+
+	fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st))
+		rfd = -errno;
+	else if (!S_ISREG(st.st_mode) || st.st_dev != dev)
+		rfd = -EXDEV;
+	else {
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+		rfd = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+		if (rfd < 0)
+			rfd = -errno;
+	}
+	close(fd);
+	return rfd;
+}
+
+/* TFS_IOC_PREFETCH of @fd to @tier; 0 with *@state, or -errno. */
+static int prefetch_ioctl(int fd, int tier, bool wait, uint32_t *state)
+{
+	struct tfs_ioc_prefetch a;
+	int rc;
+
+	memset(&a, 0, sizeof(a));
+	a.version = TFS_ABI_VERSION;
+	a.flags = wait ? TFS_PREFETCH_WAIT : 0;
+	a.tier = (uint32_t)tier;
+	do
+		rc = ioctl(fd, TFS_IOC_PREFETCH, &a);
+	while (rc && errno == EINTR);
+	if (rc)
+		return -errno;
+	*state = a.state;
+	return 0;
+}
+
+/* Descriptors of files queued, oldest first, so that --wait (or a full
+ * queue) can wait for them in turn. */
+#define PF_WINDOW 64
+
+struct pf_run {
+	const struct op_opts *o;
+	struct target_list *l;
+	struct progress *p;
+	int fd[PF_WINDOW];
+	size_t idx[PF_WINDOW]; /* into l->t */
+	size_t head, n;
+	size_t done, moved, queued, already, failed;
+	uint64_t bytes, moved_bytes;
+};
+
+static void pf_error(struct pf_run *r, const char *path, int err)
+{
+	progress_clear(r->p);
+	ctl_op_error("'%s': %s%s", path,
+		     err == EXDEV ? "not a file on the mount any more" :
+				    strerror(err),
+		     err == ENODEV ? " (the mount has no device tier)" : "");
+	r->failed++;
+}
+
+/* Wait for the oldest file queued: it is there, or why not. */
+static void pf_wait_oldest(struct pf_run *r)
+{
+	size_t i = r->idx[r->head];
+	int fd = r->fd[r->head];
+	uint32_t state;
+	int rc = prefetch_ioctl(fd, r->l->t[i].to, true, &state);
+
+	close(fd);
+	r->head = (r->head + 1) % PF_WINDOW;
+	r->n--;
+	if (rc) {
+		pf_error(r, r->l->t[i].path, -rc);
+	} else {
+		r->moved++;
+		r->moved_bytes += r->l->t[i].size;
+	}
+	if (r->o->wait) {
+		r->done++;
+		r->bytes += r->l->t[i].size;
+		progress_draw(r->p, r->done, r->bytes, false);
+	}
+}
+
+/*
+ * One file: queued (kept for waiting), there already, or failed. A full
+ * queue is waited out: on the oldest of ours, else (others' prefetches
+ * fill it) by trying again shortly, for up to a minute.
+ */
+static void pf_one(struct pf_run *r, size_t i)
+{
+	const struct target *t = &r->l->t[i];
+	uint32_t state = 0;
+	int fd, rc, tries = 0;
+
+	fd = open_on_mount(t->path, t->dev);
+	if (fd < 0) {
+		pf_error(r, t->path, -fd);
+		goto out_count;
+	}
+	for (;;) {
+		rc = prefetch_ioctl(fd, t->to, false, &state);
+		if (rc != -EAGAIN)
+			break;
+		if (r->n) {
+			pf_wait_oldest(r);
+		} else if (++tries <= 6000) {
+			struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+			nanosleep(&ts, NULL);
+		} else {
+			break;
+		}
+	}
+	/* A daemon older than the ioctl: the move, done now. */
+	if (rc == -ENOTTY) {
+		close(fd);
+		fd = -1;
+		rc = set_on_mount(t->path, t->dev, TFS_XATTR_TIER,
+				  ctl_tier_names[t->to]);
+		state = TFS_PREFETCH_DONE;
+	}
+	if (rc) {
+		pf_error(r, t->path, -rc);
+	} else if (state == TFS_PREFETCH_THERE) {
+		r->already++;
+	} else if (state == TFS_PREFETCH_DONE) {
+		r->moved++;
+		r->moved_bytes += t->size;
+	} else if (!r->o->wait) {
+		r->queued++;
+		r->moved_bytes += t->size;
+	} else {
+		if (r->n == PF_WINDOW)
+			pf_wait_oldest(r);
+		r->fd[(r->head + r->n) % PF_WINDOW] = fd;
+		r->idx[(r->head + r->n) % PF_WINDOW] = i;
+		r->n++;
+		return;
+	}
+	if (fd >= 0)
+		close(fd);
+out_count:
+	r->done++;
+	r->bytes += t->size;
+	progress_draw(r->p, r->done, r->bytes, false);
+}
+
+/* prefetch: queue every file, then with --wait wait for each in turn. */
+static void pf_run(struct pf_run *r)
+{
+	for (size_t i = 0; i < r->l->n; i++)
+		pf_one(r, i);
+	while (r->n)
+		pf_wait_oldest(r);
+}
+
 static int op_run(const struct op_opts *o, char **paths, int npaths)
 {
 	struct target_list l = { 0 };
@@ -221,6 +394,22 @@ static int op_run(const struct op_opts *o, char **paths, int npaths)
 	       (!o->progress && !o->quiet && isatty(STDERR_FILENO) &&
 		(l.n > PROGRESS_MIN_FILES || l.bytes > PROGRESS_MIN_BYTES));
 
+	if (o->kind == OP_PREFETCH) {
+		struct pf_run r = { .o = o, .l = &l, .p = &p };
+
+		for (size_t i = 0; i < l.n; i++)
+			if (l.t[i].to != to)
+				to = -1;
+		progress_draw(&p, 0, 0, true);
+		pf_run(&r);
+		moved = r.moved + r.queued;
+		moved_bytes = r.moved_bytes;
+		already = r.already;
+		failed = r.failed;
+		done = r.done;
+		bytes = r.bytes;
+		goto summary;
+	}
 	for (size_t i = 0; i < l.n; i++) {
 		const char *path = l.t[i].path;
 		const char *name, *val;
@@ -266,19 +455,24 @@ next:
 		done++;
 		bytes += l.t[i].size;
 	}
+summary:
 	progress_draw(&p, done, bytes, true);
 	progress_clear(&p);
 
 	if (!o->quiet && l.n) {
+		bool queued = o->kind == OP_PREFETCH && !o->wait;
+
 		switch (o->kind) {
 		case OP_SPILL:
 		case OP_PREFETCH:
-			printf("%s: %zu file%s (%s) moved %s%s", ctl_cmd_name,
+			printf("%s: %zu file%s (%s) %s%s", ctl_cmd_name,
 			       moved, moved == 1 ? "" : "s",
 			       ctl_fmt_bytes(x, sizeof(x), moved_bytes),
-			       to < 0 ? "" : "to ",
-			       to >= 0 ? ctl_tier_names[to] :
-			       o->kind == OP_SPILL ? "down" : "up");
+			       queued ? "queued " : "moved ",
+			       queued && to >= 0 ? "for " :
+			       to < 0 ? "" : "to ");
+			fputs(to >= 0 ? ctl_tier_names[to] :
+			      o->kind == OP_SPILL ? "down" : "up", stdout);
 			if (already)
 				printf(", %zu already %s", already,
 				       o->kind == OP_SPILL ? "there or lower" :
@@ -307,6 +501,8 @@ static int cmd_op(enum op_kind kind, int argc, char **argv)
 		{ "recursive", no_argument, NULL, 'R' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "to", required_argument, NULL, OPT_TO },
+		{ "tier", required_argument, NULL, OPT_TO },
+		{ "wait", no_argument, NULL, OPT_WAIT },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
 		{ "help", no_argument, NULL, OPT_HELP },
@@ -338,6 +534,11 @@ static int cmd_op(enum op_kind kind, int argc, char **argv)
 			     o.to != TFS_TIER_HOST))
 				return ctl_bad_usage("cannot %s to '%s'",
 						     ctl_cmd_name, optarg);
+			break;
+		case OPT_WAIT:
+			if (kind != OP_PREFETCH)
+				return ctl_bad_usage("--wait is for prefetch");
+			o.wait = true;
 			break;
 		case OPT_PROGRESS:
 			o.progress = 1;

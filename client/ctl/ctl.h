@@ -31,7 +31,7 @@
 
 /* getopt_long values of the long options without a short one */
 enum { OPT_JSON = 256, OPT_ASCII, OPT_UNICODE, OPT_TO, OPT_PROGRESS,
-       OPT_NO_PROGRESS, OPT_HELP };
+       OPT_NO_PROGRESS, OPT_WAIT, OPT_HELP };
 
 /* "device", "host", "disk", indexed by TFS_TIER_* */
 extern const char *const ctl_tier_names[TFS_TIER_COUNT];

@@ -4,6 +4,7 @@
   prefetch.py ioctl PATH TIER [wait]   print the state, or the errno name
   prefetch.py fadvise PATH             posix_fadvise(POSIX_FADV_WILLNEED)
   prefetch.py madvise PATH             mmap, madvise(MADV_WILLNEED)
+  prefetch.py alloc PATH SIZE          TFS_IOC_ALLOC: a device-only buffer
 """
 import errno
 import fcntl
@@ -19,6 +20,8 @@ IOC_PREFETCH = (3 << 30) | (_PREFETCH.size << 16) | (0xF7 << 8) | 8
 TIERS = {"device": 0, "host": 1, "disk": 2}
 STATES = {1: "there", 2: "queued", 3: "done"}
 WAIT = 0x1
+_ALLOC = struct.Struct("=IIQ2Q")  # struct tfs_ioc_alloc, 32 bytes
+IOC_ALLOC = (1 << 30) | (_ALLOC.size << 16) | (0xF7 << 8) | 4
 
 
 def ioctl(path, tier, wait):
@@ -41,6 +44,13 @@ def ioctl(path, tier, wait):
 def main(argv):
     if argv[1] == "ioctl":
         return ioctl(argv[2], argv[3], len(argv) > 4 and argv[4] == "wait")
+    if argv[1] == "alloc":
+        fd = os.open(argv[2], os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.ioctl(fd, IOC_ALLOC, _ALLOC.pack(1, 0, int(argv[3]), 0, 0))
+        finally:
+            os.close(fd)
+        return 0
     fd = os.open(argv[2], os.O_RDONLY)
     try:
         if argv[1] == "fadvise":

@@ -186,7 +186,7 @@ assert j["backend"] == "none" and j["tiers"]["device"]["limit"] == 0
 '
 	ctl spill -q "$MNT/f1"
 	[ "$(tfs_tier "$MNT/f1")" = disk ]
-	run ctl prefetch "$MNT/f1"
+	run ctl prefetch --wait "$MNT/f1"
 	[ "$status" -eq 0 ]
 	[ "$output" = "prefetch: 1 file (1.0 MiB) moved to host" ]
 	[ "$(tfs_tier "$MNT/f1")" = host ]
@@ -274,10 +274,10 @@ assert j[0]["size"] == 5000
 	[ "$status" -eq 0 ]
 	[ "$output" = "spill: 1 file (1.0 MiB) moved to disk" ]
 	[ "$(tfs_tier "$MNT/f2")" = disk ]
-	run ctl prefetch --to host "$MNT/f2"
+	run ctl prefetch --wait --to host "$MNT/f2"
 	[ "$status" -eq 0 ]
 	[ "$(tfs_tier "$MNT/f2")" = host ]
-	run ctl prefetch "$MNT/f2"
+	run ctl prefetch --wait "$MNT/f2"
 	[ "$status" -eq 0 ]
 	[ "$(tfs_tier "$MNT/f2")" = device ]
 	# a file already as low as asked is left alone
