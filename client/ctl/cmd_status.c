@@ -194,6 +194,84 @@ static uint64_t gpu_u64(const struct ctl_stats *s, int g, const char *field)
 	return stats_u64_or0(s, key);
 }
 
+/* Sum of the stats keys PREFIX.* (the reasons of one spill outcome). */
+static uint64_t sum_prefix(const struct ctl_stats *s, const char *prefix)
+{
+	size_t pl = strlen(prefix);
+	uint64_t sum = 0, v;
+
+	for (size_t i = 0; i < s->n; i++)
+		if (!strncmp(s->kv[i].key, prefix, pl) &&
+		    ctl_stats_u64(s, s->kv[i].key, &v))
+			sum += v;
+	return sum;
+}
+
+/*
+ * Which tier served the reads, what spills did not happen and why, the
+ * moves per direction with their mean time, and the prefetch queue. Each
+ * line only with a daemon that has the keys.
+ */
+static void status_metrics(FILE *f, const struct ctl_stats *s,
+			   const struct ctl_tiers *tl)
+{
+	char a[32], key[96];
+	uint64_t v, c, ns, by;
+	bool any = false;
+
+	for (unsigned int i = 0; i < tl->n; i++) {
+		snprintf(key, sizeof(key), "%s.reads", tl->name[i]);
+		if (!ctl_stats_u64(s, key, &v))
+			continue;
+		fprintf(f, "%s %s %" PRIu64 " (%s)", any ? "," : "reads   ",
+			tl->name[i], v,
+			ctl_fmt_bytes(a, sizeof(a),
+				      tier_u64(s, tl->name[i], "read_bytes")));
+		any = true;
+	}
+	if (any)
+		fputc('\n', f);
+	if (ctl_stats_get(s, "spill_skipped.nothing_movable"))
+		fprintf(f, "spills   %" PRIu64 " skipped (nothing movable), %" PRIu64
+			   " dropped (no room below: %" PRIu64 ", disk full: %" PRIu64
+			   "), %" PRIu64 " failed\n",
+			stats_u64_or0(s, "spill_skipped.nothing_movable"),
+			sum_prefix(s, "spill_dropped."),
+			stats_u64_or0(s, "spill_dropped.no_room_below"),
+			stats_u64_or0(s, "spill_dropped.disk_full"),
+			sum_prefix(s, "spill_failed."));
+	any = false;
+	for (unsigned int i = 0; i < tl->n; i++) {
+		for (unsigned int j = 0; j < tl->n; j++) {
+			snprintf(key, sizeof(key), "move.%s.%s.count",
+				 tl->name[i], tl->name[j]);
+			if (i == j || !ctl_stats_u64(s, key, &c) || !c)
+				continue;
+			snprintf(key, sizeof(key), "move.%s.%s.sum_ns",
+				 tl->name[i], tl->name[j]);
+			ns = stats_u64_or0(s, key);
+			snprintf(key, sizeof(key), "move.%s.%s.bytes",
+				 tl->name[i], tl->name[j]);
+			by = stats_u64_or0(s, key);
+			fprintf(f, "%s %s->%s %" PRIu64 " (%s, mean %.1f ms)",
+				any ? "," : "moves   ", tl->name[i], tl->name[j],
+				c, ctl_fmt_bytes(a, sizeof(a), by),
+				(double)ns / (double)c / 1e6);
+			any = true;
+		}
+	}
+	if (any)
+		fputc('\n', f);
+	if (ctl_stats_get(s, "prefetch.queued"))
+		fprintf(f, "prefetch %" PRIu64 " queued, %" PRIu64 " done, %" PRIu64
+			   " failed, %" PRIu64 " pending (of %" PRIu64 ")\n",
+			stats_u64_or0(s, "prefetch.queued"),
+			stats_u64_or0(s, "prefetch.done"),
+			stats_u64_or0(s, "prefetch.failed"),
+			stats_u64_or0(s, "prefetch.pending"),
+			stats_u64_or0(s, "prefetch.max"));
+}
+
 /* A line per GPU the device tier is on ("gpus=0,1"; none without one). */
 static void status_gpus(FILE *f, const struct ctl_stats *s)
 {
@@ -320,6 +398,7 @@ static void status_text(FILE *f, const char *mount,
 		   " moves failed\n",
 		stats_u64_or0(s, "evict_nothing_movable"),
 		stats_u64_or0(s, "evict_move_errors"));
+	status_metrics(f, s, &tl);
 	fprintf(f, "errors   %" PRIu64 " checksum, %" PRIu64 " spill read, %" PRIu64
 		   " spill write, %" PRIu64 " host memory\n",
 		stats_u64_or0(s, "checksum_errors"),

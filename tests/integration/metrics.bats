@@ -189,4 +189,9 @@ assert val("tierfs_spill_direction_bytes_total", **{"from": "device", "to": "dis
 assert 0 < val("tierfs_spill_duration_seconds_sum", **{"from": "device", "to": "disk"}) < 10
 print("ok", len(fams), "families")
 PYEOF
+	run "$TIERFSCTL_BIN" status --ascii "$MNT"
+	[[ "$output" == *"reads    device 0 (0 B), host 0 (0 B), disk 1 (64.0 KiB)"* ]]
+	[[ "$output" == *"spills   0 skipped (nothing movable), 0 dropped (no room below: 0, disk full: 0), 0 failed"* ]]
+	[[ "$output" == *"moves    device->disk 1 (1.0 MiB, mean "*" ms), disk->host 1 (1.0 MiB, mean "* ]]
+	[[ "$output" == *"prefetch 1 queued, 1 done, 0 failed, 0 pending (of 1024)"* ]]
 }
