@@ -822,6 +822,19 @@ int tfs_move(const char *path, enum tfs_tier tier)
 	return path_ioctl(path, O_RDONLY, TFS_IOC_MOVE, &mv);
 }
 
+int tfs_prefetch(const char *path, enum tfs_tier tier, unsigned int flags)
+{
+	struct tfs_ioc_prefetch p;
+	int rc;
+
+	memset(&p, 0, sizeof(p));
+	p.version = TFS_ABI_VERSION;
+	p.flags = flags;
+	p.tier = (uint32_t)tier;
+	rc = path_ioctl(path, O_RDONLY, TFS_IOC_PREFETCH, &p);
+	return rc < 0 ? rc : (int)p.state;
+}
+
 int tfs_alloc(const char *path, uint64_t size)
 {
 	struct tfs_ioc_alloc a;

@@ -127,6 +127,17 @@ int tfs_stat(const char *path, struct tfs_ioc_stat *st);
 int tfs_move(const char *path, enum tfs_tier tier);
 
 /*
+ * Queue @path's buffer to be brought up to @tier in the background
+ * (TFS_IOC_PREFETCH); with @flags TFS_PREFETCH_WAIT, return once it is
+ * there. Returns the enum tfs_prefetch_state (TFS_PREFETCH_THERE when it
+ * was there already), or -errno: the move's (-ENOSPC, -EDQUOT, -EBUSY for
+ * a pinned buffer) when waiting, -EAGAIN when the queue is full, -ENODEV
+ * for the device tier of a mount without one, -ENOTTY from a daemon
+ * older than the ioctl (tfs_move() then does it, blocking).
+ */
+int tfs_prefetch(const char *path, enum tfs_tier tier, unsigned int flags);
+
+/*
  * Give the empty file @path @size bytes of zeroed device memory
  * (TFS_IOC_ALLOC), creating it (mode 0666 & ~umask) when it does not exist.
  * -EEXIST when the file is not empty. Map it with TFS_MAP_WRITE next.

@@ -232,9 +232,9 @@ static void status_metrics(FILE *f, const struct ctl_stats *s,
 	if (any)
 		fputc('\n', f);
 	if (ctl_stats_get(s, "spill_skipped.nothing_movable"))
-		fprintf(f, "spills   %" PRIu64 " skipped (nothing movable), %" PRIu64
-			   " dropped (no room below: %" PRIu64 ", disk full: %" PRIu64
-			   "), %" PRIu64 " failed\n",
+		fprintf(f, "spills   %" PRIu64 " skipped, %" PRIu64
+			   " dropped (%" PRIu64 " no room, %" PRIu64
+			   " disk full), %" PRIu64 " failed\n",
 			stats_u64_or0(s, "spill_skipped.nothing_movable"),
 			sum_prefix(s, "spill_dropped."),
 			stats_u64_or0(s, "spill_dropped.no_room_below"),
@@ -253,15 +253,15 @@ static void status_metrics(FILE *f, const struct ctl_stats *s,
 			snprintf(key, sizeof(key), "move.%s.%s.bytes",
 				 tl->name[i], tl->name[j]);
 			by = stats_u64_or0(s, key);
-			fprintf(f, "%s %s->%s %" PRIu64 " (%s, mean %.1f ms)",
-				any ? "," : "moves   ", tl->name[i], tl->name[j],
-				c, ctl_fmt_bytes(a, sizeof(a), by),
+			/* One line each: the status stays within 80
+			 * columns. */
+			fprintf(f, "%s %s->%s %" PRIu64 " (%s), %.1f ms each\n",
+				any ? "        " : "moves   ", tl->name[i],
+				tl->name[j], c, ctl_fmt_bytes(a, sizeof(a), by),
 				(double)ns / (double)c / 1e6);
 			any = true;
 		}
 	}
-	if (any)
-		fputc('\n', f);
 	if (ctl_stats_get(s, "prefetch.queued"))
 		fprintf(f, "prefetch %" PRIu64 " queued, %" PRIu64 " done, %" PRIu64
 			   " failed, %" PRIu64 " pending (of %" PRIu64 ")\n",

@@ -45,7 +45,7 @@ import os
 import struct
 import threading
 
-__all__ = ["open", "DeviceBuffer", "reclaim", "rmm_failure_callback",
+__all__ = ["open", "DeviceBuffer", "reclaim", "prefetch", "rmm_failure_callback",
            "CudaError"]
 
 # include/tierfs.h ---------------------------------------------------------
@@ -70,6 +70,7 @@ COMMIT_WAITED_DEVICE = 1
 COMMIT_WAITED_STREAM = 2
 COMMIT_WAITED_EVENT = 3
 _RECLAIM = struct.Struct("<IIiIQQ16s4Q")
+_PREFETCH = struct.Struct("<IIIIQQII3Q")
 assert (_EXPORT.size, _RELEASE.size, _COMMIT.size, _RECLAIM.size) == \
     (152, 32, 32, 80), "include/tierfs.h changed"
 _W, _R = 1, 2
@@ -77,6 +78,10 @@ IOC_EXPORT = _ioc(_R | _W, 1, _EXPORT.size)
 IOC_RELEASE = _ioc(_W, 2, _RELEASE.size)
 IOC_COMMIT = _ioc(_W, 3, _COMMIT.size)
 IOC_RECLAIM = _ioc(_R | _W, 7, _RECLAIM.size)
+IOC_PREFETCH = _ioc(_R | _W, 8, _PREFETCH.size)
+PREFETCH_WAIT = 0x1
+_TIERS = {"device": 0, "host": 1, "disk": 2}
+_PREFETCH_STATES = {1: "there", 2: "queued", 3: "done"}
 
 
 def _ioctl(fd, code, packed: bytes) -> bytes:
@@ -657,6 +662,26 @@ def reclaim(mount, nbytes: int, gpu: int | None = None,
     finally:
         os.close(fd)
     return _RECLAIM.unpack(out)[5]
+
+
+def prefetch(path, tier: str = "device", wait: bool = False) -> str:
+    """Bring the file at path up to tier ("device" or "host") in the
+    background (TFS_IOC_PREFETCH). Returns "there" (it was, nothing
+    queued), "queued", or with wait, "done" once it is there. Raises
+    OSError with the move's errno when waiting (ENOSPC, EDQUOT, EBUSY for a
+    pinned file), EAGAIN when the daemon's queue is full, ENODEV for the
+    device tier of a mount without one.
+    """
+    if tier not in _TIERS:
+        raise ValueError("tier must be device, host or disk")
+    fd = os.open(os.fspath(path), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        out = _ioctl(fd, IOC_PREFETCH, _PREFETCH.pack(
+            ABI_VERSION, PREFETCH_WAIT if wait else 0, _TIERS[tier], 0, 0, 0,
+            0, 0, 0, 0, 0))
+    finally:
+        os.close(fd)
+    return _PREFETCH_STATES[_PREFETCH.unpack(out)[3]]
 
 
 def rmm_failure_callback(mount, gpu: int | None = None):

@@ -200,3 +200,22 @@ PYEOF
 	run ctl spill --wait "$MNT/d/a"
 	[ "$status" -eq 2 ]
 }
+
+@test "tierfs.device.prefetch() waits as the ioctl does and raises the move's error" {
+	on_disk "$MNT/f"
+	on_disk "$MNT/big" 6M
+	PYTHONPATH="$BATS_TEST_DIRNAME/../../python" run "$PY" - "$MNT" <<'PYEOF'
+import errno, sys
+import tierfs.device as d
+m = sys.argv[1]
+print(d.prefetch(m + "/f", "host", wait=True), d.prefetch(m + "/f", "host"))
+try:
+    d.prefetch(m + "/big", wait=True)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+PYEOF
+	[ "$status" -eq 0 ]
+	[ "${lines[0]}" = "done there" ]
+	[ "${lines[1]}" = ENOSPC ]
+	[ "$(tfs_tier "$MNT/f")" = host ]
+}

@@ -362,11 +362,15 @@ for line in text.splitlines():
     assert not line.startswith("#"), line
     m = sample.match(line)
     assert m, "bad sample line: %r" % line
-    n = m.group(1)
-    assert n in helped and n in typed, "no HELP/TYPE before " + line
-    seen.add(n)
+    n = fam = m.group(1)
+    # a histogram's samples are its name with _bucket, _sum, _count
+    for suf in ("_bucket", "_sum", "_count"):
+        if n.endswith(suf) and typed.get(n[:-len(suf)]) == "histogram":
+            fam = n[:-len(suf)]
+    assert fam in helped and fam in typed, "no HELP/TYPE before " + line
+    seen.add(fam)
     values[(n, m.group(2) or "")] = m.group(3)
-    if typed[n] == "counter":
+    if typed[fam] == "counter":
         assert n.endswith("_total"), n
 for n, t in typed.items():
     if n.endswith("_total"):
