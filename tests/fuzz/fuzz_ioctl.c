@@ -43,6 +43,9 @@ static const struct cmd {
 	/* reserved0, freed (out only) and reserved[] */
 	{ TFS_IOC_RECLAIM, 80, true, true, TFS_RECLAIM_UUID,
 	  { { 12, 16 }, { 24, 32 }, { 48, 80 } } },
+	/* state (out only); pending (out only), reserved0, reserved[] */
+	{ TFS_IOC_PREFETCH, 64, true, true, TFS_PREFETCH_WAIT,
+	  { { 12, 16 }, { 32, 64 }, { 0, 0 } } },
 };
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
 
@@ -64,7 +67,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	    offsetof(struct tfs_ioc_reclaim, reserved0) != 12 ||
 	    offsetof(struct tfs_ioc_reclaim, freed) != 24 ||
 	    offsetof(struct tfs_ioc_reclaim, uuid) != 32 ||
-	    offsetof(struct tfs_ioc_reclaim, reserved) != 48)
+	    offsetof(struct tfs_ioc_reclaim, reserved) != 48 ||
+	    offsetof(struct tfs_ioc_prefetch, state) != 12 ||
+	    offsetof(struct tfs_ioc_prefetch, offset) != 16 ||
+	    offsetof(struct tfs_ioc_prefetch, length) != 24 ||
+	    offsetof(struct tfs_ioc_prefetch, pending) != 32 ||
+	    sizeof(struct tfs_ioc_prefetch) != 64)
 		abort();
 	return 0;
 }
@@ -110,6 +118,16 @@ static int reference(const struct tfs_ioc_req *r, const struct cmd *c,
 			if (in[b])
 				return -EINVAL;
 	}
+	if (c->cmd == TFS_IOC_PREFETCH) {
+		uint64_t off = rd32(in + 16) | (uint64_t)rd32(in + 20) << 32;
+		uint64_t len = rd32(in + 24) | (uint64_t)rd32(in + 28) << 32;
+
+		if (rd32(in + 8) >= TFS_TIER_COUNT || off > INT64_MAX ||
+		    len > INT64_MAX - off)
+			return -EINVAL;
+		if (!r->readable)
+			return -EBADF;
+	}
 	if (c->cmd == TFS_IOC_EXPORT &&
 	    (!r->readable || ((rd32(in + 4) & TFS_EXPORT_WRITE) && !r->writable)))
 		return -EBADF;
@@ -131,8 +149,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* Mostly a real command, sometimes any number at all (a real
 	 * command's number with another size or direction included). */
-	if (pick % 8 < NCMDS) {
-		c = &cmds[pick % 8];
+	if (pick % 16 < NCMDS) {
+		c = &cmds[pick % 16];
 		r.cmd = c->cmd;
 	} else {
 		r.cmd = fuzz_u32(&in);

@@ -216,6 +216,54 @@ static void test_commit_waited(void)
 	CHECK_EQ(check(TFS_IOC_COMMIT, &c, sizeof(c), 0, true, true), -EINVAL);
 }
 
+static void test_prefetch_answers(void)
+{
+	struct tfs_ioc_prefetch p = { .version = TFS_ABI_VERSION,
+				      .tier = TFS_TIER_HOST };
+	struct tfs_ioc_req r = { .cmd = TFS_IOC_PREFETCH, .in = &p,
+				 .in_len = sizeof(p), .out_len = sizeof(p),
+				 .has_file = true, .readable = true };
+	union tfs_ioc_args a;
+
+	CHECK_EQ(tfs_ioc_check(&r, &a), 0);
+	p.flags = TFS_PREFETCH_WAIT;
+	p.offset = 4096;
+	p.length = 1 << 20;
+	CHECK_EQ(tfs_ioc_check(&r, &a), 0);
+	CHECK(!memcmp(&a.prefetch, &p, sizeof(p)));
+	/* A file's only, read as a read would. */
+	r.readable = false;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EBADF);
+	r.readable = true;
+	r.dir = true;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -ENOTTY);
+	r.dir = false;
+	p.flags = 2;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	p.flags = 0;
+	p.tier = TFS_TIER_COUNT;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	p.tier = TFS_TIER_DEVICE;
+	p.state = TFS_PREFETCH_DONE;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	p.state = 0;
+	p.pending = 1;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	p.pending = 0;
+	p.offset = INT64_MAX;
+	p.length = 1;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	p.offset = (uint64_t)INT64_MAX + 1;
+	p.length = 0;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	p.offset = 0;
+	p.reserved[2] = 1;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+	p.reserved[2] = 0;
+	p.reserved0 = 1;
+	CHECK_EQ(tfs_ioc_check(&r, &a), -EINVAL);
+}
+
 static void test_reclaim_answers(void)
 {
 	struct tfs_ioc_reclaim rc = { .version = TFS_ABI_VERSION, .gpu = -1,
@@ -467,6 +515,7 @@ int main(void)
 	TAP_RUN(test_release_flags);
 	TAP_RUN(test_commit_waited);
 	TAP_RUN(test_reclaim_answers);
+	TAP_RUN(test_prefetch_answers);
 	TAP_RUN(test_xattr_values);
 	return tap_done();
 }
