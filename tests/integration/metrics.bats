@@ -36,10 +36,18 @@ delta() {
 # moved PATTERN: every number of the stats that changed between the last
 # two snaps, "key=delta" sorted, but for keys matching PATTERN (timings)
 moved() {
-	local skip=${1:-'^$'}
-	join -t= <(sort "$TFS_TMP/snap.$((SNAPS - 1))") <(sort "$TFS_TMP/snap.$SNAPS") |
+	local skip="$1"
+	sort "$TFS_TMP/snap.$((SNAPS - 1))" >"$TFS_TMP/a"
+	sort "$TFS_TMP/snap.$SNAPS" >"$TFS_TMP/b"
+	join -t= "$TFS_TMP/a" "$TFS_TMP/b" |
 		awk -F= '$2 ~ /^[0-9]+$/ && $3 != $2 { print $1 "=" ($3 - $2) }' |
-		grep -Ev "$skip" | sort
+		grep -Ev "${skip:-^\$}" | sort
+}
+
+# The parser is Debian's python3-prometheus-client (scripts/install-deps).
+require_prometheus_client() {
+	"$PY" -c 'import prometheus_client' 2>/dev/null ||
+		skip "python3-prometheus-client is not installed (scripts/install-deps)"
 }
 
 rd() { # rd FILE COUNT [FLAGS]: COUNT reads of 64 KiB the kernel does not cache
@@ -122,8 +130,7 @@ rd() { # rd FILE COUNT [FLAGS]: COUNT reads of 64 KiB the kernel does not cache
 }
 
 @test "tierfsctl metrics parses as Prometheus text, one family each, values as the stats say" {
-	"$PY" -c 'import prometheus_client' 2>/dev/null ||
-		skip "python3-prometheus-client is not installed (scripts/install-deps)"
+	require_prometheus_client
 	head -c 1M /dev/urandom >"$MNT/f"
 	setfattr -n user.tierfs.tier -v disk "$MNT/f"
 	rd "$MNT/f" 1 noatime
