@@ -202,3 +202,26 @@ PYEOF
 	[[ "$output" == *"moves    device->disk 1 (1.0 MiB), "*" ms each"$'\n'"         disk->host 1 (1.0 MiB), "*" ms each"* ]]
 	[[ "$output" == *"prefetch 1 queued, 1 done, 0 failed, 0 pending (of 1024)"* ]]
 }
+
+@test "a spill the disk tier has no room for counts as dropped, not failed" {
+	tfs_unmount
+	tfs_mount -o device_backend=none,host_limit=4M,disk_limit=1M,policy_overcommit=yes
+	local i
+	# f1 goes to disk; f2 finds it full, and nothing else can go.
+	for i in 1 2 3 4 5; do head -c 900K /dev/urandom >"$MNT/f$i"; done
+	run ! dd if=/dev/urandom of="$MNT/f6" bs=900K count=1 status=none
+	snap
+	[ "$(tfs_stat disk.full)" -eq 1 ]
+	[ "$(sed -n 's/^spill_dropped.no_room_below=//p' "$TFS_TMP/snap.$SNAPS")" -eq 1 ]
+	[ "$(sed -n 's/^spill_dropped.disk_full=//p' "$TFS_TMP/snap.$SNAPS")" -ge 1 ]
+	# every move that was tried and failed is one of these
+	local errs failed=0 r
+	errs=$(sed -n 's/^evict_move_errors=//p' "$TFS_TMP/snap.$SNAPS")
+	for r in eio enomem enodev other; do
+		failed=$((failed + $(sed -n "s/^spill_failed.$r=//p" "$TFS_TMP/snap.$SNAPS")))
+	done
+	[ "$failed" -eq 0 ]
+	[ "$errs" -eq 1 ]
+	run "$TIERFSCTL_BIN" metrics "$MNT"
+	[[ "$output" == *"tierfs_spills_dropped_total{reason=\"no_room_below\",mount=\"$MNT\"} 1"* ]]
+}
