@@ -102,8 +102,12 @@ def test_flags_match_the_header():
     defs = _defines(_header())
     for py, c in (("EXPORT_WRITE", "TFS_EXPORT_WRITE"),
                   ("RELEASE_UNMAPPED", "TFS_RELEASE_UNMAPPED"),
-                  ("RECLAIM_UUID", "TFS_RECLAIM_UUID")):
+                  ("RECLAIM_UUID", "TFS_RECLAIM_UUID"),
+                  ("PREFETCH_WAIT", "TFS_PREFETCH_WAIT")):
         assert getattr(dev, py) == int(defs[c], 0), py
+    states = dict(re.findall(r"TFS_PREFETCH_(\w+)\s*=\s*(\d+)", _header()))
+    for value, name in dev._PREFETCH_STATES.items():
+        assert int(states[name.upper()]) == value, name
     handles = dict(re.findall(r"TFS_HANDLE_(\w+)\s*=\s*(\d+)", _header()))
     for name, value in handles.items():
         if hasattr(dev, "HANDLE_" + name):
