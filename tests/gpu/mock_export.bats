@@ -12,23 +12,12 @@ load mock_helpers
 
 # hold OUT CMD...: run a client in the background until it prints "ready".
 hold() {
-	local out=$1 i
+	local out=$1
 	shift
 	"$@" >"$out" 2>&1 &
 	HOLD_PID=$!
 	HOLDERS+=("$HOLD_PID")
-	for i in $(seq 1 200); do
-		grep -q '^ready' "$out" && return 0
-		if ! kill -0 "$HOLD_PID" 2>/dev/null; then
-			echo "client exited:" >&2
-			cat "$out" >&2
-			return 1
-		fi
-		sleep 0.05
-	done
-	echo "client not ready within 10s" >&2
-	cat "$out" >&2
-	return 1
+	tfs_wait_line "$out" ready "$HOLD_PID"
 }
 
 @test "a small file's map reaches no other file's bytes" {

@@ -12,23 +12,12 @@ load mock_helpers
 # hold OUT WANT CMD...: run a client in the background until its output
 # has a line starting with WANT; HOLD_PID is its pid.
 hold() {
-	local out=$1 want=$2 i
+	local out=$1 want=$2
 	shift 2
 	"$@" >"$out" 2>&1 &
 	HOLD_PID=$!
 	HOLDERS+=("$HOLD_PID")
-	for i in $(seq 1 400); do
-		grep -q "^$want" "$out" && return 0
-		if ! kill -0 "$HOLD_PID" 2>/dev/null; then
-			echo "client exited:" >&2
-			cat "$out" >&2
-			return 1
-		fi
-		sleep 0.05
-	done
-	echo "client not at '$want' within 20s" >&2
-	cat "$out" >&2
-	return 1
+	tfs_wait_line "$out" "$want" "$HOLD_PID"
 }
 
 # stop PID: SIGTERM, and its exit status must be 0.

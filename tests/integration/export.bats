@@ -67,22 +67,11 @@ ec() {
 # hold FILE OUT [rw]: map FILE in a background export_client until stopped
 # with unhold; waits until the map is up. Sets HOLD_PID.
 hold() {
-	local file=$1 out=$2 i
+	local file=$1 out=$2
 	"$EXPORT_CLIENT" hold "$file" ${3:-} >"$out" 2>&1 &
 	HOLD_PID=$!
 	HOLDERS+=("$HOLD_PID")
-	for i in $(seq 1 200); do
-		grep -q '^ready' "$out" && return 0
-		if ! kill -0 "$HOLD_PID" 2>/dev/null; then
-			echo "holder exited:" >&2
-			cat "$out" >&2
-			return 1
-		fi
-		sleep 0.05
-	done
-	echo "holder not ready within 10s" >&2
-	cat "$out" >&2
-	return 1
+	tfs_wait_line "$out" ready "$HOLD_PID"
 }
 
 # unhold PID OUT: stop a holder; it closes its map and says so.

@@ -28,6 +28,25 @@ tfs_scale() {
 	fi
 }
 
+# tfs_wait_line OUT WANT PID: wait until the file OUT has a line that starts
+# with WANT (a client in the background saying "ready"), for 20 s at most;
+# fails at once, showing OUT, when process PID exits first.
+tfs_wait_line() {
+	local out=$1 want=$2 pid=$3 i
+	for i in $(seq 1 400); do
+		grep -q "^$want" "$out" && return 0
+		if ! kill -0 "$pid" 2>/dev/null; then
+			echo "client exited:" >&2
+			cat "$out" >&2
+			return 1
+		fi
+		sleep 0.05
+	done
+	echo "client not at '$want' within 20s" >&2
+	cat "$out" >&2
+	return 1
+}
+
 tfs_setup() {
 	TFS_TMP=$(mktemp -d /tmp/tierfs-test.XXXXXX)
 	MNT=$TFS_TMP/mnt

@@ -170,21 +170,10 @@ dead_pid() {
 # bg USER OUT CMD...: export_client CMD... as USER in the background, its
 # output in OUT; waits for its "ready" line. Sets BG_PID.
 bg() {
-	local u=$1 out=$2 i
+	local u=$1 out=$2
 	shift 2
 	tfs_bg_as "$u" "$EXPORT_CLIENT" "$@" >"$out" 2>&1
-	for i in $(seq 1 200); do
-		grep -q '^ready' "$out" && return 0
-		if ! kill -0 "$BG_PID" 2>/dev/null; then
-			echo "client exited:" >&2
-			cat "$out" >&2
-			return 1
-		fi
-		sleep 0.05
-	done
-	echo "client not ready within 10s" >&2
-	cat "$out" >&2
-	return 1
+	tfs_wait_line "$out" ready "$BG_PID"
 }
 
 # ask PID OUT SIG WHAT: send SIG and wait for one more line starting with
