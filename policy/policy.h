@@ -1,30 +1,37 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * Eviction policies. A policy keeps, per tier, the items that hold a copy in
- * that tier and answers "which one goes next" in O(1). Items embed a
- * struct pol_item, so the policy never allocates.
+ * that tier and answers "which one goes next" in amortised O(1). Items
+ * embed a struct pol_item; the policy's own index (an array per tier)
+ * grows as items come and is freed by pol_destroy().
  *
  * Not thread-safe: the store calls every function with its lock held.
  */
 #ifndef TFS_POLICY_H
 #define TFS_POLICY_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "tierfs.h"
 
-struct pol_node {
-	struct pol_node *prev, *next;
-};
-
-/* Zero-initialise. On tier t's list exactly when link[t].next is set, so
- * the item needs no flag word: files are many, each byte counts. */
+/* Zero-initialise. On tier t's list exactly when slot[t] is set (its
+ * place in the tier's array, 1-based), so the item needs no flag word:
+ * files are many, each byte counts. */
 struct pol_item {
-	struct pol_node link[TFS_TIER_COUNT];
+	uint32_t slot[TFS_TIER_COUNT];
 	uint64_t last_access; /* ns since the epoch */
 	uint64_t size; /* bytes, for the tie-break */
+};
+
+/* One tier's order: a ring, positions lo..hi-1 (wrapping), coldest
+ * first, with holes; cap a power of two. */
+struct pol_list {
+	struct pol_item **v;
+	uint32_t lo, hi, cap;
+	uint32_t holes; /* NULLs between lo and hi */
 };
 
 struct pol;
@@ -33,7 +40,7 @@ struct pol_ops {
 	const char *name;
 	/* Start tracking @it on @tier as the most recently used. */
 	void (*insert)(struct pol *p, int tier, struct pol_item *it);
-	/* Stop tracking @it on @tier. */
+	/* Stop tracking @it on @tier, a no-op when it is not tracked. */
 	void (*remove)(struct pol *p, int tier, struct pol_item *it);
 	/* @it was accessed at @now: it becomes the most recent on every tier. */
 	void (*touch)(struct pol *p, struct pol_item *it, uint64_t now);
@@ -54,8 +61,11 @@ struct pol_ops {
 
 struct pol {
 	const struct pol_ops *ops;
-	struct pol_node head[TFS_TIER_COUNT];
+	struct pol_list list[TFS_TIER_COUNT];
 	size_t count[TFS_TIER_COUNT];
+	/* Inserts that found no memory for the index: the item stayed off
+	 * the list (never a victim) until the next insert of it. */
+	uint64_t unlisted;
 };
 
 /* The policy named @name, or NULL. */
@@ -63,10 +73,12 @@ const struct pol_ops *pol_lookup(const char *name);
 
 /* Initialise @p with @ops. */
 void pol_init(struct pol *p, const struct pol_ops *ops);
+/* Free @p's index; its items are no longer listed anywhere after. */
+void pol_destroy(struct pol *p);
 
 static inline bool pol_linked(const struct pol_item *it, int tier)
 {
-	return it->link[tier].next != NULL;
+	return it->slot[tier] != 0;
 }
 
 static inline void pol_insert(struct pol *p, int tier, struct pol_item *it)
@@ -75,10 +87,11 @@ static inline void pol_insert(struct pol *p, int tier, struct pol_item *it)
 		p->ops->insert(p, tier, it);
 }
 
+/* Stop tracking @it on @tier, if it is tracked there (the op checks:
+ * it may know without reading @it). */
 static inline void pol_remove(struct pol *p, int tier, struct pol_item *it)
 {
-	if (pol_linked(it, tier))
-		p->ops->remove(p, tier, it);
+	p->ops->remove(p, tier, it);
 }
 
 static inline void pol_touch(struct pol *p, struct pol_item *it, uint64_t now)

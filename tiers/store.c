@@ -240,6 +240,7 @@ void tier_store_destroy(struct tier_store *s)
 	host_pool_destroy(s->pool);
 	tier_disk_destroy(s->disk);
 	st_gpus_close(s);
+	pol_destroy(&s->pol);
 	pthread_cond_destroy(&s->io_idle);
 	pthread_cond_destroy(&s->spill_wake);
 	pthread_cond_destroy(&s->watch_wake);

@@ -4,8 +4,10 @@
  * at 1k, 100k and 1M resident buffers (printed as a ratio to the 1k case;
  * an O(1) decision keeps it near 1).
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "policy/policy.h"
@@ -15,6 +17,7 @@ static struct pol p;
 
 static void setup(void)
 {
+	pol_destroy(&p);
 	pol_init(&p, pol_lookup("lru"));
 }
 
@@ -81,6 +84,124 @@ static void test_per_tier(void)
 	CHECK_EQ(p.count[TFS_TIER_HOST], 1);
 }
 
+
+static uint64_t rnd(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/*
+ * Random inserts, removals and touches against a plain model of the order
+ * (an array, coldest first): the victim walk and the hot walk give the
+ * model's order after every burst, through the holes, compactions and
+ * growths of the policy's index.
+ */
+static void test_order_model(void)
+{
+	enum { N = 3000 };
+	struct pol_item *it = calloc(N, sizeof(*it));
+	size_t *model = calloc(N, sizeof(*model)), nm = 0;
+	uint64_t seed = 12345, clock = 0;
+	bool ok = true;
+
+	setup();
+	for (int burst = 0; burst < 60 && ok; burst++) {
+		for (int op = 0; op < 500; op++) {
+			size_t k = (size_t)(rnd(&seed) % N), at;
+			unsigned int what = (unsigned int)(rnd(&seed) % 3);
+
+			for (at = 0; at < nm && model[at] != k; at++)
+				;
+			if (at == nm) {
+				/* Absent: insert it (what == 0 mostly
+				 * grows the set early on). */
+				if (what == 2 && burst > 30)
+					continue;
+				it[k].last_access = ++clock;
+				pol_insert(&p, TFS_TIER_HOST, &it[k]);
+				model[nm++] = k;
+				continue;
+			}
+			memmove(model + at, model + at + 1,
+				(nm - at - 1) * sizeof(*model));
+			nm--;
+			if (what == 0) {
+				pol_remove(&p, TFS_TIER_HOST, &it[k]);
+			} else {
+				pol_touch(&p, &it[k], ++clock);
+				model[nm++] = k;
+			}
+		}
+		struct pol_item *v = NULL;
+		size_t n = 0;
+
+		while ((v = pol_victim(&p, TFS_TIER_HOST, v)) && ok) {
+			ok = n < nm && v == &it[model[n]];
+			n++;
+		}
+		ok = ok && n == nm;
+		n = nm;
+		while ((v = pol_hot(&p, TFS_TIER_HOST, v)) && ok) {
+			ok = n > 0 && v == &it[model[n - 1]];
+			n--;
+		}
+		ok = ok && n == 0 && p.count[TFS_TIER_HOST] == nm;
+	}
+	CHECK(ok);
+	CHECK_EQ(p.unlisted, 0);
+	/* Everything out: the index is empty again, and compacts back down. */
+	for (size_t k = 0; k < N; k++)
+		pol_remove(&p, TFS_TIER_HOST, &it[k]);
+	CHECK(pol_victim(&p, TFS_TIER_HOST, NULL) == NULL);
+	CHECK(pol_hot(&p, TFS_TIER_HOST, NULL) == NULL);
+	CHECK_EQ(p.count[TFS_TIER_HOST], 0);
+	setup();
+	free(model);
+	free(it);
+}
+
+/* A victim walk resumes from an item that an insert meanwhile moved in
+ * the index (a compaction): it goes on from where that item now is. */
+static void test_walk_across_compaction(void)
+{
+	struct pol_item it[200] = { 0 };
+	struct pol_item *v;
+	uint32_t old;
+	int seen = 0;
+
+	setup();
+	for (int k = 0; k < 64; k++) {
+		it[k].last_access = (uint64_t)k + 1;
+		pol_insert(&p, TFS_TIER_HOST, &it[k]);
+	}
+	/* Holes in the cold half, then the walk stops at it[40]. */
+	for (int k = 0; k < 40; k += 2)
+		pol_remove(&p, TFS_TIER_HOST, &it[k]);
+	v = NULL;
+	for (int k = 0; k < 10; k++)
+		v = pol_victim(&p, TFS_TIER_HOST, v);
+	CHECK(v == &it[19]);
+	old = v->slot[TFS_TIER_HOST];
+	/* it[0] left from the cold end: one more fills the ring, a
+	 * quarter of it holes, and the next insert packs it. */
+	it[64].last_access = 100;
+	pol_insert(&p, TFS_TIER_HOST, &it[64]);
+	CHECK_EQ(p.list[TFS_TIER_HOST].holes, 19);
+	it[65].last_access = 101;
+	pol_insert(&p, TFS_TIER_HOST, &it[65]);
+	CHECK_EQ(p.list[TFS_TIER_HOST].holes, 0);
+	CHECK(v->slot[TFS_TIER_HOST] != old);
+	while ((v = pol_victim(&p, TFS_TIER_HOST, v)))
+		seen++;
+	/* it[21], it[23] ... it[39] (10), it[40] ... it[63] (24), it[64],
+	 * it[65]. */
+	CHECK_EQ(seen, 36);
+	setup();
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -136,6 +257,9 @@ int main(void)
 	TAP_RUN(test_order);
 	TAP_RUN(test_ties_larger_first);
 	TAP_RUN(test_per_tier);
+	TAP_RUN(test_order_model);
+	TAP_RUN(test_walk_across_compaction);
 	TAP_RUN(test_eviction_cost);
+	pol_destroy(&p);
 	return tap_done();
 }
