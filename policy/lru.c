@@ -162,7 +162,7 @@ static bool take_out(struct pol_list *l, int tier, struct pol_item *it)
 {
 	uint32_t p;
 
-	if (*at(l, l->lo) == it)
+	if (l->lo != l->hi && *at(l, l->lo) == it)
 		p = l->lo;
 	else if (it->slot[tier])
 		p = it->slot[tier] - 1;

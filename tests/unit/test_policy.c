@@ -71,6 +71,8 @@ static void test_per_tier(void)
 	struct pol_item a = { .last_access = 1 }, b = { .last_access = 2 };
 
 	setup();
+	/* A tier that never listed anything: a no-op. */
+	pol_remove(&p, TFS_TIER_DISK, &a);
 	pol_insert(&p, TFS_TIER_DEVICE, &a);
 	pol_insert(&p, TFS_TIER_HOST, &a);
 	pol_insert(&p, TFS_TIER_HOST, &b);
@@ -108,6 +110,9 @@ static void test_order_model(void)
 	bool ok = true;
 
 	setup();
+	/* Start just short of where positions wrap, so that the walks,
+	 * growths and packs cross it (and skip UINT32_MAX, never a place). */
+	p.list[TFS_TIER_HOST].lo = p.list[TFS_TIER_HOST].hi = UINT32_MAX - 100;
 	for (int burst = 0; burst < 60 && ok; burst++) {
 		for (int op = 0; op < 500; op++) {
 			size_t k = (size_t)(rnd(&seed) % N), at;
