@@ -34,6 +34,13 @@ static const char *const persist_names[] = {
 	[CFG_PERSIST_CLOSE] = "close",
 	[CFG_PERSIST_CLOSE + 1] = NULL,
 };
+static const char *const passthrough_names[] = {
+	[CFG_PASSTHROUGH_OFF] = "off",
+	[CFG_PASSTHROUGH_AUTO] = "auto",
+	[CFG_PASSTHROUGH_ON] = "on",
+	[CFG_PASSTHROUGH_ON + 1] = NULL,
+};
+
 static const char *const unspill_names[] = {
 	[CFG_UNSPILL_DEVICE] = "device",
 	[CFG_UNSPILL_HOST] = "host",
@@ -159,6 +166,10 @@ static const struct cfg_key keys[] = {
 	  .def = "no", .arg = "yes|no",
 	  .help = "the kernel caches writes and writes them back later "
 		  "(GPU commits then leave the mtime as it was)" },
+	{ "fs", "passthrough", CFG_CHOICE_ENUM, 0, FIELD(fs, passthrough),
+	  .choices = passthrough_names, .def = "off", .arg = "off|auto|on",
+	  .help = "the kernel reads host-tier files opened read-only from a "
+		  "replica, without asking the daemon; on: warn when refused" },
 	{ "log", "file", CFG_PATH, 0, FIELD(log, file), .def = NULL,
 	  .arg = "FILE",
 	  .help = "append the daemon's messages to FILE (default: the journal "
@@ -169,7 +180,8 @@ static const struct cfg_key keys[] = {
 _Static_assert(NKEYS <= CFG_MAX_KEYS, "raise CFG_MAX_KEYS");
 _Static_assert(sizeof(enum cfg_compression) == sizeof(int) &&
 		       sizeof(enum cfg_unspill) == sizeof(int) &&
-		       sizeof(enum cfg_persist) == sizeof(int),
+		       sizeof(enum cfg_persist) == sizeof(int) &&
+		       sizeof(enum cfg_passthrough) == sizeof(int),
 	       "CFG_CHOICE_ENUM stores an int");
 
 /* "tiers" has no row in keys[]: its keys are the tiers' names (tiers.c). */

@@ -104,6 +104,13 @@ struct cfg_tiers {
 };
 
 /* Where a read unspills a buffer to. */
+/* [fs] passthrough: kernel FUSE passthrough of host-tier reads. */
+enum cfg_passthrough {
+	CFG_PASSTHROUGH_OFF = 0, /* every read through the daemon (default) */
+	CFG_PASSTHROUGH_AUTO = 1, /* when the kernel accepts it */
+	CFG_PASSTHROUGH_ON = 2, /* as auto; a refusal is a warning */
+};
+
 enum cfg_unspill {
 	CFG_UNSPILL_DEVICE = 0, /* the top tier the buffer fits in (default) */
 	CFG_UNSPILL_HOST = 1, /* no higher than host */
@@ -163,6 +170,7 @@ struct tfs_config {
 		unsigned int threads; /* FUSE worker threads, default 0 = libfuse's */
 		unsigned int read_ahead_kb; /* set on the bdi after mount; 0 = leave */
 		bool writeback_cache; /* FUSE_CAP_WRITEBACK_CACHE */
+		enum cfg_passthrough passthrough;
 		/* Memory for inodes, names, symlink targets and xattrs; a
 		 * percentage is of the host limit. Default 10%. */
 		struct cfg_size metadata_limit;

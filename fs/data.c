@@ -39,6 +39,7 @@ void tfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	ssize_t n;
 	int niov;
 
+	atomic_fetch_add_explicit(&tfs_read_requests, 1, memory_order_relaxed);
 	if (size > TFS_IO_MAX)
 		size = TFS_IO_MAX;
 	/*
@@ -151,6 +152,7 @@ void tfs_write(fuse_req_t req, fuse_ino_t ino, const char *data,
 		fuse_reply_err(req, (int)-n);
 		return;
 	}
+	tfs_pt_sync(i, (uint64_t)off, (uint64_t)n);
 	tfs_ns_lock();
 	tfs_touch_locked(i, true);
 	i->flags |= TFS_I_DIRTY;
@@ -224,6 +226,7 @@ void tfs_release(fuse_req_t req, fuse_ino_t ino,
 			tfs_warn("cannot drop the export of inode %llu: %s",
 				 (unsigned long long)i->ino, strerror(-rc));
 	}
+	tfs_pt_release(i, f);
 	tfs_ns_lock();
 	tfs_file_unlink_locked(f);
 	/* An unlinked file's buffer is about to go: no point placing it. */
@@ -282,6 +285,8 @@ void tfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
 				((mode & FALLOC_FL_PUNCH_HOLE) ?
 					 TIER_FALLOC_PUNCH_HOLE : 0),
 				(uint64_t)off, (uint64_t)len);
+	if (!rc)
+		tfs_pt_sync(f->inode, (uint64_t)off, (uint64_t)len);
 	if (!rc) {
 		tfs_ns_lock();
 		/* As tmpfs: a punched hole changes the data, an allocation
@@ -356,6 +361,7 @@ void tfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
 		return;
 	}
 	if (n > 0) {
+		tfs_pt_sync(dst->inode, (uint64_t)off_out, (uint64_t)n);
 		tfs_ns_lock();
 		tfs_touch_locked(dst->inode, true);
 		dst->inode->flags |= TFS_I_DIRTY;

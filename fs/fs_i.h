@@ -179,6 +179,15 @@ static inline void tfs_inherit_flags_locked(struct tfs_inode *i,
 }
 
 /* One open regular file: fi->fh. */
+/* How an open file reads (passthrough.c). */
+enum tfs_pt_mode {
+	TFS_PT_NONE, /* through the page cache and the daemon */
+	TFS_PT_READ, /* the kernel reads the replica itself */
+	TFS_PT_DIRECT, /* direct_io, beside passthrough opens */
+};
+
+struct pt_replica;
+
 struct tfs_file {
 	struct tfs_file *prev, *next; /* tfs.files, ns_lock */
 	struct tfs_inode *inode;
@@ -189,6 +198,11 @@ struct tfs_file {
 	/* O_NOATIME: its opens and reads are no access (no atime, no
 	 * unspill, no younger in the eviction order: TIER_READ_NOACCESS). */
 	bool noatime;
+	/* Passthrough (passthrough.c): set at open, before the reply. */
+	enum tfs_pt_mode pt;
+	bool pt_fill; /* this open fills the replica */
+	int32_t pt_id; /* the kernel's backing id */
+	struct pt_replica *pt_rep;
 };
 
 struct tfs_hash {
@@ -339,6 +353,54 @@ void tfs_file_unlink_locked(struct tfs_file *f);
 /* Whether @gid is the primary or a supplementary group of the caller of
  * @req (unreadable groups: the primary only). Reads /proc: no ns_lock. */
 bool tfs_req_in_group(fuse_req_t req, gid_t gid);
+
+/*
+ * passthrough.c: FUSE passthrough of host-tier reads through a replica
+ * (doc/design.md, "Passthrough reads"; the wire in passthrough.h).
+ */
+/* The smallest file given a replica (bench/README.md, "Passthrough"). */
+#define TFS_PT_MIN_SIZE 0
+/* READ requests served, ever: what passthrough saves shows here. */
+extern atomic_uint_fast64_t tfs_read_requests;
+/* [fs] passthrough and the smallest file given a replica; before the
+ * session starts. */
+void tfs_pt_configure(enum cfg_passthrough mode, uint64_t min_size);
+/* Negotiated at INIT and not refused since. */
+bool tfs_pt_enabled(void);
+/* The hook's calls (tmpfile.c): the INIT request's body as read; the INIT
+ * reply's body, edited in place when passthrough is asked for (returns
+ * true then); after that reply went to the kernel; any reply, where the
+ * OPEN reply this thread is sending (tfs_pt_reply()) gets its backing id. */
+void tfs_pt_init_request(const void *body, size_t len, uint64_t unique);
+bool tfs_pt_init_reply(uint64_t unique, void *body, size_t len);
+void tfs_pt_init_done(void);
+void tfs_pt_patch_reply(struct iovec *iov, int count);
+/* Around fuse_reply_open()/fuse_reply_create() of @f. */
+void tfs_pt_reply(const struct tfs_file *f);
+void tfs_pt_reply_done(void);
+/*
+ * An open of @i: tfs_pt_eligible() without ns_lock (it asks the store)
+ * whether a replica may be made for a @readonly open; then, in the ns_lock
+ * section that counts the open in i->nopen, tfs_pt_open_locked() decides
+ * f->pt; after it, tfs_pt_open_finish() fills the replica or waits for
+ * the open filling it, and may fall back to TFS_PT_NONE. tfs_pt_release()
+ * at release, and where an open is undone, without ns_lock.
+ */
+bool tfs_pt_eligible(struct tfs_inode *i, bool readonly);
+void tfs_pt_open_locked(struct tfs_inode *i, struct tfs_file *f,
+			bool readonly, bool eligible);
+void tfs_pt_open_finish(struct tfs_inode *i, struct tfs_file *f);
+void tfs_pt_release(struct tfs_inode *i, struct tfs_file *f);
+/*
+ * After a change to the store's bytes of @i (or inode @ino) in [off, off +
+ * len) and its size, before it is answered: copies them into @i's replica,
+ * if it has one. No lock held.
+ */
+void tfs_pt_sync(struct tfs_inode *i, uint64_t off, uint64_t len);
+void tfs_pt_sync_ino(uint64_t ino, uint64_t off, uint64_t len);
+/* The passthrough.* and read_requests stat lines; returns their length
+ * as snprintf() does. */
+size_t tfs_pt_stats(char *buf, size_t len);
 
 /*
  * inval.c: passes the store's changes on to the kernel's caches from a

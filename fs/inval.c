@@ -83,8 +83,12 @@ static void send_one(const struct inval *e)
 	/* Pages only when the bytes changed or left memory; a negative
 	 * offset invalidates the attributes alone, which locks no page. */
 	off_t off = e->what & (TIER_INVAL_DATA | TIER_INVAL_GONE) ? 0 : -1;
-	int rc = fuse_lowlevel_notify_inval_inode(tfs.se, e->ino, off, 0);
+	int rc;
 
+	/* A GPU program's bytes: a passthrough replica takes them too. */
+	if (e->what & TIER_INVAL_DATA)
+		tfs_pt_sync_ino(e->ino, 0, UINT64_MAX);
+	rc = fuse_lowlevel_notify_inval_inode(tfs.se, e->ino, off, 0);
 	/* ENOENT: the kernel holds no inode for it, so nothing is cached. */
 	if (rc && rc != -ENOENT)
 		tfs_debug("cannot invalidate the kernel's cache of inode %llu: "

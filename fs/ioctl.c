@@ -184,6 +184,7 @@ static int ioc_commit(struct ioc_call *c)
 	rc = tier_buf_commit(c->f->inode->buf, c->f->owner);
 	if (rc < 0)
 		return rc;
+	tfs_pt_sync(c->f->inode, 0, UINT64_MAX);
 	mark_changed(c->f->inode);
 	c->inval = true;
 	return 0;
@@ -198,6 +199,7 @@ static int ioc_alloc(struct ioc_call *c)
 	rc = tier_buf_alloc_device(c->f->inode->buf, c->a->alloc.size);
 	if (rc < 0)
 		return rc;
+	tfs_pt_sync(c->f->inode, 0, UINT64_MAX);
 	mark_changed(c->f->inode);
 	c->inval = true;
 	c->tell_size = tfs.writeback;

@@ -835,6 +835,7 @@ int main(int argc, char **argv)
 	}
 	tfs_ops_set_read_ahead(cfg.fs.read_ahead_kb);
 	tfs.writeback = cfg.fs.writeback_cache;
+	tfs_pt_configure(cfg.fs.passthrough, TFS_PT_MIN_SIZE);
 
 	tfs.se = fuse_session_new(&args, &tfs_ops, sizeof(tfs_ops), NULL);
 	if (!tfs.se) {

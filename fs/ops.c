@@ -317,6 +317,7 @@ static void tfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			fuse_reply_err(req, -rc);
 			return;
 		}
+		tfs_pt_sync(i, (uint64_t)attr->st_size, 0);
 	}
 	tfs_now(&now);
 	tfs_ns_lock();
@@ -942,8 +943,12 @@ static void set_open_flags(struct fuse_file_info *fi, struct tfs_file *f,
 			   bool keep)
 {
 	fi->fh = (uintptr_t)f;
-	fi->keep_cache = keep;
-	fi->direct_io = 0;
+	fi->keep_cache = keep && f->pt == TFS_PT_NONE;
+	/* Beside passthrough opens the page cache is not to be used (the
+	 * kernel fails such an open): the others are passthrough ones with
+	 * direct_io, reaching the daemon. All are edited on their way out
+	 * (tfs_pt_reply()). */
+	fi->direct_io = f->pt == TFS_PT_DIRECT;
 	fi->noflush = !f->writable && !tfs_persist_close();
 }
 
@@ -1012,7 +1017,7 @@ static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct tfs_inode *i = iget(ino);
 	struct tfs_file *f;
-	bool keep;
+	bool keep, readonly, eligible;
 	int rc;
 
 	if (!i) {
@@ -1046,21 +1051,37 @@ static void tfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		tfs_touch_locked(i, true);
 		i->flags |= TFS_I_DIRTY;
 		tfs_ns_unlock();
+		tfs_pt_sync(i, 0, 0);
 	}
+	readonly = (fi->flags & O_ACCMODE) == O_RDONLY;
+	eligible = tfs_pt_eligible(i, readonly);
 	keep = tier_buf_opened_as(i->buf,
 				  f->noatime ? TIER_READ_NOACCESS : 0);
 	tfs_ns_lock();
 	if (f->readable && !f->noatime && tfs_atime_due_locked(i))
 		keep = false;
+	tfs_pt_open_locked(i, f, readonly, eligible);
 	i->nopen++;
 	tfs_file_link_locked(f);
 	tfs_ns_unlock();
+	tfs_pt_open_finish(i, f);
+	/* Its reads never reach us: the open is the read that sets the
+	 * atime (doc/design.md, "Passthrough reads"). */
+	if (f->pt == TFS_PT_READ && !f->noatime) {
+		tfs_ns_lock();
+		tfs_atime_note_locked(i);
+		tfs_ns_unlock();
+	}
 	set_open_flags(fi, f, keep);
-	if (fuse_reply_open(req, fi)) {
+	tfs_pt_reply(f);
+	rc = fuse_reply_open(req, fi);
+	tfs_pt_reply_done();
+	if (rc) {
 		struct tfs_inode *reap = NULL;
 
 		if (!keep)
 			tier_buf_cache_stale(i->buf);
+		tfs_pt_release(i, f);
 
 		tfs_ns_lock();
 		i->nopen--;

@@ -20,7 +20,14 @@
  * it itself, on the descriptor it came from (a cloned one answers its own
  * requests), and reads the next request for libfuse.
  *
- * With a libfuse that has the tmpfile and statx ops, this file goes.
+ * Passthrough (passthrough.c). libfuse 3.14 writes the INIT reply with
+ * flags it knows and an OPEN reply with no backing id: the hook notes the
+ * INIT request's flags, edits those two replies on their way out, and
+ * probes the kernel once it has taken the INIT reply (the kernel sets the
+ * connection up while it takes the write, so the probe after it sees it).
+ *
+ * With a libfuse that has the tmpfile and statx ops and passthrough, this
+ * file goes.
  */
 #include <errno.h>
 #include <string.h>
@@ -28,6 +35,7 @@
 #include <unistd.h>
 
 #include "fs/fs_i.h"
+#include "fs/passthrough.h"
 #include "fs/statx.h"
 
 /* From <linux/fuse.h>, which clashes with libfuse's own headers. */
@@ -91,6 +99,11 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 		if (n < (ssize_t)sizeof(h))
 			return n;
 		memcpy(&h, buf, sizeof(h));
+		if (h.opcode == TFS_FUSE_INIT) {
+			tfs_pt_init_request((char *)buf + sizeof(h),
+					    (size_t)n - sizeof(h), h.unique);
+			return n;
+		}
 		if (h.opcode == OP_TMPFILE) {
 			h.opcode = OP_CREATE;
 			memcpy(buf, &h, sizeof(h));
@@ -107,7 +120,21 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 
 static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
-	return writev(fd, iov, count);
+	struct tfs_fuse_out_header h;
+	bool init = false;
+	ssize_t n;
+
+	if (count >= 2 && iov[0].iov_len >= sizeof(h)) {
+		memcpy(&h, iov[0].iov_base, sizeof(h));
+		if (!h.error)
+			init = tfs_pt_init_reply(h.unique, iov[1].iov_base,
+						 iov[1].iov_len);
+		tfs_pt_patch_reply(iov, count);
+	}
+	n = writev(fd, iov, count);
+	if (init && n >= 0)
+		tfs_pt_init_done();
+	return n;
 }
 
 int tfs_tmpfile_attach(struct fuse_session *se)

@@ -96,6 +96,8 @@ static ssize_t virtual_get(struct tfs_inode *i, const char *name, char *buf,
 				      n < cap ? cap - n : 0);
 		n += tfs_prefetch_stats(buf + (n < cap ? n : cap),
 					n < cap ? cap - n : 0);
+		n += tfs_pt_stats(buf + (n < cap ? n : cap),
+				  n < cap ? cap - n : 0);
 		n += (size_t)snprintf(buf + (n < cap ? n : cap),
 				      n < cap ? cap - n : 0,
 				      "metadata.used=%" PRIu64 "\n"

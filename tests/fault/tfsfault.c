@@ -15,10 +15,13 @@
  *   ops=write,read,fsync,fallocate,chunk   which calls (default write)
  *       write: pwrite, pwritev, pwritev2   read: pread, preadv, preadv2
  *       fsync: fsync, fdatasync            fallocate: fallocate
+ *       backing: the FUSE_DEV_IOC_BACKING_OPEN ioctl on /dev/fuse, by
+ *              which passthrough registers a file (fs/passthrough.h);
+ *              any descriptor, whatever TFS_FAULT_DIR says
  *       chunk: an anonymous MAP_POPULATE mmap of a power of two from
  *              64 KiB up, which is how tiers/host.c maps a host chunk
  *              (fs/ops.c's reply buffers are 1 MiB + 64 KiB)
- *   err=EIO|ENOSPC|ENOMEM|short  the errno, or a short count (half the
+ *   err=EIO|ENOSPC|ENOMEM|EPERM|short  the errno, or a short count (half the
  *       bytes, at least one) from a read or write that then goes ahead
  *   every=N     hit every Nth matching call (default 1: every one)
  *   after=N     let the first N matching calls through, hit the rest
@@ -43,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -55,7 +59,11 @@ enum op {
 	OP_FSYNC = 4,
 	OP_FALLOCATE = 8,
 	OP_CHUNK = 16,
+	OP_BACKING = 32,
 };
+
+/* FUSE_DEV_IOC_BACKING_OPEN: _IOW(229, 1, struct fuse_backing_map). */
+#define BACKING_OPEN _IOW(229, 1, struct { int32_t a; uint32_t b; uint64_t c; })
 
 #define ERR_SHORT (-1)
 #define CHUNK_MIN (64 * 1024)
@@ -83,6 +91,7 @@ static const char *op_name(unsigned int op)
 	case OP_READ: return "read";
 	case OP_FSYNC: return "fsync";
 	case OP_FALLOCATE: return "fallocate";
+	case OP_BACKING: return "backing";
 	default: return "chunk";
 	}
 }
@@ -121,11 +130,14 @@ static void parse(char *line)
 					  !strcmp(o, "fsync") ? OP_FSYNC :
 					  !strcmp(o, "fallocate") ?
 								OP_FALLOCATE :
-					  !strcmp(o, "chunk") ? OP_CHUNK : 0;
+					  !strcmp(o, "chunk") ? OP_CHUNK :
+					  !strcmp(o, "backing") ? OP_BACKING :
+								  0;
 			}
 		} else if (!strcmp(w, "err")) {
 			st.err = !strcmp(v, "ENOSPC") ? ENOSPC :
 				 !strcmp(v, "ENOMEM") ? ENOMEM :
+				 !strcmp(v, "EPERM") ? EPERM :
 				 !strcmp(v, "short") ? ERR_SHORT : EIO;
 		} else if (!strcmp(w, "every")) {
 			st.every = strtoull(v, NULL, 0);
@@ -253,7 +265,7 @@ static int decide(unsigned int op, const char *path)
 	}
 	err = st.err;
 	if (err == ERR_SHORT && (op == OP_FSYNC || op == OP_FALLOCATE ||
-				 op == OP_CHUNK))
+				 op == OP_CHUNK || op == OP_BACKING))
 		err = EIO;
 	st.hits++;
 	st.total++;
@@ -396,6 +408,26 @@ int fallocate64(int fd, int mode, off64_t off, off64_t len)
 	REAL(fallocate64);
 	FAIL_OR(OP_FALLOCATE, fd, (void)0);
 	return real_fallocate64(fd, mode, off, len);
+}
+
+int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	REAL(ioctl);
+	if (req == (unsigned long)BACKING_OPEN && getenv("TFS_FAULT_CTL")) {
+		int e = decide(OP_BACKING, "(backing file)");
+
+		if (e > 0) {
+			errno = e;
+			return -1;
+		}
+	}
+	return real_ioctl(fd, req, arg);
 }
 
 /*

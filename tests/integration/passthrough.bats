@@ -1,0 +1,156 @@
+#!/usr/bin/env bats
+# FUSE passthrough of reads (issue 29, [fs] passthrough): a host-tier file
+# opened read-only is read by the kernel from a replica the daemon owns,
+# with no READ request; every change made through the daemon reaches the
+# replica before it is answered; a kernel that refuses the backing file
+# leaves everything as it was, said once in the log.
+
+load helpers
+
+FAULT_SO=${TFS_BUILD:-$BATS_TEST_DIRNAME/../../build}/tests/libtfsfault.so
+
+setup() {
+	tfs_setup
+}
+
+teardown() { tfs_teardown; }
+
+# pt_mount [opts]: a mount with passthrough asked for; skips where this
+# kernel does not offer it (before Linux 6.9, or built without it).
+pt_mount() {
+	tfs_mount -o "device_backend=none,fs_passthrough=auto${1:+,$1}"
+	if [ "$(tfs_stat passthrough)" != on ] &&
+		grep -q "the kernel does not offer it" "$LOG"; then
+		skip "this kernel has no FUSE passthrough"
+	fi
+	[ "$(tfs_stat passthrough)" = on ]
+}
+
+@test "passthrough: a read-only open reads without a READ request" {
+	pt_mount
+	head -c 3M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/f"
+	local before
+	before=$(tfs_stat read_requests)
+	cmp "$TFS_TMP/src" "$MNT/f"
+	# mmap of it reads the replica too
+	python3 - "$MNT/f" "$TFS_TMP/src" <<'PY'
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+assert m[:] == open(sys.argv[2], "rb").read()
+PY
+	[ "$(tfs_stat read_requests)" -eq "$before" ]
+	[ "$(tfs_stat passthrough.opens)" -ge 2 ]
+	# the last close dropped the replica
+	[ "$(tfs_stat passthrough.files)" -eq 0 ]
+	[ "$(tfs_stat passthrough.bytes)" -eq 0 ]
+}
+
+@test "passthrough is off by default: reads go through the daemon" {
+	tfs_mount -o device_backend=none
+	[ "$(tfs_stat passthrough)" = off ]
+	head -c 1M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/f"
+	echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+	# a fresh inode number of the page cache: drop it by a new file
+	cp "$MNT/f" "$MNT/g"
+	cmp "$TFS_TMP/src" "$MNT/g"
+	[ "$(tfs_stat read_requests)" -gt 0 ]
+	[ "$(tfs_stat passthrough.opens)" -eq 0 ]
+}
+
+# Writes, truncates, fallocate and copy_file_range through other
+# descriptors, while a reader holds the file open through passthrough:
+# the reader sees each as soon as the call returned.
+@test "passthrough: changes through the daemon reach an open reader at once" {
+	pt_mount
+	head -c 1M /dev/urandom >"$MNT/f"
+	run python3 - "$MNT/f" <<'PY'
+import mmap, os, sys
+p = sys.argv[1]
+r = os.open(p, os.O_RDONLY)
+m = mmap.mmap(r, 0, prot=mmap.PROT_READ)
+w = os.open(p, os.O_RDWR)
+def check(what, want):
+    got = os.pread(r, len(want) + 10, 0)
+    if got != want:
+        print("stale after", what, len(got), len(want)); sys.exit(1)
+want = bytearray(os.pread(w, 1 << 20, 0))
+os.pwrite(w, b"x" * 5000, 4000)
+want[4000:9000] = b"x" * 5000
+check("write", bytes(want))
+if m[4000:9000] != b"x" * 5000:
+    print("stale mapping"); sys.exit(1)
+os.pwrite(w, b"y" * 100, len(want))
+want += b"y" * 100
+check("extending write", bytes(want))
+os.truncate(p, 300000)
+del want[300000:]
+check("truncate from another path", bytes(want))
+os.posix_fallocate(w, 0, 400000)
+want += bytes(100000)
+check("fallocate", bytes(want))
+os.copy_file_range(w, w, 1000, 0, 200000)
+want[200000:201000] = want[0:1000]
+check("copy_file_range", bytes(want))
+o = os.open(p, os.O_WRONLY | os.O_TRUNC)
+os.write(o, b"new")
+check("O_TRUNC open", b"new")
+print("ok")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(tfs_stat passthrough.opens)" -ge 1 ]
+	# after the last close, a cached open sees the bytes the daemon has
+	[ "$(cat "$MNT/f")" = new ]
+}
+
+@test "passthrough: a spill and a move while open leave the reader right" {
+	pt_mount host_limit=8M
+	head -c 2M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/f"
+	exec 5<"$MNT/f"
+	[ "$(tfs_stat passthrough.files)" -eq 1 ]
+	setfattr -n user.tierfs.tier -v disk "$MNT/f"
+	[ "$(tfs_tier "$MNT/f")" = disk ]
+	cmp "$TFS_TMP/src" /dev/fd/5
+	# more than host holds: the spiller runs with the file open
+	head -c 12M /dev/urandom >"$MNT/big"
+	cmp "$TFS_TMP/src" /dev/fd/5
+	exec 5<&-
+	cmp "$TFS_TMP/src" "$MNT/f"
+}
+
+@test "passthrough: readers racing growing writes, rewrites and moves" {
+	pt_mount host_limit=64M,disk_chunk_size=64K
+	# more files than writers: readers find idle ones, and open them
+	# through passthrough, with writers opening them beside
+	run python3 "$BATS_TEST_DIRNAME/race_rw.py" "$MNT" 3 --files 12 \
+		--max-mb 4 --align
+	echo "$output"
+	[ "$status" -eq 0 ]
+	tfs_stat passthrough.opens
+	[ "$(tfs_stat passthrough.opens)" -gt 10 ]
+}
+
+@test "passthrough: a refused backing file is said once, and reads go on" {
+	[ -f "$FAULT_SO" ]
+	local ctl=$TFS_TMP/fault.ctl flog=$TFS_TMP/faults.log
+	printf 'ops=backing err=EPERM\n' >"$ctl"
+	: >"$flog"
+	LD_PRELOAD=$FAULT_SO TFS_FAULT_DIR=$SPILL TFS_FAULT_CTL=$ctl \
+		TFS_FAULT_LOG=$flog \
+		ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+		tfs_mount -o device_backend=none,fs_passthrough=on
+	head -c 1M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/f"
+	cmp "$TFS_TMP/src" "$MNT/f"
+	cp "$MNT/f" "$MNT/g"
+	cmp "$TFS_TMP/src" "$MNT/g"
+	[ "$(tfs_stat passthrough)" = off ]
+	[ "$(tfs_stat passthrough.opens)" -eq 0 ]
+	[ "$(tfs_stat read_requests)" -gt 0 ]
+	[ "$(grep -c 'passthrough refused' "$LOG")" -eq 1 ]
+	[ "$(wc -l <"$flog")" -ge 1 ]
+}
