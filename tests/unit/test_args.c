@@ -18,6 +18,7 @@
 
 #include "fs/acl.h"
 #include "fs/args.h"
+#include "fs/passthrough.h"
 #include "fs/statx.h"
 #include "tap.h"
 
@@ -505,10 +506,68 @@ static void test_statx_reply(void)
 	CHECK(sx.btime.tv_sec == 0 && sx.btime.tv_nsec == 0);
 }
 
+/* The INIT and OPEN reply edits of passthrough, on the kernel's layout. */
+static void test_passthrough_replies(void)
+{
+	struct tfs_fuse_init_out o, before;
+	struct tfs_fuse_open_out op;
+	unsigned char raw[64];
+
+	memset(&o, 0, sizeof(o));
+	o.major = 7;
+	o.minor = 38;
+	o.flags = 1u << 0 | TFS_FUSE_INIT_EXT;
+	before = o;
+	/* no FUSE_PASSTHROUGH offered, or no flags2 at all: untouched */
+	CHECK_EQ(tfs_pt_patch_init(&o, sizeof(o), TFS_FUSE_INIT_EXT, 0),
+		 TFS_PT_NO_KERNEL);
+	CHECK_EQ(tfs_pt_patch_init(&o, sizeof(o), 0, TFS_FUSE_PASSTHROUGH2),
+		 TFS_PT_NO_KERNEL);
+	CHECK(!memcmp(&o, &before, sizeof(o)));
+	/* too short for max_stack_depth */
+	CHECK_EQ(tfs_pt_patch_init(&o, 24, TFS_FUSE_INIT_EXT,
+				   TFS_FUSE_PASSTHROUGH2),
+		 TFS_PT_SHORT);
+	/* the writeback cache excludes it */
+	o.flags |= TFS_FUSE_WRITEBACK_CACHE;
+	CHECK_EQ(tfs_pt_patch_init(&o, sizeof(o), TFS_FUSE_INIT_EXT,
+				   TFS_FUSE_PASSTHROUGH2),
+		 TFS_PT_WRITEBACK);
+	o.flags &= ~TFS_FUSE_WRITEBACK_CACHE;
+	o.flags2 = 1u << 1;
+	CHECK_EQ(tfs_pt_patch_init(&o, sizeof(o), TFS_FUSE_INIT_EXT,
+				   TFS_FUSE_PASSTHROUGH2 | 1u << 1),
+		 TFS_PT_ASKED);
+	memcpy(raw, &o, sizeof(raw));
+	/* FUSE_PASSTHROUGH is 1ULL << 37: byte 32 + 4, bit 5; max_stack_depth
+	 * right after flags2, at byte 36 */
+	CHECK_EQ(raw[32], (1u << 5) | (1u << 1));
+	CHECK_EQ(raw[36], TFS_PT_STACK_DEPTH);
+	CHECK(o.flags & TFS_FUSE_INIT_EXT);
+	CHECK_EQ(o.minor, 38u);
+
+	memset(&op, 0, sizeof(op));
+	op.fh = 0x1234;
+	op.open_flags = TFS_FOPEN_KEEP_CACHE | TFS_FOPEN_NOFLUSH;
+	CHECK(!tfs_pt_patch_open(&op, sizeof(op), 0x999, 3));
+	CHECK(!tfs_pt_patch_open(&op, sizeof(op), 0x1234, 0));
+	CHECK(!tfs_pt_patch_open(&op, 8, 0x1234, 3));
+	CHECK_EQ(op.open_flags, TFS_FOPEN_KEEP_CACHE | TFS_FOPEN_NOFLUSH);
+	CHECK(tfs_pt_patch_open(&op, sizeof(op), 0x1234, 3));
+	/* keep_cache is refused beside passthrough (EIO at open) */
+	CHECK_EQ(op.open_flags, TFS_FOPEN_PASSTHROUGH | TFS_FOPEN_NOFLUSH);
+	CHECK_EQ(op.backing_id, 3);
+	op.open_flags = TFS_FOPEN_DIRECT_IO;
+	CHECK(tfs_pt_patch_open(&op, sizeof(op), 0x1234, 4));
+	CHECK_EQ(op.open_flags, TFS_FOPEN_PASSTHROUGH | TFS_FOPEN_DIRECT_IO);
+	CHECK_EQ(op.backing_id, 4);
+}
+
 int main(void)
 {
 	TAP_RUN(test_acl_rules);
 	TAP_RUN(test_statx_reply);
+	TAP_RUN(test_passthrough_replies);
 	TAP_RUN(test_ioctl_answers);
 	TAP_RUN(test_ioctl_table);
 	TAP_RUN(test_ioctl_chain_flags);
