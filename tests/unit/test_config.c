@@ -631,6 +631,13 @@ static void test_fs_keys(void)
 	CHECK(cfg.fs.writeback_cache);
 	CHECK_EQ(set2(&cfg, "fs", "writeback_cache", "maybe"), -EINVAL);
 	CHECK(cfg.fs.writeback_cache);
+	CHECK_EQ(cfg.fs.passthrough, CFG_PASSTHROUGH_OFF);
+	CHECK_EQ(set2(&cfg, "fs", "passthrough", "auto"), 0);
+	CHECK_EQ(cfg.fs.passthrough, CFG_PASSTHROUGH_AUTO);
+	CHECK_EQ(set2(&cfg, "fs", "passthrough", "on"), 0);
+	CHECK_EQ(cfg.fs.passthrough, CFG_PASSTHROUGH_ON);
+	CHECK_EQ(set2(&cfg, "fs", "passthrough", "yes"), -EINVAL);
+	CHECK_EQ(cfg.fs.passthrough, CFG_PASSTHROUGH_ON);
 	CHECK_EQ(set2(&cfg, "fs", "read_ahead_kb", "65537"), -EINVAL);
 	CHECK_EQ(set2(&cfg, "fs", "read_ahead_kb", "1M"), -EINVAL);
 	CHECK_EQ(cfg.fs.read_ahead_kb, 65536);
@@ -1100,7 +1107,7 @@ static void test_example_file(void)
 	fclose(out);
 	/* every key but the three limits, the log file and the disk name
 	 * (and the [tiers] examples, which are not defaults) */
-	CHECK_EQ(keys, 24);
+	CHECK_EQ(keys, 25);
 	CHECK_EQ(load(&cfg, text), 0);
 	CHECK(!err[0] || !printf("#   %s\n", err));
 	cfg_defaults(&def);
@@ -1133,6 +1140,7 @@ static void test_example_file(void)
 	CHECK(size_eq(&def.fs.metadata_user_share,
 		      &cfg.fs.metadata_user_share));
 	CHECK_EQ(def.fs.writeback_cache, cfg.fs.writeback_cache);
+	CHECK_EQ(def.fs.passthrough, cfg.fs.passthrough);
 	cfg_free(&def);
 	cfg_free(&cfg);
 	free(text);
