@@ -22,12 +22,6 @@ uint64_t st_dev_granted_for(struct tier_store *s, uint64_t len)
 	return (len + g - 1) / g * g;
 }
 
-bool st_dev_lost(struct tier_buf *b)
-{
-	return b->dmem && !b->has_host && !b->dobj &&
-	       tier_dev_failed(st_bdev(b));
-}
-
 void st_dev_drop(struct tier_buf *b)
 {
 	if (!b->dmem)
@@ -70,8 +64,8 @@ int st_dev_alloc(struct tier_buf *b, unsigned int g, size_t len)
 		 * room by evicting one more buffer, then retry. */
 		pthread_mutex_lock(&s->lock);
 		uint64_t used = s->gpus[g].used;
-		int e = st_shrink(s, TFS_TIER_DEVICE, g,
-				  used > want ? used - want : 0, b, true);
+		int e = st_make_room(s, TFS_TIER_DEVICE, g,
+				     used > want ? used - want : 0, b, true);
 		pthread_mutex_unlock(&s->lock);
 		if (e)
 			break;

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 /*
- * Accounting and moves between tiers: what each buffer and tier is charged,
- * the policy's lists, making room by evicting the coldest buffers (in the
- * caller when an allocation does not fit, in the spiller thread above the
- * high watermark), and bringing a buffer up as unspill asks.
+ * Moves between tiers: making room by evicting the coldest buffers (in the
+ * caller when an allocation does not fit, through s->make_room; in the
+ * spiller thread above the high watermark), bringing a buffer up as unspill
+ * asks, and promotion when room returns. It calls the tier files and the
+ * accounting below them (store_acct.c); neither calls it but through
+ * s->make_room.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -16,184 +18,14 @@
 #include "config/log.h"
 #include "tiers/store_i.h"
 
-static bool movable(const struct tier_buf *b)
-{
-	return !b->pins && !b->nholds && !b->dead;
-}
-
-/* Link @b into the lists of the tiers it has a copy in, if it may move. */
-void st_sync_links(struct tier_store *s, struct tier_buf *b)
-{
-	for (int t = 0; t < TFS_TIER_COUNT; t++) {
-		/* The disk tier's list is never asked for a victim: it is
-		 * where promotion looks for what to bring back up. */
-		if (movable(b) && (b->present & (1u << t)))
-			pol_insert(&s->pol, t, &b->pi);
-		else
-			pol_remove(&s->pol, t, &b->pi);
-	}
-}
-
-void st_charge(struct tier_store *s, struct tier_buf *b, int t,
-	       int64_t delta)
-{
-	b->charged[t] += (uint64_t)delta;
-	s->use[t].used += (uint64_t)delta;
-	st_share_follow(s, b, t, delta);
-	if (t == TFS_TIER_DEVICE)
-		s->gpus[b->dgi].used += (uint64_t)delta;
-	else if (t == TFS_TIER_HOST && s->use[t].used > s->trim_mark)
-		s->trim_mark = s->use[t].used;
-}
-
-/* s->lock held. The bytes tier @t (the device: GPU @g's) uses, and its
- * limit. */
-static uint64_t *used_of(struct tier_store *s, int t, unsigned int g)
-{
-	return t == TFS_TIER_DEVICE ? &s->gpus[g].used : &s->use[t].used;
-}
-
-static uint64_t limit_of(struct tier_store *s, int t, unsigned int g)
-{
-	return t == TFS_TIER_DEVICE ? s->gpus[g].limit : s->use[t].limit;
-}
-
-static bool over_high(struct tier_store *s, int t, unsigned int g)
-{
-	uint64_t limit = limit_of(s, t, g);
-
-	return limit &&
-	       (double)*used_of(s, t, g) > s->high_wm * (double)limit;
-}
-
-void st_inval(struct tier_buf *b, unsigned int what)
-{
-	struct tier_store *s = b->s;
-	uint64_t cookie = atomic_load_explicit(&b->cookie,
-					       memory_order_relaxed);
-
-	if (what && cookie && s->inval_fn)
-		s->inval_fn(s->inval_ctx, cookie, what);
-}
-
-/* The tier of the fastest copy in @present, or -1 when there is none. */
-static int top_of(uint8_t present)
-{
-	for (int t = 0; t < TFS_TIER_COUNT; t++)
-		if (present & (1u << t))
-			return t;
-	return -1;
-}
-
-/*
- * What the kernel's caches of a buffer miss when its copies go from @old to
- * @now: st_blocks follows the fastest copy, and once none is left in memory
- * the pages the kernel cached are the only copy there, which spilling was
- * meant to free.
- */
-static unsigned int moved_what(uint8_t old, uint8_t now)
-{
-	const uint8_t mem = (1u << TFS_TIER_DEVICE) | (1u << TFS_TIER_HOST);
-	unsigned int what = 0;
-
-	if (top_of(old) != top_of(now))
-		what |= TIER_INVAL_ATTR;
-	if ((old & mem) && !(now & mem) && now)
-		what |= TIER_INVAL_GONE;
-	return what;
-}
-
-/* Copy the [B] state that stat and the scan need into [S] mirrors. Called
- * with b->lock held for writing, takes s->lock. */
-void st_publish(struct tier_buf *b)
-{
-	struct tier_store *s = b->s;
-	uint8_t present = 0;
-	unsigned int what;
-
-	if (b->dmem)
-		present |= 1u << TFS_TIER_DEVICE;
-	if (b->has_host)
-		present |= 1u << TFS_TIER_HOST;
-	if (b->dobj)
-		present |= 1u << TFS_TIER_DISK;
-	pthread_mutex_lock(&s->lock);
-	for (int t = 0; t < TFS_TIER_COUNT; t++) {
-		if ((present ^ b->present) & (1u << t))
-			s->use[t].buffers += (present & (1u << t)) ? 1 : -1;
-	}
-	/* Each GPU counts the buffers on it; a move between GPUs keeps the
-	 * device bit but changes the GPU. */
-	if (b->present & (1u << TFS_TIER_DEVICE))
-		s->gpus[b->pgi].buffers--;
-	if (present & (1u << TFS_TIER_DEVICE)) {
-		s->gpus[b->dgi].buffers++;
-		b->pgi = b->dgi;
-	}
-	what = b->dead ? 0 : moved_what(b->present, present);
-	b->present = present;
-	b->staging = b->dirty;
-	s->logical += b->size - b->pi.size;
-	b->pi.size = b->size;
-	st_sync_links(s, b);
-	pthread_mutex_unlock(&s->lock);
-	st_inval(b, what);
-}
-
-void st_uncharge_all(struct tier_buf *b, int t)
-{
-	struct tier_store *s = b->s;
-
-	pthread_mutex_lock(&s->lock);
-	st_charge(s, b, t, -(int64_t)b->charged[t]);
-	pthread_mutex_unlock(&s->lock);
-}
-
-void st_count_move(struct tier_store *s, int from, int to, uint64_t bytes)
-{
-	pthread_mutex_lock(&s->lock);
-	if (to > from) {
-		s->use[from].spills++;
-		s->use[from].spill_bytes += bytes;
-	} else {
-		s->use[to].unspills++;
-		s->use[to].unspill_bytes += bytes;
-	}
-	pthread_mutex_unlock(&s->lock);
-}
-
 static int evict_copy(struct tier_buf *v, int t);
-
-void st_count_written(struct tier_store *s, int t, uint64_t bytes)
-{
-	pthread_mutex_lock(&s->lock);
-	s->use[t].written_bytes += bytes;
-	pthread_mutex_unlock(&s->lock);
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* s->lock held. Whether room was made on the disk tier since it filled:
- * its use fell or its limit rose. */
-static bool disk_room_made(struct tier_store *s)
-{
-	const struct tier_usage *d = &s->use[TFS_TIER_DISK];
-
-	return d->used < s->disk_full_used || d->limit > s->disk_full_limit;
-}
 
 /* s->lock held. While the disk tier is full and nothing changed, moves
  * that need it are not even tried until the back-off ends. */
 static bool disk_full_skip(struct tier_store *s)
 {
-	return s->disk_full && !disk_room_made(s) &&
-	       mono_ns() < s->disk_full_retry_ns;
+	return s->disk_full && !st_disk_room_made(s) &&
+	       st_mono_ns() < s->disk_full_retry_ns;
 }
 
 /* s->lock held. A victim whose move out of @t would write the disk tier:
@@ -227,7 +59,7 @@ static void disk_full_enter(struct tier_store *s, struct tier_buf *v, int t)
 	s->disk_full = true;
 	s->disk_full_count++;
 	s->disk_full_refused = 1;
-	s->disk_full_ns = mono_ns();
+	s->disk_full_ns = st_mono_ns();
 	s->disk_full_used = d->used;
 	s->disk_full_limit = d->limit;
 	s->disk_full_need = v->pi.size;
@@ -249,31 +81,6 @@ static void disk_full_enter(struct tier_store *s, struct tier_buf *v, int t)
 		 free_b[0] ? ", " : "", free_b, free_b[0] ? " free in '" : "",
 		 free_b[0] ? s->disk_path : "", free_b[0] ? "'" : "");
 	pthread_mutex_lock(&s->lock);
-}
-
-/* s->lock held; returns with it held, dropping it to log. */
-static void disk_full_leave(struct tier_store *s, const char *why)
-{
-	uint64_t secs, refused;
-
-	if (!s->disk_full)
-		return;
-	s->disk_full = false;
-	secs = (mono_ns() - s->disk_full_ns) / 1000000000ull;
-	refused = s->disk_full_refused;
-	pthread_mutex_unlock(&s->lock);
-	tfs_notice("disk tier has room again (%s) after %" PRIu64 " s full, "
-		   "%" PRIu64 " move%s refused: spilling resumes", why, secs,
-		   refused, refused == 1 ? "" : "s");
-	pthread_mutex_lock(&s->lock);
-}
-
-void st_disk_room(struct tier_store *s, uint64_t bytes)
-{
-	pthread_mutex_lock(&s->lock);
-	if (s->disk_full && bytes >= s->disk_full_need)
-		disk_full_leave(s, "a spill went through");
-	pthread_mutex_unlock(&s->lock);
 }
 
 /* Log a failed move of @v out of @t, at most once a second. */
@@ -309,7 +116,7 @@ static void log_move_error(struct tier_store *s, struct tier_buf *v, int t,
 int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 	      struct tier_buf *self, bool demand)
 {
-	uint64_t *used = used_of(s, t, g);
+	uint64_t *used = st_used_of(s, t, g);
 	struct pol_item *prev = NULL;
 	/* First pass: leave buffers being written alone. Spilling one that
 	 * is half written costs its writer a fetch back or a write on disk,
@@ -389,108 +196,6 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 	return 0;
 }
 
-/*
- * The disk tier's limit is ours; the filesystem under it may be shared and
- * fill up first. Asking it before each chunk turns that into ENOSPC for the
- * write that needs the room instead of a failed spill later. Asked without
- * s->lock: on NFS or Lustre a statvfs() can take as long as the server
- * does, and every operation of the store would wait behind it.
- */
-static bool disk_has_room(struct tier_store *s, uint64_t bytes)
-{
-	struct statvfs sv;
-
-	if (statvfs(s->disk_path, &sv))
-		return true; /* let the write itself report the error */
-	return (uint64_t)sv.f_bavail * sv.f_frsize >= bytes;
-}
-
-/* Charge @bytes to @b in tier @t, evicting others first if needed. */
-int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
-{
-	struct tier_store *s = b->s;
-	uint64_t limit, room = 0;
-	bool fs_room = t != TFS_TIER_DISK || disk_has_room(s, bytes);
-	int rc = 0;
-
-	pthread_mutex_lock(&s->lock);
-	limit = st_room(s, t, b->dgi);
-	uint64_t *used = used_of(s, t, b->dgi);
-
-	if (bytes > limit || !fs_room) {
-		rc = -ENOSPC;
-	} else if ((rc = st_share_pinned(s, b, t, bytes))) {
-		/* A pinned buffer grows within its pinner's share. */
-	} else if (*used + bytes > limit) {
-		if (t == TFS_TIER_DISK || b->promoting)
-			rc = -ENOSPC;
-		else
-			rc = st_shrink(s, t, b->dgi, limit - bytes, b, true);
-	}
-	if (!rc) {
-		st_charge(s, b, t, (int64_t)bytes);
-		if (over_high(s, t, b->dgi))
-			pthread_cond_signal(&s->spill_wake);
-		room = *used < limit ? limit - *used : 0;
-	}
-	pthread_mutex_unlock(&s->lock);
-	if (rc)
-		b->refused = (uint8_t)t;
-	/*
-	 * The pool's free chunks count within the host limit: what the
-	 * reservation took from the room goes from the pool, so that the
-	 * host tier's memory (used and pool) never passes the limit.
-	 */
-	else if (t == TFS_TIER_HOST && host_pool_free_bytes(s->pool) > room)
-		host_pool_shrink(s->pool, room);
-	return rc;
-}
-
-void st_count_enospc(struct tier_buf *b)
-{
-	struct tier_store *s = b->s;
-
-	pthread_mutex_lock(&s->lock);
-	s->use[b->refused < TFS_TIER_COUNT ? b->refused : TFS_TIER_DISK]
-		.enospc++;
-	pthread_mutex_unlock(&s->lock);
-}
-
-void st_unreserve(struct tier_buf *b, int t, uint64_t bytes)
-{
-	struct tier_store *s = b->s;
-
-	pthread_mutex_lock(&s->lock);
-	st_charge(s, b, t, -(int64_t)bytes);
-	pthread_mutex_unlock(&s->lock);
-}
-
-uint64_t st_tier_limit(struct tier_store *s, int t)
-{
-	pthread_mutex_lock(&s->lock);
-	uint64_t l = t == TFS_TIER_DEVICE && !s->ngpus ? 0 :
-						       limit_of(s, t, s->defg);
-	pthread_mutex_unlock(&s->lock);
-	return l;
-}
-
-uint64_t st_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-void st_touch(struct tier_buf *b)
-{
-	struct tier_store *s = b->s;
-
-	pthread_mutex_lock(&s->lock);
-	pol_touch(&s->pol, &b->pi, st_now_ns());
-	pthread_mutex_unlock(&s->lock);
-}
-
 int st_top_tier(struct tier_buf *b)
 {
 	if (b->dmem)
@@ -553,7 +258,7 @@ int st_unspill_target(struct tier_buf *b)
 	enum cfg_unspill u = s->unspill;
 	uint64_t dlim = s->ngpus ? s->gpus[s->defg].limit : 0;
 	uint64_t hlim = s->use[TFS_TIER_HOST].limit;
-	bool movable_b = movable(b);
+	bool movable_b = st_movable(b);
 	pthread_mutex_unlock(&s->lock);
 
 	if (u == CFG_UNSPILL_NONE || !movable_b)
@@ -632,11 +337,11 @@ static void give_back(struct tier_store *s)
  */
 static void promote_into(struct tier_store *s, int t, unsigned int g)
 {
-	uint64_t goal = (uint64_t)(s->target * (double)limit_of(s, t, g));
+	uint64_t goal = (uint64_t)(s->target * (double)st_limit_of(s, t, g));
 	struct pol_item *prev = NULL;
 
 	for (unsigned int n = 0; n < PROMOTE_SCAN && s->promote_credit > 0 &&
-				 !s->stop && *used_of(s, t, g) < goal;
+				 !s->stop && *st_used_of(s, t, g) < goal;
 	     n++) {
 		struct pol_item *it = pol_hot(&s->pol, t + 1, prev);
 		struct tier_buf *b = (struct tier_buf *)it;
@@ -644,7 +349,7 @@ static void promote_into(struct tier_store *s, int t, unsigned int g)
 		if (!it)
 			return;
 		prev = it;
-		if (!b->pushed || !movable(b) || b->io_refs || b->staging ||
+		if (!b->pushed || !st_movable(b) || b->io_refs || b->staging ||
 		    (b->present & ((2u << t) - 1)) ||
 		    pthread_rwlock_trywrlock(&b->lock))
 			continue;
@@ -654,8 +359,8 @@ static void promote_into(struct tier_store *s, int t, unsigned int g)
 			t == TFS_TIER_HOST ? st_host_cost(b) :
 					     st_dev_granted_for(s, b->size);
 
-		if (!b->size || cost > goal - *used_of(s, t, g) ||
-		    cost > limit_of(s, t, g) / PROMOTE_SHARE) {
+		if (!b->size || cost > goal - *st_used_of(s, t, g) ||
+		    cost > st_limit_of(s, t, g) / PROMOTE_SHARE) {
 			pthread_rwlock_unlock(&b->lock);
 			continue;
 		}
@@ -693,7 +398,7 @@ static void promote_into(struct tier_store *s, int t, unsigned int g)
 /* s->lock held, the spiller idle: promotion's turn, host then device. */
 static void promote(struct tier_store *s)
 {
-	uint64_t now = mono_ns(), dt = now - s->promote_ns;
+	uint64_t now = st_mono_ns(), dt = now - s->promote_ns;
 	double add = (double)s->promote_rate * (double)dt / 1e9;
 
 	s->promote_ns = now;
@@ -721,8 +426,8 @@ void *st_spiller_main(void *arg)
 	while (!s->stop) {
 		bool work = false, was_full;
 
-		if (s->disk_full && disk_room_made(s))
-			disk_full_leave(s, "room was made");
+		if (s->disk_full && st_disk_room_made(s))
+			st_disk_full_leave(s, "room was made");
 		/* A full disk tier: wait out the back-off. */
 		if (disk_full_skip(s))
 			goto wait;
@@ -733,11 +438,11 @@ void *st_spiller_main(void *arg)
 
 			/* A failed device keeps what it holds: nothing more
 			 * can be read off it to move down. */
-			if (!over_high(s, t, i) ||
+			if (!st_over_high(s, t, i) ||
 			    (t == TFS_TIER_DEVICE && !st_gpu_usable(s, i)))
 				continue;
 			uint64_t goal = (uint64_t)(s->target *
-						   (double)limit_of(s, t, i));
+						   (double)st_limit_of(s, t, i));
 
 			/*
 			 * Background spilling only makes headroom, so it
@@ -755,7 +460,7 @@ void *st_spiller_main(void *arg)
 			/* Still full after a try (or newly full): back off. */
 			if (was_full && s->disk_full_backoff_s < 64)
 				s->disk_full_backoff_s *= 2;
-			s->disk_full_retry_ns = mono_ns() +
+			s->disk_full_retry_ns = st_mono_ns() +
 				s->disk_full_backoff_s * 1000000000ull;
 			s->disk_full_used = s->use[TFS_TIER_DISK].used;
 			s->disk_full_limit = s->use[TFS_TIER_DISK].limit;

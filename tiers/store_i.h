@@ -255,6 +255,11 @@ struct tier_store {
 	tier_inval_fn inval_fn;
 	void *inval_ctx;
 
+	/* Set at init, read-only after: eviction's st_shrink(), through which
+	 * accounting (st_reserve(), st_make_room()) makes room without
+	 * calling a file above it. */
+	int (*make_room)(struct tier_store *s, int t, unsigned int g,
+			 uint64_t goal, struct tier_buf *self, bool demand);
 	pthread_t spiller;
 	pthread_cond_t spill_wake; /* with lock */
 	/* The host tier's use when the spiller last trimmed the heap, or
@@ -341,16 +346,54 @@ struct tier_buf {
 	uint8_t pgi;
 };
 
-/* b->lock held, s->lock not. Tell inval_fn that @what changed in @b, when
- * there is a callback and @b has a cookie. */
-void st_inval(struct tier_buf *b, unsigned int what);
+
+
+/* store_reclaim.c: reclaim on request, yielding to other processes. */
+
+/* s->lock held. Resolve [device] reserve and poll_ms of @cfg. */
+void st_watch_config(struct tier_store *s, const struct tfs_config *cfg);
+/* Start the reserve watcher when the device can say how much of its
+ * memory is free (s->lock not held); 0 or -errno. */
+int st_watch_start(struct tier_store *s);
+/* Stop it; s->stop is set and s->lock not held. */
+void st_watch_stop(struct tier_store *s);
 
 /*
- * store_evict.c: accounting, the policy's lists, making room, moving up.
- * "s->lock held" means called and returning with it held; "takes s->lock"
- * means called without it, so b->lock may be held (it comes first).
+ * store_acct.c: accounting, the bottom of the store. The tier files call
+ * it, eviction calls them and it, and it calls nothing above but through
+ * s->make_room. "s->lock held" means called and returning with it held;
+ * "takes s->lock" means called without it, so b->lock may be held (it
+ * comes first).
  */
 
+/* Any lock or none. Whether @b may move: no pins, no holding leases, no
+ * destroy begun ([S] fields: s->lock held, or b->lock for a stable
+ * answer). */
+static inline bool st_movable(const struct tier_buf *b)
+{
+	return !b->pins && !b->nholds && !b->dead;
+}
+/* s->lock held. The bytes tier @t (the device: GPU @g's) uses, its limit,
+ * and whether it is above the high watermark. */
+static inline uint64_t *st_used_of(struct tier_store *s, int t,
+				   unsigned int g)
+{
+	return t == TFS_TIER_DEVICE ? &s->gpus[g].used : &s->use[t].used;
+}
+static inline uint64_t st_limit_of(struct tier_store *s, int t,
+				   unsigned int g)
+{
+	return t == TFS_TIER_DEVICE ? s->gpus[g].limit : s->use[t].limit;
+}
+static inline bool st_over_high(struct tier_store *s, int t, unsigned int g)
+{
+	uint64_t limit = st_limit_of(s, t, g);
+
+	return limit &&
+	       (double)*st_used_of(s, t, g) > s->high_wm * (double)limit;
+}
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t st_mono_ns(void);
 /* The policy's clock: CLOCK_REALTIME in nanoseconds. */
 uint64_t st_now_ns(void);
 /* s->lock held. Link @b into the lists of the tiers it has a copy in, if it
@@ -370,13 +413,6 @@ void st_uncharge_all(struct tier_buf *b, int t);
 void st_count_move(struct tier_store *s, int from, int to, uint64_t bytes);
 /* Takes s->lock. Count @bytes copied into tier @t. */
 void st_count_written(struct tier_store *s, int t, uint64_t bytes);
-/* s->lock held; dropped while a victim moves. Evict until tier @t uses at
- * most @goal bytes, never moving @self; for the device tier, GPU @g's
- * (s->gpus index) tier alone. Buffers being written move only on @demand
- * (someone needs the room now), after all others. 0, or -ENOSPC when
- * nothing more can move. */
-int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
-	      struct tier_buf *self, bool demand);
 /* b->lock held for writing; takes s->lock. Charge @bytes to @b in tier @t
  * (the device: on @b's GPU, b->dgi), evicting others first if needed. 0,
  * -ENOSPC, or -EDQUOT when @b is pinned and the bytes would take its
@@ -392,6 +428,78 @@ void st_unreserve(struct tier_buf *b, int t, uint64_t bytes);
 uint64_t st_tier_limit(struct tier_store *s, int t);
 /* Takes s->lock. Record an access to @b for the eviction policy. */
 void st_touch(struct tier_buf *b);
+/* Takes s->lock; b->lock may be held. A spill of @bytes to disk went
+ * through: the disk tier is not full any more, if it was for a buffer no
+ * larger (logged). */
+void st_disk_room(struct tier_store *s, uint64_t bytes);
+/* s->lock held. Whether room was made on the disk tier since it filled:
+ * its use fell or its limit rose. */
+bool st_disk_room_made(struct tier_store *s);
+/* s->lock held; returns with it held, dropping it to log. The disk tier
+ * has room again (@why), if it was full: say so once. */
+void st_disk_full_leave(struct tier_store *s, const char *why);
+/* s->lock held. Ask eviction (s->make_room, st_shrink()) to bring tier @t
+ * down to @goal as st_shrink() says; -ENOSPC without the hook. */
+int st_make_room(struct tier_store *s, int t, unsigned int g, uint64_t goal,
+		 struct tier_buf *self, bool demand);
+/* s->lock held. What tier @t may hold now: its limit, and for the device
+ * (GPU @g, an s->gpus index) no more than other processes leave it (the
+ * reserve). */
+uint64_t st_room(struct tier_store *s, int t, unsigned int g);
+/* b->lock held for writing; takes s->lock. Wait until no reply points into
+ * @b's memory, before freeing or moving a host chunk or device memory. */
+void st_io_quiesce(struct tier_buf *b);
+/* b->lock held, s->lock not. Tell inval_fn that @what changed in @b, when
+ * there is a callback and @b has a cookie. */
+void st_inval(struct tier_buf *b, unsigned int what);
+
+/* store_share.c: the per-user shares, accounting below eviction. */
+
+/* Root and the daemon's own user, never counted. */
+bool st_user_exempt(const struct tier_store *s, uid_t uid);
+/* s->lock held. Where @uid's entry is or would go in s->users. */
+struct user_use **st_user_find(struct tier_store *s, uid_t uid);
+/* s->lock held. @uid's entry, made when it has none; NULL when out of
+ * memory. */
+struct user_use *st_user_get(struct tier_store *s, uid_t uid);
+/* s->lock held. Free @uid's entry once it holds nothing. */
+void st_user_trim(struct tier_store *s, uid_t uid);
+/*
+ * The per-user shares, s->lock held; @t is TFS_TIER_DEVICE or
+ * TFS_TIER_HOST, and root and the daemon's own user (s->self_uid) are
+ * never counted nor limited.
+ *
+ * st_share_check(): 0 when @uid may hold @bytes more of tier @t, else
+ * -EDQUOT. st_share_charge(): charge them, -EDQUOT past the share unless
+ * @force (what is held already and cannot be refused, such as memory a
+ * process still maps), -ENOMEM. st_share_uncharge(): give them back.
+ */
+int st_share_check(struct tier_store *s, int t, uid_t uid, uint64_t bytes);
+int st_share_charge(struct tier_store *s, int t, uid_t uid, uint64_t bytes,
+		    bool force);
+void st_share_uncharge(struct tier_store *s, int t, uid_t uid,
+		       uint64_t bytes);
+/* s->lock held. @b's charge in tier @t changed by @delta: its pinner's
+ * share follows (st_charge() calls it). */
+void st_share_follow(struct tier_store *s, struct tier_buf *b, int t,
+		     int64_t delta);
+/* s->lock held. -EDQUOT when @b is pinned and @bytes more in tier @t
+ * would take its pinner past the share. */
+int st_share_pinned(struct tier_store *s, struct tier_buf *b, int t,
+		    uint64_t bytes);
+
+/*
+ * store_evict.c: moves between tiers, making room, moving up, the spiller.
+ * Locks as for store_acct.c.
+ */
+
+/* s->lock held; dropped while a victim moves. Evict until tier @t uses at
+ * most @goal bytes, never moving @self; for the device tier, GPU @g's
+ * (s->gpus index) tier alone. Buffers being written move only on @demand
+ * (someone needs the room now), after all others. 0, or -ENOSPC when
+ * nothing more can move. */
+int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
+	      struct tier_buf *self, bool demand);
 /* b->lock held. The tier of @b's fastest copy. */
 int st_top_tier(struct tier_buf *b);
 /* b->lock held; takes s->lock. The tier a read should bring @b up to, or
@@ -401,26 +509,8 @@ int st_unspill_target(struct tier_buf *b);
  * s->gpus index, unless it has a device copy already), keeping lower
  * copies as clean copies. */
 int st_promote(struct tier_buf *b, int t, unsigned int g);
-/* Takes s->lock; b->lock may be held. A spill of @bytes to disk went
- * through: the disk tier is not full any more, if it was for a buffer no
- * larger (logged). */
-void st_disk_room(struct tier_store *s, uint64_t bytes);
 /* The spiller thread; @arg is the store. Runs until s->stop. */
 void *st_spiller_main(void *arg);
-
-/* store_reclaim.c: reclaim on request, yielding to other processes. */
-
-/* s->lock held. What tier @t may hold now: its limit, and for the device
- * (GPU @g, an s->gpus index) no more than other processes leave it (the
- * reserve). */
-uint64_t st_room(struct tier_store *s, int t, unsigned int g);
-/* s->lock held. Resolve [device] reserve and poll_ms of @cfg. */
-void st_watch_config(struct tier_store *s, const struct tfs_config *cfg);
-/* Start the reserve watcher when the device can say how much of its
- * memory is free (s->lock not held); 0 or -errno. */
-int st_watch_start(struct tier_store *s);
-/* Stop it; s->stop is set and s->lock not held. */
-void st_watch_stop(struct tier_store *s);
 
 /* store_pool.c: host memory as the store takes it. */
 
@@ -601,8 +691,13 @@ static inline struct tier_dev *st_bdev(const struct tier_buf *b)
  * the device tier: the backend rounds allocations up to its granule. */
 uint64_t st_dev_granted_for(struct tier_store *s, uint64_t len);
 /* b->lock held. Whether @b's only copy is on a device that failed: its
- * bytes are gone. */
-bool st_dev_lost(struct tier_buf *b);
+ * bytes are gone. Inline, for the host and disk files ask it too and sit
+ * below this one. */
+static inline bool st_dev_lost(const struct tier_buf *b)
+{
+	return b->dmem && !b->has_host && !b->dobj &&
+	       tier_dev_failed(st_bdev(b));
+}
 /* Free the device copy and give back its charge; waits for I/O
  * references. */
 void st_dev_drop(struct tier_buf *b);
@@ -657,12 +752,6 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 /* @v bytes as "512 B" or "1.5 MiB", into @buf. */
 void st_fmt_size(char *buf, size_t len, uint64_t v);
 
-/* store_io.c */
-
-/* b->lock held for writing; takes s->lock. Wait until no reply points into
- * @b's memory, before freeing or moving a host chunk or device memory. */
-void st_io_quiesce(struct tier_buf *b);
-
 /* store_lease.c; each takes s->lock unless said. */
 
 /* Leases on @b that hold its device copy (see struct lease). */
@@ -670,29 +759,6 @@ uint32_t st_hold_count(struct tier_buf *b);
 /* Whether a lease holding @b belongs to another owner than @owner (to
  * anyone when @owner is 0). */
 bool st_held_by_other(struct tier_buf *b, uint64_t owner);
-/*
- * The per-user shares, s->lock held; @t is TFS_TIER_DEVICE or
- * TFS_TIER_HOST, and root and the daemon's own user (s->self_uid) are
- * never counted nor limited.
- *
- * st_share_check(): 0 when @uid may hold @bytes more of tier @t, else
- * -EDQUOT. st_share_charge(): charge them, -EDQUOT past the share unless
- * @force (what is held already and cannot be refused, such as memory a
- * process still maps), -ENOMEM. st_share_uncharge(): give them back.
- */
-int st_share_check(struct tier_store *s, int t, uid_t uid, uint64_t bytes);
-int st_share_charge(struct tier_store *s, int t, uid_t uid, uint64_t bytes,
-		    bool force);
-void st_share_uncharge(struct tier_store *s, int t, uid_t uid,
-		       uint64_t bytes);
-/* s->lock held. @b's charge in tier @t changed by @delta: its pinner's
- * share follows (st_charge() calls it). */
-void st_share_follow(struct tier_store *s, struct tier_buf *b, int t,
-		     int64_t delta);
-/* s->lock held. -EDQUOT when @b is pinned and @bytes more in tier @t
- * would take its pinner past the share. */
-int st_share_pinned(struct tier_store *s, struct tier_buf *b, int t,
-		    uint64_t bytes);
 /* s->lock held. Charge GPU @g's tier what its backend's exports hold now
  * (export_held), in place of what they held when last asked. */
 void st_exp_sync(struct tier_store *s, unsigned int g);

@@ -11,21 +11,6 @@
 #include "config/log.h"
 #include "tiers/store_i.h"
 
-/*
- * Wait until no reply points into @b's memory. Called with b->lock held for
- * writing, so no new reference can start, before freeing or moving a host
- * chunk or device memory.
- */
-void st_io_quiesce(struct tier_buf *b)
-{
-	struct tier_store *s = b->s;
-
-	pthread_mutex_lock(&s->lock);
-	while (b->io_refs)
-		pthread_cond_wait(&s->io_idle, &s->lock);
-	pthread_mutex_unlock(&s->lock);
-}
-
 /* Make the host copy the only, writable copy. -ENOSPC when it cannot fit:
  * the caller then writes in place on disk. */
 static int make_writable_host(struct tier_buf *b)

@@ -20,7 +20,8 @@
  * growing a pinned one, is charged too), the device bytes of their leases,
  * and how many live leases they have. Past a share a pin, export, move or
  * the growth of a pinned buffer fails with EDQUOT; the others' shares are
- * untouched. Root and the daemon's own user are not counted.
+ * untouched. Root and the daemon's own user are not counted. The shares'
+ * accounting is store_share.c's, below eviction.
  *
  * A lease that holds the buffer can be broken (tier_buf_revoke()): the
  * file's owner truncating, rewriting, moving or re-permitting the file,
@@ -33,151 +34,17 @@
 
 #include "tiers/store_i.h"
 
-/* --- the per-user shares (s->lock held) --- */
-
-/* Root and the daemon's own user are never counted. */
-static bool exempt(const struct tier_store *s, uid_t uid)
-{
-	return !uid || uid == s->self_uid;
-}
-
-static struct user_use **user_find(struct tier_store *s, uid_t uid)
-{
-	struct user_use **pp;
-
-	for (pp = &s->users; *pp; pp = &(*pp)->next)
-		if ((*pp)->uid == uid)
-			break;
-	return pp;
-}
-
-/* What @uid's exports hold in the backends that account for them
- * (export_held): snapshots and blocks kept after a lease. s->lock held. */
-static uint64_t exp_user_held(struct tier_store *s, uid_t uid)
-{
-	uint64_t n = 0;
-
-	for (unsigned int g = 0; g < s->ngpus; g++) {
-		struct tier_dev *dev = s->gpus[g].dev;
-
-		if (dev->ops->export_held)
-			n += dev->ops->export_held(dev, uid);
-	}
-	return n;
-}
-
-/* @uid's entry, made when it has none; NULL when out of memory. */
-static struct user_use *user_get(struct tier_store *s, uid_t uid)
-{
-	struct user_use **pp = user_find(s, uid);
-
-	if (!*pp) {
-		*pp = calloc(1, sizeof(**pp));
-		if (*pp)
-			(*pp)->uid = uid;
-	}
-	return *pp;
-}
-
-/* Free @uid's entry once it holds nothing. */
-static void user_trim(struct tier_store *s, uid_t uid)
-{
-	struct user_use **pp = user_find(s, uid), *u = *pp;
-
-	if (u && !u->bytes[TFS_TIER_DEVICE] && !u->bytes[TFS_TIER_HOST] &&
-	    !u->exports && !u->pins) {
-		*pp = u->next;
-		free(u);
-	}
-}
-
-int st_share_check(struct tier_store *s, int t, uid_t uid, uint64_t bytes)
-{
-	struct user_use *u;
-
-	if (exempt(s, uid) || !s->user_share[t])
-		return 0;
-	u = *user_find(s, uid);
-	/* On the device, what the backends keep of @uid's exports too. */
-	return (u ? u->bytes[t] : 0) +
-			       (t == TFS_TIER_DEVICE ? exp_user_held(s, uid) :
-						       0) +
-			       bytes >
-		       s->user_share[t] ?
-		       -EDQUOT :
-		       0;
-}
-
-int st_share_charge(struct tier_store *s, int t, uid_t uid, uint64_t bytes,
-		    bool force)
-{
-	struct user_use *u;
-	int rc;
-
-	if (exempt(s, uid) || !bytes)
-		return 0;
-	rc = force ? 0 : st_share_check(s, t, uid, bytes);
-	if (rc)
-		return rc;
-	u = user_get(s, uid);
-	if (!u)
-		return -ENOMEM;
-	u->bytes[t] += bytes;
-	return 0;
-}
-
-void st_share_uncharge(struct tier_store *s, int t, uid_t uid,
-		       uint64_t bytes)
-{
-	struct user_use *u;
-
-	if (exempt(s, uid) || !bytes)
-		return;
-	u = *user_find(s, uid);
-	if (!u)
-		return;
-	u->bytes[t] -= bytes < u->bytes[t] ? bytes : u->bytes[t];
-	user_trim(s, uid);
-}
-
-void st_share_follow(struct tier_store *s, struct tier_buf *b, int t,
-		     int64_t delta)
-{
-	struct user_use *u;
-
-	if (!b->pins || !b->pin_uid || t == TFS_TIER_DISK || !delta)
-		return;
-	/* The entry lives while the pin does (u->pins). */
-	u = *user_find(s, b->pin_uid);
-	if (!u)
-		return;
-	if (delta > 0)
-		u->bytes[t] += (uint64_t)delta;
-	else
-		u->bytes[t] -= (uint64_t)-delta < u->bytes[t] ?
-				       (uint64_t)-delta :
-				       u->bytes[t];
-}
-
-int st_share_pinned(struct tier_store *s, struct tier_buf *b, int t,
-		    uint64_t bytes)
-{
-	if (!b->pins || !b->pin_uid || t == TFS_TIER_DISK)
-		return 0;
-	return st_share_check(s, t, b->pin_uid, bytes);
-}
-
 /* Count a live lease of @uid: -EDQUOT past [device] user_exports. */
 static int exports_charge(struct tier_store *s, uid_t uid)
 {
 	struct user_use *u;
 
-	if (exempt(s, uid))
+	if (st_user_exempt(s, uid))
 		return 0;
-	u = *user_find(s, uid);
+	u = *st_user_find(s, uid);
 	if (s->user_exports && u && u->exports >= s->user_exports)
 		return -EDQUOT;
-	u = user_get(s, uid);
+	u = st_user_get(s, uid);
 	if (!u)
 		return -ENOMEM;
 	u->exports++;
@@ -186,12 +53,12 @@ static int exports_charge(struct tier_store *s, uid_t uid)
 
 static void exports_uncharge(struct tier_store *s, uid_t uid)
 {
-	struct user_use *u = exempt(s, uid) ? NULL : *user_find(s, uid);
+	struct user_use *u = st_user_exempt(s, uid) ? NULL : *st_user_find(s, uid);
 
 	if (u && u->exports)
 		u->exports--;
 	if (u)
-		user_trim(s, uid);
+		st_user_trim(s, uid);
 }
 
 /* s->lock held. Charge (or give back) a snapshot's @delta bytes on GPU @g
@@ -283,7 +150,7 @@ int tier_buf_pin_as(struct tier_buf *b, uid_t uid)
 	/* Shared: the copies must not change while their charge is read. */
 	pthread_rwlock_rdlock(&b->lock);
 	pthread_mutex_lock(&s->lock);
-	if (!b->pins && !exempt(s, uid)) {
+	if (!b->pins && !st_user_exempt(s, uid)) {
 		/* Wherever the buffer is: a pin on host holds host memory
 		 * as one on the device holds device memory. */
 		rc = st_share_check(s, TFS_TIER_DEVICE, uid,
@@ -291,7 +158,7 @@ int tier_buf_pin_as(struct tier_buf *b, uid_t uid)
 		if (!rc)
 			rc = st_share_check(s, TFS_TIER_HOST, uid,
 					    b->charged[TFS_TIER_HOST]);
-		u = rc ? NULL : user_get(s, uid);
+		u = rc ? NULL : st_user_get(s, uid);
 		if (!rc && !u)
 			rc = -ENOMEM;
 		if (!rc) {
@@ -313,7 +180,7 @@ int tier_buf_pin_as(struct tier_buf *b, uid_t uid)
 /* s->lock held. Give back what @b's pin holds of its pinner's share. */
 static void pin_release_locked(struct tier_store *s, struct tier_buf *b)
 {
-	struct user_use *u = b->pin_uid ? *user_find(s, b->pin_uid) : NULL;
+	struct user_use *u = b->pin_uid ? *st_user_find(s, b->pin_uid) : NULL;
 
 	if (u) {
 		st_share_follow(s, b, TFS_TIER_DEVICE,
@@ -322,7 +189,7 @@ static void pin_release_locked(struct tier_store *s, struct tier_buf *b)
 				-(int64_t)b->charged[TFS_TIER_HOST]);
 		if (u->pins)
 			u->pins--;
-		user_trim(s, b->pin_uid);
+		st_user_trim(s, b->pin_uid);
 	}
 	b->pin_uid = 0;
 }
@@ -501,7 +368,7 @@ int tier_buf_export(struct tier_buf *b, uint64_t owner, uid_t uid, gid_t gid,
 	cost = b->dmem->granted;
 	if (bk && dev->ops->export_cost)
 		cost = dev->ops->export_cost(dev, b->dmem);
-	l.share = !exempt(s, uid) && !bk ? b->dmem->granted : 0;
+	l.share = !st_user_exempt(s, uid) && !bk ? b->dmem->granted : 0;
 	pthread_mutex_lock(&s->lock);
 	rc = exports_charge(s, uid);
 	if (!rc) {

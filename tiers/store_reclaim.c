@@ -24,16 +24,6 @@
 #include "config/log.h"
 #include "tiers/store_i.h"
 
-uint64_t st_room(struct tier_store *s, int t, unsigned int g)
-{
-	if (t != TFS_TIER_DEVICE)
-		return s->use[t].limit;
-	if (g >= s->ngpus)
-		return 0;
-	return s->gpus[g].room < s->gpus[g].limit ? s->gpus[g].room :
-						    s->gpus[g].limit;
-}
-
 void st_watch_config(struct tier_store *s, const struct tfs_config *cfg)
 {
 	for (unsigned int g = 0; g < s->ngpus; g++)
