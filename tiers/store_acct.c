@@ -90,15 +90,10 @@ static unsigned int moved_what(uint8_t old, uint8_t now)
 void st_publish(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;
-	uint8_t present = 0;
+	uint8_t present;
 	unsigned int what;
 
-	if (b->dmem)
-		present |= 1u << TFS_TIER_DEVICE;
-	if (b->has_host)
-		present |= 1u << TFS_TIER_HOST;
-	if (b->dobj)
-		present |= 1u << TFS_TIER_DISK;
+	present = st_copies(b);
 	pthread_mutex_lock(&s->lock);
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
 		if ((present ^ b->present) & (1u << t))

@@ -29,19 +29,16 @@ static bool disk_full_skip(struct tier_store *s)
 }
 
 /* s->lock held. A victim whose move out of @t would write the disk tier:
- * from host without another copy, from the device when host has no room
- * for it either. */
+ * one without another copy whose next tier is the disk, or has no room
+ * for it either (from the device, when host has none). */
 static bool needs_disk(struct tier_store *s, const struct tier_buf *v, int t)
 {
-	const struct tier_usage *h = &s->use[TFS_TIER_HOST];
-	/* The [S] mirror: the victim is not locked yet. */
-	uint8_t lower = t == TFS_TIER_HOST ?
-				(1u << TFS_TIER_DEVICE) | (1u << TFS_TIER_DISK) :
-				(1u << TFS_TIER_HOST) | (1u << TFS_TIER_DISK);
+	const struct tier_usage *n = &s->use[t + 1];
 
-	if (v->present & lower)
+	/* The [S] mirror: the victim is not locked yet. */
+	if (v->present & ~(1u << t))
 		return false;
-	return t == TFS_TIER_HOST || h->used + v->pi.size > h->limit;
+	return t + 1 == TFS_TIER_DISK || n->used + v->pi.size > n->limit;
 }
 
 /* s->lock held; returns with it held, dropping it to log. The disk tier
@@ -198,16 +195,46 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 
 int st_top_tier(struct tier_buf *b)
 {
-	if (b->dmem)
-		return TFS_TIER_DEVICE;
-	if (b->has_host || !b->dobj)
-		return TFS_TIER_HOST;
-	return TFS_TIER_DISK;
+	uint8_t copies = st_copies(b);
+
+	/* A buffer with no copy at all is an empty one, held by host. */
+	return copies ? __builtin_ctz(copies) : TFS_TIER_HOST;
 }
 
 /*
- * Evict @v's copy in tier @t: free it when a lower copy exists, else write
- * the next lower tier that takes it first. Called with v->lock held for
+ * What eviction does with a copy in each tier of the chain, by index: put
+ * one there from another copy of the buffer, drop it, and whether the tier
+ * takes a buffer at all. Moves go from tier t to the first of t + 1, t + 2,
+ * ... that takes the buffer; a tier with no fill is never a target (the
+ * device: a copy there needs a GPU chosen, which promotion and unspill
+ * do). A new tier is a new row, and eviction needs no new branch.
+ */
+struct st_kind {
+	/* b->lock held for writing; s->lock not. Whether eviction may put
+	 * @b here; NULL: always. */
+	bool (*takes)(struct tier_buf *b);
+	/* Make a copy of @b here from another one: 0, -ENOSPC, -errno. */
+	int (*fill)(struct tier_buf *b);
+	/* Free the copy here and give back its charge. */
+	void (*drop)(struct tier_buf *b);
+};
+
+/* A buffer larger than the host tier goes past it, straight to disk. */
+static bool host_takes(struct tier_buf *b)
+{
+	return b->size <= st_tier_limit(b->s, TFS_TIER_HOST);
+}
+
+static const struct st_kind kinds[TFS_TIER_COUNT] = {
+	[TFS_TIER_DEVICE] = { .drop = st_dev_drop },
+	[TFS_TIER_HOST] = { .takes = host_takes, .fill = st_host_fetch,
+			    .drop = st_host_drop },
+	[TFS_TIER_DISK] = { .fill = st_disk_spill, .drop = st_disk_drop },
+};
+
+/*
+ * Evict @v's copy in tier @t: free it when another copy exists, else write
+ * the first lower tier that takes it first. Called with v->lock held for
  * writing and s->lock not held.
  */
 static int evict_copy(struct tier_buf *v, int t)
@@ -221,27 +248,18 @@ static int evict_copy(struct tier_buf *v, int t)
 	if (v->dmem && tier_dev_failed(st_bdev(v)) &&
 	    (v->has_host || v->dobj))
 		st_dev_drop(v);
-	if (t == TFS_TIER_DEVICE && v->dmem) {
-		if (!v->has_host && !v->dobj) {
+	if (st_has_copy(v, t)) {
+		if (!(st_copies(v) & ~(1u << t))) {
 			rc = -ENOSPC;
-			if (v->size <= st_tier_limit(s, TFS_TIER_HOST))
-				rc = st_host_fetch(v);
-			if (rc)
-				rc = st_disk_spill(v);
+			for (int n = t + 1; rc && n < TFS_TIER_COUNT; n++)
+				if (kinds[n].fill &&
+				    (!kinds[n].takes || kinds[n].takes(v)))
+					rc = kinds[n].fill(v);
 		}
 		if (!rc) {
-			st_dev_drop(v);
-			st_count_move(s, TFS_TIER_DEVICE, TFS_TIER_HOST,
-				      v->size);
-			st_metric_move(v, TFS_TIER_DEVICE, st_top_tier(v), t0);
-		}
-	} else if (t == TFS_TIER_HOST && v->has_host) {
-		if (!v->dmem && !v->dobj)
-			rc = st_disk_spill(v);
-		if (!rc) {
-			st_host_drop(v);
-			st_count_move(s, TFS_TIER_HOST, TFS_TIER_DISK, v->size);
-			st_metric_move(v, TFS_TIER_HOST, TFS_TIER_DISK, t0);
+			kinds[t].drop(v);
+			st_count_move(s, t, t + 1, v->size);
+			st_metric_move(v, t, st_top_tier(v), t0);
 		}
 	}
 	st_publish(v);

@@ -373,6 +373,30 @@ static inline bool st_movable(const struct tier_buf *b)
 {
 	return !b->pins && !b->nholds && !b->dead;
 }
+/* b->lock held. Whether @b has a copy in tier @t: the one place that maps
+ * a tier's index to the buffer's field for its copy. */
+static inline bool st_has_copy(const struct tier_buf *b, int t)
+{
+	switch (t) {
+	case TFS_TIER_DEVICE:
+		return b->dmem;
+	case TFS_TIER_HOST:
+		return b->has_host;
+	case TFS_TIER_DISK:
+		return b->dobj;
+	}
+	return false;
+}
+/* b->lock held. Bit t set for each tier t @b has a copy in. */
+static inline uint8_t st_copies(const struct tier_buf *b)
+{
+	uint8_t present = 0;
+
+	for (int t = 0; t < TFS_TIER_COUNT; t++)
+		if (st_has_copy(b, t))
+			present |= 1u << t;
+	return present;
+}
 /* s->lock held. The bytes tier @t (the device: GPU @g's) uses, its limit,
  * and whether it is above the high watermark. */
 static inline uint64_t *st_used_of(struct tier_store *s, int t,
