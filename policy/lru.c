@@ -21,6 +21,10 @@
  * position written: paid for by the removals that made the holes, each of
  * which touched its item already. bench/evict_cost measures it, see
  * bench/README.md.
+ *
+ * Soft pins: one ring per tier and level (pol_item.level); the walks go
+ * through level 0's ring, then level 1's, and so on (hot walks the other
+ * way), an empty level costing one look.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +131,7 @@ static void push(struct pol_list *l, int tier, struct pol_item *it)
  */
 static int place_hot(struct pol *p, int tier, struct pol_item *it)
 {
-	struct pol_list *l = &p->list[tier];
+	struct pol_list *l = &p->list[tier][it->level];
 	struct pol_item *nb;
 
 	if (make_room(l, tier))
@@ -193,7 +197,7 @@ static void lru_insert(struct pol *p, int tier, struct pol_item *it)
 
 static void lru_remove(struct pol *p, int tier, struct pol_item *it)
 {
-	if (take_out(&p->list[tier], tier, it))
+	if (take_out(&p->list[tier][it->level], tier, it))
 		p->count[tier]--;
 }
 
@@ -203,7 +207,7 @@ static void lru_touch(struct pol *p, struct pol_item *it, uint64_t now)
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
 		if (!pol_linked(it, t))
 			continue;
-		take_out(&p->list[t], t, it);
+		take_out(&p->list[t][it->level], t, it);
 		/* Cannot fail: taking it out left room, or a hole. */
 		if (place_hot(p, t, it)) {
 			p->count[t]--;
@@ -212,44 +216,56 @@ static void lru_touch(struct pol *p, struct pol_item *it, uint64_t now)
 	}
 }
 
-/* Walk from the cold end towards the hot one. */
+/* The coldest position of @l, the holes at its cold end gone for good. */
+static uint32_t cold_end(struct pol_list *l)
+{
+	while (l->lo != l->hi && !*at(l, l->lo)) {
+		l->lo++;
+		l->holes--;
+	}
+	return l->lo;
+}
+
+/* Walk from the cold end towards the hot one, level by level up. */
 static struct pol_item *lru_victim(struct pol *p, int tier,
 				   struct pol_item *prev)
 {
-	struct pol_list *l = &p->list[tier];
-	uint32_t k;
+	int lv = prev ? prev->level : 0;
+	struct pol_list *l = &p->list[tier][lv];
+	uint32_t k = prev ? prev->slot[tier] : cold_end(l);
 
-	if (!prev) {
-		/* Holes at the cold end go for good. */
-		while (l->lo != l->hi && !*at(l, l->lo)) {
-			l->lo++;
-			l->holes--;
+	for (;;) {
+		for (; inside(l, k); k++) {
+			prefetch_at(l, k + PREFETCH_AHEAD);
+			if (*at(l, k))
+				return *at(l, k);
 		}
-		k = l->lo;
-	} else {
-		k = prev->slot[tier];
+		if (++lv == POL_LEVELS)
+			return NULL;
+		l = &p->list[tier][lv];
+		k = cold_end(l);
 	}
-	for (; inside(l, k); k++) {
-		prefetch_at(l, k + PREFETCH_AHEAD);
-		if (*at(l, k))
-			return *at(l, k);
-	}
-	return NULL;
 }
 
-/* Walk from the hot end towards the cold one. */
+/* Walk from the hot end towards the cold one, level by level down. */
 static struct pol_item *lru_hot(struct pol *p, int tier, struct pol_item *prev)
 {
-	struct pol_list *l = &p->list[tier];
+	int lv = prev ? prev->level : POL_LEVEL_MAX;
+	struct pol_list *l = &p->list[tier][lv];
 	uint32_t k = prev ? prev->slot[tier] - 1 : l->hi;
 
-	while (k != l->lo) {
-		k--;
-		prefetch_at(l, k - PREFETCH_AHEAD);
-		if (*at(l, k))
-			return *at(l, k);
+	for (;;) {
+		while (k != l->lo) {
+			k--;
+			prefetch_at(l, k - PREFETCH_AHEAD);
+			if (*at(l, k))
+				return *at(l, k);
+		}
+		if (lv-- == 0)
+			return NULL;
+		l = &p->list[tier][lv];
+		k = l->hi;
 	}
-	return NULL;
 }
 
 static const struct pol_ops lru_ops = {
@@ -277,6 +293,7 @@ void pol_init(struct pol *p, const struct pol_ops *ops)
 void pol_destroy(struct pol *p)
 {
 	for (int t = 0; t < TFS_TIER_COUNT; t++)
-		free(p->list[t].v);
+		for (int lv = 0; lv < POL_LEVELS; lv++)
+			free(p->list[t][lv].v);
 	memset(p->list, 0, sizeof(p->list));
 }

@@ -112,7 +112,7 @@ static void test_order_model(void)
 	setup();
 	/* Start just short of where positions wrap, so that the walks,
 	 * growths and packs cross it (and skip UINT32_MAX, never a place). */
-	p.list[TFS_TIER_HOST].lo = p.list[TFS_TIER_HOST].hi = UINT32_MAX - 100;
+	p.list[TFS_TIER_HOST][0].lo = p.list[TFS_TIER_HOST][0].hi = UINT32_MAX - 100;
 	for (int burst = 0; burst < 60 && ok; burst++) {
 		for (int op = 0; op < 500; op++) {
 			size_t k = (size_t)(rnd(&seed) % N), at;
@@ -194,10 +194,10 @@ static void test_walk_across_compaction(void)
 	 * quarter of it holes, and the next insert packs it. */
 	it[64].last_access = 100;
 	pol_insert(&p, TFS_TIER_HOST, &it[64]);
-	CHECK_EQ(p.list[TFS_TIER_HOST].holes, 19);
+	CHECK_EQ(p.list[TFS_TIER_HOST][0].holes, 19);
 	it[65].last_access = 101;
 	pol_insert(&p, TFS_TIER_HOST, &it[65]);
-	CHECK_EQ(p.list[TFS_TIER_HOST].holes, 0);
+	CHECK_EQ(p.list[TFS_TIER_HOST][0].holes, 0);
 	CHECK(v->slot[TFS_TIER_HOST] != old);
 	while ((v = pol_victim(&p, TFS_TIER_HOST, v)))
 		seen++;
@@ -245,6 +245,98 @@ static double decision_ns(size_t n)
 	return ns;
 }
 
+/* Soft pins: every unpinned item goes before any soft-pinned one, lower
+ * levels before higher, each level in LRU order; hot() is the reverse. */
+static void test_levels(void)
+{
+	struct pol_item it[6] = { 0 };
+	struct pol_item *order[6], *v = NULL;
+	int n = 0;
+
+	setup();
+	for (int i = 0; i < 6; i++) {
+		it[i].last_access = (uint64_t)i + 1;
+		pol_insert(&p, TFS_TIER_HOST, &it[i]);
+	}
+	pol_set_level(&p, &it[0], 2);
+	pol_set_level(&p, &it[1], 1);
+	pol_set_level(&p, &it[2], POL_LEVEL_MAX);
+	CHECK_EQ(p.count[TFS_TIER_HOST], 6);
+	while (n < 6 && (v = pol_victim(&p, TFS_TIER_HOST, v)))
+		order[n++] = v;
+	CHECK_EQ(n, 6);
+	CHECK(pol_victim(&p, TFS_TIER_HOST, order[5]) == NULL);
+	CHECK(order[0] == &it[3]);
+	CHECK(order[1] == &it[4]);
+	CHECK(order[2] == &it[5]);
+	CHECK(order[3] == &it[1]);
+	CHECK(order[4] == &it[0]);
+	CHECK(order[5] == &it[2]);
+	v = NULL;
+	for (int i = 5; i >= 0; i--) {
+		v = pol_hot(&p, TFS_TIER_HOST, v);
+		CHECK(v == order[i]);
+	}
+	CHECK(pol_hot(&p, TFS_TIER_HOST, v) == NULL);
+	/* A touch keeps the level; back to 0 rejoins the unpinned, at the
+	 * hot end as an insert does. */
+	pol_touch(&p, &it[1], 100);
+	CHECK(pol_victim(&p, TFS_TIER_HOST, &it[5]) == &it[1]);
+	pol_set_level(&p, &it[0], 0);
+	CHECK(pol_victim(&p, TFS_TIER_HOST, NULL) == &it[3]);
+	CHECK(pol_victim(&p, TFS_TIER_HOST, &it[5]) == &it[0]);
+	CHECK(pol_victim(&p, TFS_TIER_HOST, &it[0]) == &it[1]);
+	/* Not on a tier: a level change does not link it there. */
+	pol_remove(&p, TFS_TIER_HOST, &it[4]);
+	pol_set_level(&p, &it[4], 3);
+	CHECK(!pol_linked(&it[4], TFS_TIER_HOST));
+	CHECK_EQ(p.count[TFS_TIER_HOST], 5);
+	/* Only soft-pinned items left: they are still offered. */
+	setup();
+	it[0] = (struct pol_item){ .last_access = 1 };
+	pol_insert(&p, TFS_TIER_DEVICE, &it[0]);
+	pol_set_level(&p, &it[0], 1);
+	CHECK(pol_victim(&p, TFS_TIER_DEVICE, NULL) == &it[0]);
+	CHECK(pol_victim(&p, TFS_TIER_DEVICE, &it[0]) == NULL);
+}
+
+/* The sketch: an estimate never under the truth, keys told apart, old
+ * counts halved, the saturation at 15, and the admission rule. */
+static void test_sketch(void)
+{
+	struct pol_sketch k;
+	unsigned int over = 0;
+
+	CHECK_EQ(pol_sketch_init(&k, 1000), 0);
+	CHECK_EQ(k.width, 1024);
+	for (uint64_t key = 1; key <= 500; key++)
+		for (uint64_t n = 0; n < key % 8; n++)
+			pol_sketch_add(&k, key);
+	for (uint64_t key = 1; key <= 500; key++) {
+		unsigned int e = pol_sketch_estimate(&k, key);
+
+		CHECK(e >= key % 8);
+		if (e > key % 8)
+			over++;
+	}
+	/* 500 keys in 1024 counters a row, four rows: few collide in all. */
+	CHECK(over < 25 || !printf("#   %u overestimated\n", over));
+	CHECK_EQ(pol_sketch_estimate(&k, 100000), 0);
+	for (int n = 0; n < 40; n++)
+		pol_sketch_add(&k, 7777);
+	CHECK_EQ(pol_sketch_estimate(&k, 7777), 15);
+	/* A sample's worth of other accesses halves it, once. */
+	for (uint32_t n = 0; n < k.sample; n++)
+		pol_sketch_add(&k, 42424242);
+	CHECK_EQ(pol_sketch_estimate(&k, 7777), 7);
+	CHECK(k.added < k.sample);
+	CHECK(pol_admit(3, 2));
+	CHECK(!pol_admit(2, 2));
+	CHECK(!pol_admit(1, 5));
+	pol_sketch_destroy(&k);
+	CHECK(k.rows == NULL);
+}
+
 static void test_eviction_cost(void)
 {
 	double k1 = decision_ns(1000), k100 = decision_ns(100000),
@@ -264,6 +356,8 @@ int main(void)
 	TAP_RUN(test_per_tier);
 	TAP_RUN(test_order_model);
 	TAP_RUN(test_walk_across_compaction);
+	TAP_RUN(test_levels);
+	TAP_RUN(test_sketch);
 	TAP_RUN(test_eviction_cost);
 	pol_destroy(&p);
 	return tap_done();
