@@ -48,6 +48,12 @@ static const char *const unspill_names[] = {
 	[CFG_UNSPILL_NONE + 1] = NULL,
 };
 
+static const char *const write_names[] = {
+	[CFG_WRITE_BACK] = "write_back",
+	[CFG_WRITE_THROUGH] = "write_through",
+	[CFG_WRITE_THROUGH + 1] = NULL,
+};
+
 #define KiB 1024ull
 #define MiB (1024ull * KiB)
 
@@ -145,6 +151,15 @@ static const struct cfg_key keys[] = {
 	  FIELD(policy, promote_rate), .max = UINT64_MAX, .def = "256M",
 	  .arg = "SIZE",
 	  .help = "most bytes promote moves up per second" },
+	{ "policy", "write", CFG_CHOICE_ENUM, 0, FIELD(policy, write),
+	  .choices = write_names, .def = "write_back",
+	  .arg = "write_back|write_through",
+	  .help = "write_through: a clean disk copy soon after a written "
+		  "file's last close, so that evicting it writes nothing" },
+	{ "policy", "admission", CFG_BOOL, 0, FIELD(policy, admission),
+	  .def = "no", .arg = "yes|no",
+	  .help = "a read brings a file up to a full device tier only when "
+		  "it is read more often than what it would push out" },
 	{ "fs", "threads", CFG_UINT, 0, FIELD(fs, threads), .max = 256,
 	  .def = "0", .arg = "N",
 	  .help = "most FUSE worker threads; 0: one per CPU, at least 2" },
@@ -180,6 +195,7 @@ static const struct cfg_key keys[] = {
 _Static_assert(NKEYS <= CFG_MAX_KEYS, "raise CFG_MAX_KEYS");
 _Static_assert(sizeof(enum cfg_compression) == sizeof(int) &&
 		       sizeof(enum cfg_unspill) == sizeof(int) &&
+		       sizeof(enum cfg_write) == sizeof(int) &&
 		       sizeof(enum cfg_persist) == sizeof(int) &&
 		       sizeof(enum cfg_passthrough) == sizeof(int),
 	       "CFG_CHOICE_ENUM stores an int");

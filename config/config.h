@@ -117,6 +117,12 @@ enum cfg_unspill {
 	CFG_UNSPILL_NONE = 2, /* serve reads from where the buffer is */
 };
 
+/* When a written file's bytes go down a tier. */
+enum cfg_write {
+	CFG_WRITE_BACK = 0, /* when it is evicted (default) */
+	CFG_WRITE_THROUGH = 1, /* a disk copy soon after the last close */
+};
+
 struct tfs_config {
 	struct {
 		char backend[16]; /* auto|cuda|sim|none */
@@ -164,6 +170,8 @@ struct tfs_config {
 		 * room again, at most promote_rate bytes a second */
 		bool promote;
 		struct cfg_size promote_rate;
+		enum cfg_write write; /* when written bytes go down */
+		bool admission; /* the frequency filter on the device tier */
 	} policy;
 	struct cfg_tiers tiers;
 	struct {

@@ -4,6 +4,7 @@
  * arrives as plain fields of struct tfs_ioc_req.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -241,6 +242,114 @@ int tfs_xattr_parse_tier(const char *value, size_t size, enum tfs_tier *out,
 	*out = TFS_TIER_DEVICE;
 	*gpu = g;
 	return 0;
+}
+
+_Static_assert(TFS_PIN_PRIO_MAX == TIER_SOFT_PIN_MAX &&
+		       TFS_PIN_TTL_MAX == TIER_SOFT_TTL_MAX,
+	       "the xattr's soft pin is the store's");
+
+/* "N", "Ns", "Nm", "Nh", "Nd": 1 s to TFS_PIN_TTL_MAX. */
+static int parse_ttl(const char *s, size_t len, uint32_t *out)
+{
+	uint64_t n = 0, unit = 1;
+	size_t i = 0;
+
+	for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+		n = n * 10 + (uint64_t)(s[i] - '0');
+		if (n > TFS_PIN_TTL_MAX)
+			return -EINVAL;
+	}
+	if (!i || len - i > 1)
+		return -EINVAL;
+	if (i < len) {
+		switch (s[i]) {
+		case 's':
+			break;
+		case 'm':
+			unit = 60;
+			break;
+		case 'h':
+			unit = 3600;
+			break;
+		case 'd':
+			unit = 86400;
+			break;
+		default:
+			return -EINVAL;
+		}
+	}
+	n *= unit;
+	if (!n || n > TFS_PIN_TTL_MAX)
+		return -EINVAL;
+	*out = (uint32_t)n;
+	return 0;
+}
+
+int tfs_xattr_parse_pin_value(const char *value, size_t size,
+			      struct tfs_pin_value *out)
+{
+	struct tfs_pin_value v = { 0 };
+	size_t len = trim_value(value, size);
+	bool seen_prio = false, seen_ttl = false;
+	const char *p = value, *end = value + len;
+
+	if (len == 1 && (value[0] == '0' || value[0] == '1')) {
+		v.hard = value[0] == '1';
+		*out = v;
+		return 0;
+	}
+	if (!len)
+		return -EINVAL;
+	while (p < end) {
+		const char *comma = memchr(p, ',', (size_t)(end - p));
+		const char *stop = comma ? comma : end;
+		size_t n = (size_t)(stop - p);
+
+		if (n > 5 && !memcmp(p, "prio=", 5) && !seen_prio) {
+			if (n != 6 || p[5] < '1' || p[5] > '0' + TFS_PIN_PRIO_MAX)
+				return -EINVAL;
+			v.prio = (uint8_t)(p[5] - '0');
+			seen_prio = true;
+		} else if (n > 4 && !memcmp(p, "ttl=", 4) && !seen_ttl) {
+			if (parse_ttl(p + 4, n - 4, &v.ttl))
+				return -EINVAL;
+			seen_ttl = true;
+		} else {
+			return -EINVAL;
+		}
+		/* A trailing comma is no empty item to accept. */
+		if (comma && comma + 1 == end)
+			return -EINVAL;
+		p = comma ? comma + 1 : end;
+	}
+	if (!v.prio)
+		v.prio = 1;
+	*out = v;
+	return 0;
+}
+
+int tfs_xattr_format_pin(const struct tfs_pin_value *v, char *buf, size_t cap)
+{
+	if (!v->prio)
+		return snprintf(buf, cap, "%d", v->hard);
+	if (!v->ttl)
+		return snprintf(buf, cap, "prio=%u", v->prio);
+	return snprintf(buf, cap, "prio=%u,ttl=%us", v->prio, v->ttl);
+}
+
+int tfs_xattr_parse_write(const char *value, size_t size, int *out)
+{
+	static const char *const names[] = { "default", "write_back",
+					      "write_through" };
+	size_t len = trim_value(value, size);
+
+	for (int i = 0; i < 3; i++) {
+		if (len == strlen(names[i]) && !memcmp(value, names[i], len)) {
+			*out = i;
+			return 0;
+		}
+	}
+	return -EINVAL;
 }
 
 int tfs_xattr_parse_pin(const char *value, size_t size, bool *pin)

@@ -107,4 +107,37 @@ int tfs_xattr_parse_tier(const char *value, size_t size, enum tfs_tier *out,
  * allowed. Returns 0 with *@pin set, or -EINVAL. */
 int tfs_xattr_parse_pin(const char *value, size_t size, bool *pin);
 
+/* The soft pin priorities and the longest time to live, as the store has
+ * them (tiers/store.h). */
+#define TFS_PIN_PRIO_MAX 7
+#define TFS_PIN_TTL_MAX (7u * 24 * 3600)
+
+/* A pin as user.tierfs.pin sets and shows it. */
+struct tfs_pin_value {
+	bool hard; /* "1" */
+	uint8_t prio; /* soft: 1 to TFS_PIN_PRIO_MAX; 0 with hard or none */
+	uint32_t ttl; /* soft: seconds idle before it lapses, 0: never */
+};
+
+/*
+ * A user.tierfs.pin value: "1" (hard pin), "0" (none), or a soft pin:
+ * "prio=N" (N 1 to 7), "ttl=D" (priority 1; D seconds, or with an s, m,
+ * h or d suffix, 1 s to 7 d), or "prio=N,ttl=D" in either order; one
+ * trailing newline allowed. Returns 0 with *@out set, or -EINVAL leaving
+ * it alone.
+ */
+int tfs_xattr_parse_pin_value(const char *value, size_t size,
+			      struct tfs_pin_value *out);
+
+/* Format @v as the parser takes it ("0", "1", "prio=2", "prio=1,ttl=300s");
+ * returns the length, as snprintf. */
+int tfs_xattr_format_pin(const struct tfs_pin_value *v, char *buf,
+			 size_t cap);
+
+/* A user.tierfs.write_policy value: "write_back", "write_through", or
+ * (for a directory) "default", the mount's; one trailing newline allowed.
+ * Returns 0 with *@out 0 (default), 1 (write_back) or 2 (write_through),
+ * or -EINVAL. */
+int tfs_xattr_parse_write(const char *value, size_t size, int *out);
+
 #endif

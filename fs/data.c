@@ -180,6 +180,8 @@ static int register_if_dirty(struct tfs_inode *i)
 		tfs_ns_unlock();
 		tfs_warn("cannot place inode %llu in its tier: %s",
 			 (unsigned long long)i->ino, strerror(-rc));
+	} else {
+		tfs_ipol_place(i);
 	}
 	return rc;
 }

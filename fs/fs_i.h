@@ -100,6 +100,19 @@ struct tfs_dentry {
 /* What a new inode takes from its directory, as on tmpfs and ext4. */
 #define TFS_FL_INHERITED (TFS_FL_NODUMP | TFS_FL_NOATIME)
 
+/*
+ * The policy user.tierfs.pin, .write_policy and .tier set: a regular
+ * file's own (the pin and write policy mirror the store's, as the journal
+ * keeps them), or a directory's, which every file and directory made in
+ * it starts with.
+ */
+struct tfs_ipol {
+	uint32_t ttl; /* the soft pin's, seconds; 0: none */
+	uint8_t pin; /* 0: none, 1: hard, 2 + N - 1: soft, priority N */
+	uint8_t write; /* enum tier_write_policy; 0: the mount's */
+	uint8_t place; /* a directory's preferred tier + 1; 0: none */
+};
+
 struct tfs_inode {
 	struct tfs_inode *hnext; /* ino hash chain, then the reap list */
 	uint64_t ino;
@@ -139,7 +152,7 @@ struct tfs_inode {
 	struct tfs_xattr *xattrs;
 	uint32_t xattr_bytes;
 	/* Persistent mounts (fs/persist.c), regular files only. */
-	bool pinned; /* ns_lock: user.tierfs.pin, as the journal has it */
+	struct tfs_ipol pol; /* ns_lock */
 	/* Changed since its last sync: an I_DIRTY record was written. */
 	_Atomic bool unsynced;
 	/* The committed version the journal last named (for snapshots):
@@ -176,7 +189,21 @@ static inline void tfs_inherit_flags_locked(struct tfs_inode *i,
 {
 	atomic_store_explicit(&i->fsflags, tfs_fsflags(dir) & TFS_FL_INHERITED,
 			      memory_order_relaxed);
+	if (S_ISREG(i->mode) || S_ISDIR(i->mode))
+		i->pol = dir->pol;
 }
+
+/*
+ * Unlocked, right after a regular file @i was made (tfs_inherit_flags_locked
+ * gave it its directory's policy): apply the pin and write policy to its
+ * buffer, the pin as @uid's. A pin the share refuses is not taken, and
+ * the file is made all the same (logged).
+ */
+void tfs_ipol_apply(struct tfs_inode *i, uid_t uid);
+
+/* Unlocked, after a written file was placed: move it to its directory's
+ * preferred tier, if one was set. */
+void tfs_ipol_place(struct tfs_inode *i);
 
 /* One open regular file: fi->fh. */
 /* How an open file reads (passthrough.c). */

@@ -435,6 +435,8 @@ static int make_node(fuse_req_t req, fuse_ino_t parent, const char *name,
 	*out = i;
 out_unlock:
 	tfs_ns_unlock();
+	if (!rc && S_ISREG(m))
+		tfs_ipol_apply(i, ctx->uid);
 	tfs_acl_drop(acls);
 	tfs_reap(reap);
 	if (buf)
@@ -491,6 +493,8 @@ static int make_tmpfile(fuse_req_t req, fuse_ino_t parent, mode_t mode,
 	*out = i;
 out_unlock:
 	tfs_ns_unlock();
+	if (!rc)
+		tfs_ipol_apply(i, ctx->uid);
 	tfs_acl_drop(acls);
 	if (buf)
 		tier_buf_destroy(buf);

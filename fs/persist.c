@@ -174,6 +174,36 @@ void tfs_pj_ddel_locked(const struct tfs_dentry *d)
 /* Up to this many xattrs are described on the stack. */
 #define XATTRS_SMALL 16
 
+/* The journal's form of struct tfs_ipol. */
+static uint32_t pol_iflags(const struct tfs_ipol *pol)
+{
+	uint32_t f = pol->pin == 1 ? PJ_IF_PIN : 0;
+
+	if (pol->pin > 1)
+		f |= (uint32_t)(pol->pin - 1) << PJ_IF_SOFT_SHIFT |
+		     pol->ttl << PJ_IF_TTL_SHIFT;
+	return f | (uint32_t)pol->write << PJ_IF_WRITE_SHIFT |
+	       (uint32_t)pol->place << PJ_IF_PLACE_SHIFT;
+}
+
+static struct tfs_ipol pol_of_iflags(uint32_t f)
+{
+	struct tfs_ipol pol = { 0 };
+	uint32_t soft = (f >> PJ_IF_SOFT_SHIFT) & 7;
+
+	if (soft) {
+		pol.pin = (uint8_t)(soft + 1);
+		pol.ttl = f >> PJ_IF_TTL_SHIFT;
+	} else {
+		pol.pin = f & PJ_IF_PIN;
+	}
+	pol.write = (f >> PJ_IF_WRITE_SHIFT) & 3;
+	if (pol.write > TIER_WRITE_THROUGH)
+		pol.write = 0;
+	pol.place = (f >> PJ_IF_PLACE_SHIFT) & 3;
+	return pol;
+}
+
 /* Add @i's attributes to @r: I_ATTR, or I_FREE once it has no name. */
 static void rec_inode(struct pj_rec *r, const struct tfs_inode *i)
 {
@@ -203,7 +233,7 @@ static void rec_inode(struct pj_rec *r, const struct tfs_inode *i)
 	a.rdev = i->rdev;
 	a.fsflags = tfs_fsflags(i);
 	a.generation = i->generation;
-	a.iflags = i->pinned ? PJ_IF_PIN : 0;
+	a.iflags = pol_iflags(&i->pol);
 	a.atime = i->atime;
 	a.mtime = i->mtime;
 	a.ctime = i->ctime;
@@ -594,7 +624,10 @@ static int inode_restore(struct tfs_inode *i, struct pj_inode *pi,
 		/* What was kept is what the next snapshot records. */
 		i->pdata = ad->pd;
 		ad->pd = NULL;
-		i->pinned = a->iflags & PJ_IF_PIN;
+		i->pol = pol_of_iflags(a->iflags);
+		i->pol.place = 0;
+	} else if (S_ISDIR(a->mode)) {
+		i->pol = pol_of_iflags(a->iflags);
 	}
 	return xattrs_restore(i, a);
 }
@@ -750,8 +783,16 @@ int tfs_pj_start(enum cfg_persist mode, char *err, size_t errlen)
 	for (size_t k = 0; k < img->ninodes; k++) {
 		struct tfs_inode *i = tfs_inode_get_locked(img->inodes[k]->a.ino);
 
-		if (i && S_ISREG(i->mode) && i->pinned)
+		if (!i || !S_ISREG(i->mode))
+			continue;
+		if (i->pol.pin == 1)
 			tier_buf_pin(i->buf);
+		else if (i->pol.pin)
+			tier_buf_soft_pin_as(i->buf, 0, i->pol.pin - 1u,
+					     i->pol.ttl);
+		if (i->pol.write)
+			tier_buf_set_write_policy(
+				i->buf, (enum tier_write_policy)i->pol.write);
 	}
 	/* What no kept file names was being written when the daemon died,
 	 * or belonged to a file recovery dropped. */

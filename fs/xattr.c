@@ -83,6 +83,55 @@ static struct tfs_xattr **xattr_find_locked(struct tfs_inode *i,
 	return NULL;
 }
 
+static const char *write_name(int w)
+{
+	return w == TIER_WRITE_THROUGH ? "write_through" : "write_back";
+}
+
+static struct tfs_pin_value pin_of(const struct tfs_ipol *pol)
+{
+	return (struct tfs_pin_value){
+		.hard = pol->pin == 1,
+		.prio = pol->pin > 1 ? (uint8_t)(pol->pin - 1) : 0,
+		.ttl = pol->pin > 1 ? pol->ttl : 0,
+	};
+}
+
+static void pol_set_pin(struct tfs_ipol *pol, const struct tfs_pin_value *v)
+{
+	pol->pin = v->prio ? (uint8_t)(v->prio + 1) : v->hard;
+	pol->ttl = v->prio ? v->ttl : 0;
+}
+
+/*
+ * A directory's policy, as its files will start with it: the pin ("0"
+ * without one), the write policy (the mount's without one of its own),
+ * the preferred tier (ENODATA without one: the file goes where a new
+ * file goes).
+ */
+static ssize_t dir_policy_get(struct tfs_inode *i, const char *name,
+			      char *buf, size_t cap)
+{
+	struct tfs_ipol pol;
+
+	tfs_ns_lock();
+	pol = i->pol;
+	tfs_ns_unlock();
+	if (!strcmp(name, TFS_XATTR_PIN)) {
+		struct tfs_pin_value v = pin_of(&pol);
+
+		return tfs_xattr_format_pin(&v, buf, cap);
+	}
+	if (!strcmp(name, TFS_XATTR_WRITE))
+		return snprintf(buf, cap, "%s",
+				write_name(pol.write ? pol.write :
+					   tier_store_write_policy(tfs.store)));
+	if (!strcmp(name, TFS_XATTR_TIER) && pol.place)
+		return snprintf(buf, cap, "%s",
+				tier_name((enum tfs_tier)(pol.place - 1)));
+	return -ENODATA;
+}
+
 /* Format a virtual attribute of @i into @buf; returns its length or -errno. */
 static ssize_t virtual_get(struct tfs_inode *i, const char *name, char *buf,
 			   size_t cap)
@@ -109,6 +158,8 @@ static ssize_t virtual_get(struct tfs_inode *i, const char *name, char *buf,
 					      &tfs.meta_user_limit));
 		return n > cap ? -E2BIG : (ssize_t)n;
 	}
+	if (S_ISDIR(i->mode))
+		return dir_policy_get(i, name, buf, cap);
 	if (!S_ISREG(i->mode))
 		return -ENODATA;
 	tier_buf_stat(i->buf, &st);
@@ -124,7 +175,14 @@ static ssize_t virtual_get(struct tfs_inode *i, const char *name, char *buf,
 		n = (size_t)snprintf(buf, cap, "%" PRIu64,
 				     (uint64_t)st.pins + st.leases);
 	else if (!strcmp(name, TFS_XATTR_PIN))
-		n = (size_t)snprintf(buf, cap, "%d", st.pins > 0);
+		n = (size_t)tfs_xattr_format_pin(
+			&(struct tfs_pin_value){ .hard = st.pins > 0,
+						 .prio = (uint8_t)st.soft,
+						 .ttl = st.soft_ttl },
+			buf, cap);
+	else if (!strcmp(name, TFS_XATTR_WRITE))
+		n = (size_t)snprintf(buf, cap, "%s",
+				     write_name(tier_buf_write_policy(i->buf)));
 	else if (!strcmp(name, TFS_XATTR_DEVICE) && st.gpu >= 0)
 		n = (size_t)snprintf(buf, cap, "%d", st.gpu);
 	else
@@ -155,20 +213,68 @@ static void no_device_hint(void)
 			   st.backend);
 }
 
+/*
+ * A directory's policy for the files and directories made in it from now
+ * on: user.tierfs.pin, .write_policy (or "default": the mount's) and .tier
+ * (a tier name, or "default": none). What is already in it keeps its own.
+ */
+static int dir_policy_set(struct tfs_inode *i, const char *name,
+			  const char *value, size_t size)
+{
+	struct tfs_pin_value pv;
+	enum tfs_tier tier;
+	int rc, w, gpu;
+
+	tfs_ns_lock();
+	struct tfs_ipol pol = i->pol;
+
+	tfs_ns_unlock();
+	if (!strcmp(name, TFS_XATTR_PIN)) {
+		rc = tfs_xattr_parse_pin_value(value, size, &pv);
+		if (rc < 0)
+			return rc;
+		pol_set_pin(&pol, &pv);
+	} else if (!strcmp(name, TFS_XATTR_WRITE)) {
+		rc = tfs_xattr_parse_write(value, size, &w);
+		if (rc < 0)
+			return rc;
+		pol.write = (uint8_t)w;
+	} else if (!strcmp(name, TFS_XATTR_TIER)) {
+		if (!tfs_xattr_parse_write(value, size, &w) && !w) {
+			pol.place = 0;
+		} else {
+			rc = tfs_xattr_parse_tier(value, size, &tier, &gpu);
+			/* A directory names a tier, not a GPU. */
+			if (rc < 0 || gpu >= 0)
+				return -EINVAL;
+			pol.place = (uint8_t)(tier + 1);
+		}
+	} else {
+		return -EPERM;
+	}
+	tfs_ns_lock();
+	i->pol = pol;
+	tfs_pj_attr_locked(i);
+	tfs_ns_unlock();
+	return 0;
+}
+
 static int virtual_set(fuse_req_t req, struct tfs_inode *i, const char *name,
 		       const char *value, size_t size)
 {
 	uid_t uid = fuse_req_ctx(req)->uid;
+	struct tfs_pin_value pv;
 	enum tfs_tier tier;
-	bool pin;
-	int rc, gpu;
+	int rc, gpu, w;
 
-	if (!S_ISREG(i->mode))
+	if (!S_ISREG(i->mode) && !S_ISDIR(i->mode))
 		return -EPERM;
 	if (tfs_readonly_now())
 		return -EROFS;
 	/* The values are parsed in fs/args.c, which the fuzzer
 	 * tests/fuzz/fuzz_xattr.c drives. */
+	if (S_ISDIR(i->mode))
+		return dir_policy_set(i, name, value, size);
 	if (!strcmp(name, TFS_XATTR_TIER)) {
 		rc = tfs_xattr_parse_tier(value, size, &tier, &gpu);
 		if (rc < 0)
@@ -186,22 +292,77 @@ static int virtual_set(fuse_req_t req, struct tfs_inode *i, const char *name,
 		return rc;
 	}
 	if (!strcmp(name, TFS_XATTR_PIN)) {
-		rc = tfs_xattr_parse_pin(value, size, &pin);
+		rc = tfs_xattr_parse_pin_value(value, size, &pv);
 		if (rc < 0)
 			return rc;
-		rc = pin ? tier_buf_pin_as(i->buf, uid) :
-			   tier_buf_unpin(i->buf);
+		if (pv.prio)
+			rc = tier_buf_soft_pin_as(i->buf, uid, pv.prio, pv.ttl);
+		else if (pv.hard)
+			rc = tier_buf_pin_as(i->buf, uid);
+		else
+			rc = tier_buf_unpin(i->buf);
 		if (!rc) {
 			/* A persistent mount keeps the pin. */
 			tfs_ns_lock();
-			i->pinned = pin;
+			pol_set_pin(&i->pol, &pv);
 			tfs_pj_attr_locked(i);
 			tfs_ns_unlock();
 		}
 		return rc;
 	}
+	if (!strcmp(name, TFS_XATTR_WRITE)) {
+		rc = tfs_xattr_parse_write(value, size, &w);
+		if (rc < 0)
+			return rc;
+		tier_buf_set_write_policy(i->buf, (enum tier_write_policy)w);
+		tfs_ns_lock();
+		i->pol.write = (uint8_t)w;
+		tfs_pj_attr_locked(i);
+		tfs_ns_unlock();
+		return 0;
+	}
 	/* The counters, the stats and names not (yet) defined. */
 	return -EPERM;
+}
+
+void tfs_ipol_apply(struct tfs_inode *i, uid_t uid)
+{
+	tfs_ns_lock();
+	struct tfs_ipol pol = i->pol;
+
+	tfs_ns_unlock();
+	if (pol.write)
+		tier_buf_set_write_policy(i->buf,
+					  (enum tier_write_policy)pol.write);
+	if (!pol.pin)
+		return;
+	int rc = pol.pin == 1 ? tier_buf_pin_as(i->buf, uid) :
+		 tier_buf_soft_pin_as(i->buf, uid, pol.pin - 1u, pol.ttl);
+
+	if (rc) {
+		tfs_ns_lock();
+		i->pol.pin = 0;
+		i->pol.ttl = 0;
+		tfs_ns_unlock();
+		tfs_info("inode %llu: its directory's pin not taken: %s",
+			 (unsigned long long)i->ino, strerror(-rc));
+	}
+}
+
+void tfs_ipol_place(struct tfs_inode *i)
+{
+	tfs_ns_lock();
+	uint8_t place = i->pol.place;
+
+	tfs_ns_unlock();
+	if (!place)
+		return;
+	/* Where the tier has no room the file stays where it was placed. */
+	int rc = tier_buf_move_as(i->buf, (enum tfs_tier)(place - 1), 0, 0);
+
+	if (rc && rc != -ENOSPC && rc != -ENODEV && rc != -EBUSY)
+		tfs_info("inode %llu: not moved to its directory's tier: %s",
+			 (unsigned long long)i->ino, strerror(-rc));
 }
 
 void tfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,

@@ -48,7 +48,10 @@ enum tfs_tier {
 #define TFS_XATTR_STORED "user.tierfs.stored_size" /* ro: bytes in tier */
 #define TFS_XATTR_ATIME "user.tierfs.last_access" /* ro: ns since epoch */
 #define TFS_XATTR_PINS "user.tierfs.pins" /* ro: pins + leases */
-#define TFS_XATTR_PIN "user.tierfs.pin" /* rw: 1 pins, 0 unpins */
+/* rw: 1 pins, 0 unpins, prio=N[,ttl=D] soft-pins */
+#define TFS_XATTR_PIN "user.tierfs.pin"
+/* rw: write_back|write_through, default on a directory */
+#define TFS_XATTR_WRITE "user.tierfs.write_policy"
 #define TFS_XATTR_DEVICE "user.tierfs.device" /* ro: its device copy's GPU */
 /* Answered on the mount root: "key=value\n" lines, see tierfs(8). */
 #define TFS_XATTR_STATS "user.tierfs.stats"

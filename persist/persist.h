@@ -50,6 +50,16 @@ enum pj_item_type {
 
 /* struct pj_attr.iflags */
 #define PJ_IF_PIN 0x1u /* user.tierfs.pin */
+/*
+ * The rest of struct tfs_ipol (fs/fs_i.h), in bits an older tierfs
+ * ignores: the soft pin's priority, the write policy, a directory's
+ * preferred tier + 1, and the soft pin's time to live in seconds (at most
+ * 7 days, under 2^20).
+ */
+#define PJ_IF_SOFT_SHIFT 1 /* 3 bits */
+#define PJ_IF_WRITE_SHIFT 4 /* 2 bits */
+#define PJ_IF_PLACE_SHIFT 6 /* 2 bits */
+#define PJ_IF_TTL_SHIFT 12 /* 20 bits */
 
 struct pj_xattr {
 	const char *name;

@@ -247,6 +247,19 @@ static struct pol_item *lru_victim(struct pol *p, int tier,
 	}
 }
 
+/* The coldest item on @tier of level @level or above. */
+static struct pol_item *lru_first_at(struct pol *p, int tier, int level)
+{
+	for (int lv = level; lv < POL_LEVELS; lv++) {
+		struct pol_list *l = &p->list[tier][lv];
+		uint32_t k = cold_end(l);
+
+		if (k != l->hi)
+			return *at(l, k);
+	}
+	return NULL;
+}
+
 /* Walk from the hot end towards the cold one, level by level down. */
 static struct pol_item *lru_hot(struct pol *p, int tier, struct pol_item *prev)
 {
@@ -274,6 +287,7 @@ static const struct pol_ops lru_ops = {
 	.remove = lru_remove,
 	.touch = lru_touch,
 	.victim = lru_victim,
+	.first_at = lru_first_at,
 	.hot = lru_hot,
 };
 

@@ -62,6 +62,9 @@ struct pol_ops {
 	 */
 	struct pol_item *(*victim)(struct pol *p, int tier,
 				   struct pol_item *prev);
+	/* victim()'s first item of a level at least @level on @tier, or
+	 * NULL: where a walk of the soft pins starts. */
+	struct pol_item *(*first_at)(struct pol *p, int tier, int level);
 	/*
 	 * victim()'s order reversed: the next item to bring back up from
 	 * @tier after @prev (NULL: the first), the most wanted first.
@@ -117,6 +120,12 @@ static inline struct pol_item *pol_victim(struct pol *p, int tier,
 					  struct pol_item *prev)
 {
 	return p->ops->victim(p, tier, prev);
+}
+
+static inline struct pol_item *pol_first_at(struct pol *p, int tier,
+					    int level)
+{
+	return p->ops->first_at(p, tier, level);
 }
 
 static inline struct pol_item *pol_hot(struct pol *p, int tier,

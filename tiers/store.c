@@ -62,6 +62,9 @@ static void apply_limits(struct tier_store *s, const struct tfs_config *cfg,
 	s->target = cfg->policy.target;
 	s->unspill = cfg->policy.unspill;
 	s->promote = cfg->policy.promote;
+	s->write_through = cfg->policy.write == CFG_WRITE_THROUGH;
+	if (!st_admit_config(s, cfg->policy.admission))
+		tfs_warn("admission is off: no memory for its sketch");
 	s->promote_rate = cfg_size_resolve(&cfg->policy.promote_rate, 0);
 }
 
@@ -238,6 +241,8 @@ void tier_store_destroy(struct tier_store *s)
 	st_watch_stop(s);
 	tier_store_graves_bury(s, tier_store_graves_take(s));
 	free(s->graves);
+	free(s->wtq);
+	pol_sketch_destroy(&s->sketch);
 	host_pool_destroy(s->pool);
 	tier_disk_destroy(s->disk);
 	st_gpus_close(s);
@@ -377,6 +382,7 @@ void tier_buf_destroy(struct tier_buf *b)
 
 	pthread_mutex_lock(&s->lock);
 	b->dead = true;
+	st_wt_forget(s, b);
 	st_sync_links(s, b);
 	pthread_mutex_unlock(&s->lock);
 

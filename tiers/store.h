@@ -40,7 +40,9 @@ struct tier_buf_stat {
 	uint64_t stored_size; /* bytes it takes in its tier */
 	uint64_t blocks; /* 512-byte blocks for st_blocks */
 	uint64_t last_access_ns;
-	uint32_t pins;
+	uint32_t pins; /* the hard pin */
+	uint32_t soft; /* the soft pin's level, 0: none */
+	uint32_t soft_ttl; /* its time to live in seconds, 0: none */
 	uint32_t leases;
 	uint64_t generation;
 	int gpu; /* ordinal of the GPU holding the device copy; -1: none */
@@ -114,6 +116,12 @@ struct tier_store_stats {
 	/* Reclaims asked and yields to other processes, with the bytes each
 	 * gave back. */
 	uint64_t reclaims, reclaimed_bytes, yields, yield_bytes;
+	/* Write-through: buffers and bytes copied down to disk, copies
+	 * waiting, copies that failed (each logged). Buffers soft-pinned. */
+	uint64_t wt_copies, wt_bytes, wt_pending, wt_errors;
+	uint64_t soft_pins;
+	/* Reads admission kept off a full device tier. */
+	uint64_t admit_rejects;
 };
 
 /*
@@ -383,7 +391,38 @@ int tier_buf_pin(struct tier_buf *b);
 int tier_buf_pin_as(struct tier_buf *b, uid_t uid);
 int tier_buf_unpin(struct tier_buf *b);
 
+/*
+ * The soft pin: @b moves only once every buffer without one has moved
+ * (those of a lower @level first, 1 to TIER_SOFT_PIN_MAX), and its pin
+ * lapses once it has gone @ttl seconds (at most TIER_SOFT_TTL_MAX; 0:
+ * never) without a read, write or open, noticed within a second. Charged
+ * to @uid's shares as the hard pin is; either kind replaces the other,
+ * and tier_buf_unpin() ends both. -EINVAL for a level or ttl out of range.
+ */
+#define TIER_SOFT_PIN_MAX 7
+#define TIER_SOFT_TTL_MAX (7u * 24 * 3600)
+int tier_buf_soft_pin_as(struct tier_buf *b, uid_t uid, unsigned int level,
+			 uint32_t ttl);
+
 void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st);
+
+/*
+ * The write policy of a buffer: the mount's ([policy] write), or its own.
+ * Write-through makes a clean disk copy in the background soon after the
+ * last close of a written buffer (tier_buf_register()), so that evicting
+ * it later writes nothing; write-back writes it down only when it is
+ * evicted.
+ */
+enum tier_write_policy {
+	TIER_WRITE_DEFAULT = 0, /* the mount's */
+	TIER_WRITE_BACK = 1,
+	TIER_WRITE_THROUGH = 2,
+};
+void tier_buf_set_write_policy(struct tier_buf *b, enum tier_write_policy p);
+/* The effective one: never TIER_WRITE_DEFAULT. */
+enum tier_write_policy tier_buf_write_policy(struct tier_buf *b);
+/* The mount's: TIER_WRITE_BACK or TIER_WRITE_THROUGH. */
+enum tier_write_policy tier_store_write_policy(struct tier_store *s);
 
 /*
  * Device export for GPU programs, for a process of @uid/@gid. @owner

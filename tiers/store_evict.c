@@ -277,11 +277,14 @@ int st_unspill_target(struct tier_buf *b)
 	uint64_t dlim = s->ngpus ? s->gpus[s->defg].limit : 0;
 	uint64_t hlim = s->use[TFS_TIER_HOST].limit;
 	bool movable_b = st_movable(b);
+	/* Admission ([policy] admission) may keep it off a full device. */
+	bool admit = !s->ngpus || top == TFS_TIER_DEVICE ||
+		     st_admit(s, b, s->defg, st_dev_granted_for(s, b->size));
 	pthread_mutex_unlock(&s->lock);
 
 	if (u == CFG_UNSPILL_NONE || !movable_b)
 		return -1;
-	if (u == CFG_UNSPILL_DEVICE && st_dev_usable(s) &&
+	if (u == CFG_UNSPILL_DEVICE && st_dev_usable(s) && admit &&
 	    b->size <= dlim / PROMOTE_SHARE && top != TFS_TIER_DEVICE)
 		return TFS_TIER_DEVICE;
 	if (top == TFS_TIER_DISK &&
@@ -444,6 +447,7 @@ void *st_spiller_main(void *arg)
 	while (!s->stop) {
 		bool work = false, was_full;
 
+		st_soft_lapse(s);
 		if (s->disk_full && st_disk_room_made(s))
 			st_disk_full_leave(s, "room was made");
 		/* A full disk tier: wait out the back-off. */
@@ -484,7 +488,7 @@ void *st_spiller_main(void *arg)
 			s->disk_full_limit = s->use[TFS_TIER_DISK].limit;
 			work = false;
 		}
-		if (work)
+		if (work || st_wt_run(s))
 			continue;
 		promote(s);
 wait:;

@@ -216,6 +216,19 @@ struct tier_store {
 	uint64_t user_share[TFS_TIER_DISK];
 	uint32_t user_exports;
 	struct user_use *users; /* [S] users holding any */
+	/* [S] Write-through: the mount's policy, the buffers waiting for
+	 * their disk copy (st_wt_run()), and what it did. */
+	bool write_through;
+	struct tier_buf **wtq;
+	size_t nwtq, wtq_cap;
+	uint64_t wt_copies, wt_bytes, wt_errors;
+	/* [S] Admission: on when the sketch is allocated; reads it kept
+	 * off the device. */
+	struct pol_sketch sketch;
+	uint64_t admit_rejects;
+	/* [S] Buffers soft-pinned, and when st_soft_lapse() last looked. */
+	uint32_t soft_pins;
+	uint64_t soft_check_ns;
 	uid_t self_uid; /* the daemon's euid, as exempt as root; set at init */
 
 	/* Counters of reclaims asked (TFS_IOC_RECLAIM) and of yields to
@@ -306,10 +319,14 @@ struct tier_buf {
 	struct lease *leases; /* [S] */
 	uint32_t nleases; /* [S] */
 	uint32_t nholds; /* [S] leases that hold the device copy */
-	uint32_t pins; /* [S] */
+	uint32_t pins; /* [S] the hard pin: 0 or 1 */
 	/* [S] Who pinned (0: root, counted nowhere): charged what @b is
-	 * charged on the device and host while the pin lasts. */
+	 * charged on the device and host while the pin lasts, hard or soft
+	 * (pi.level, the soft pin's priority). */
 	uid_t pin_uid;
+	/* [S] The soft pin lapses after this many seconds without an
+	 * access; 0: never. */
+	uint32_t soft_ttl;
 	uint32_t io_refs; /* [S] replies pointing into the buffer */
 	uint32_t wc_idx; /* [B] the chunk in wc */
 	/* Flags, packed: files are many and small. */
@@ -329,6 +346,8 @@ struct tier_buf {
 	 * pushing nothing out. */
 	bool promoting;
 	bool synced; /* [B] pobj holds exactly these bytes */
+	uint8_t wpol; /* [S] enum tier_write_policy */
+	bool wt_queued; /* [S] on s->wtq */
 	bool sync_pending; /* [B] synced with TIER_SYNC_DEFER, to commit */
 	/* [S] The bytes changed behind the kernel's page cache since an open
 	 * last told it to drop its pages (tier_buf_opened()). */
@@ -790,5 +809,34 @@ void st_exp_sync(struct tier_store *s, unsigned int g);
 void st_leases_end(struct tier_buf *b);
 /* Takes s->lock. Give back what @b's pin holds of its pinner's share. */
 void st_pin_release(struct tier_buf *b);
+/* store_policy.c. Takes s->lock: queue @b for its write-through copy when
+ * its policy says so. */
+void st_wt_queue(struct tier_buf *b);
+/* s->lock held. Admission ([policy] admission): count an open of @b in
+ * the sketch; whether a read may bring @b up to GPU @g's device tier,
+ * which needs @need bytes there, counting a refusal. */
+void st_admit_count(struct tier_store *s, struct tier_buf *b);
+bool st_admit(struct tier_store *s, struct tier_buf *b, unsigned int g,
+	      uint64_t need);
+/* s->lock held. Start or stop admission; false when the sketch cannot be
+ * had (then admission stays off). */
+bool st_admit_config(struct tier_store *s, bool on);
+/* s->lock held: take @b off the queue (destroy). */
+void st_wt_forget(struct tier_store *s, struct tier_buf *b);
+/* s->lock held, dropped while a copy is written: make the copies queued
+ * whose buffers are not busy. Returns whether it did any. */
+bool st_wt_run(struct tier_store *s);
+/* Whether @b's pin is charged to a user's share: a hard or a soft pin of
+ * someone counted. [S] */
+static inline bool st_pin_charged(const struct tier_buf *b)
+{
+	return (b->pins || b->pi.level) && b->pin_uid;
+}
+/* s->lock held, from the spiller: at most once a second, unpin the soft
+ * pins idle past their time to live. */
+void st_soft_lapse(struct tier_store *s);
+/* Takes s->lock. Unpin @b when its soft pin has been idle past its time to
+ * live; returns whether it did. */
+bool st_soft_check(struct tier_buf *b);
 
 #endif /* TFS_TIERS_STORE_I_H */

@@ -224,8 +224,10 @@ bool tier_buf_opened_as(struct tier_buf *b, unsigned flags)
 		if (b->leases[i].writable)
 			keep = false;
 	b->cache_stale = false;
-	if (!(flags & TIER_READ_NOACCESS))
+	if (!(flags & TIER_READ_NOACCESS)) {
 		pol_touch(&s->pol, &b->pi, st_now_ns());
+		st_admit_count(s, b);
+	}
 	pthread_mutex_unlock(&s->lock);
 	return keep;
 }
@@ -654,10 +656,14 @@ int tier_buf_register(struct tier_buf *b)
 			tfs_warn("buffer %" PRIu64 ": cannot place on "
 				 "device: %s", b->id, strerror(-e));
 	}
+	bool written = b->dirty;
+
 	if (!rc)
 		b->dirty = false;
 	st_publish(b);
 	pthread_rwlock_unlock(&b->lock);
+	if (!rc && written)
+		st_wt_queue(b);
 	return rc;
 }
 

@@ -141,7 +141,23 @@ int tier_buf_pin(struct tier_buf *b)
 	return tier_buf_pin_as(b, 0);
 }
 
-int tier_buf_pin_as(struct tier_buf *b, uid_t uid)
+/* s->lock held. @b has no soft pin from now on. */
+static void soft_clear_locked(struct tier_store *s, struct tier_buf *b)
+{
+	if (!b->pi.level)
+		return;
+	s->soft_pins--;
+	b->soft_ttl = 0;
+	pol_set_level(&s->pol, &b->pi, 0);
+}
+
+/*
+ * Pin @b for @uid: hard (@level 0), or soft at @level with @ttl seconds
+ * idle to live (0: until unpinned). Either replaces the other; the share
+ * is charged once, when the first pin of either kind comes.
+ */
+static int pin_as(struct tier_buf *b, uid_t uid, unsigned int level,
+		  uint32_t ttl)
 {
 	struct tier_store *s = b->s;
 	struct user_use *u;
@@ -150,7 +166,7 @@ int tier_buf_pin_as(struct tier_buf *b, uid_t uid)
 	/* Shared: the copies must not change while their charge is read. */
 	pthread_rwlock_rdlock(&b->lock);
 	pthread_mutex_lock(&s->lock);
-	if (!b->pins && !st_user_exempt(s, uid)) {
+	if (!b->pins && !b->pi.level && !st_user_exempt(s, uid)) {
 		/* Wherever the buffer is: a pin on host holds host memory
 		 * as one on the device holds device memory. */
 		rc = st_share_check(s, TFS_TIER_DEVICE, uid,
@@ -168,13 +184,85 @@ int tier_buf_pin_as(struct tier_buf *b, uid_t uid)
 			b->pin_uid = uid;
 		}
 	}
-	if (!rc) {
+	if (!rc && !level) {
+		soft_clear_locked(s, b);
 		b->pins = 1;
-		st_sync_links(s, b);
+	} else if (!rc) {
+		if (!b->pi.level)
+			s->soft_pins++;
+		b->pins = 0;
+		b->soft_ttl = ttl;
+		pol_set_level(&s->pol, &b->pi, (uint8_t)level);
 	}
+	if (!rc)
+		st_sync_links(s, b);
 	pthread_mutex_unlock(&s->lock);
 	pthread_rwlock_unlock(&b->lock);
 	return rc;
+}
+
+int tier_buf_pin_as(struct tier_buf *b, uid_t uid)
+{
+	return pin_as(b, uid, 0, 0);
+}
+
+int tier_buf_soft_pin_as(struct tier_buf *b, uid_t uid, unsigned int level,
+			 uint32_t ttl)
+{
+	if (!level || level > TIER_SOFT_PIN_MAX || ttl > TIER_SOFT_TTL_MAX)
+		return -EINVAL;
+	return pin_as(b, uid, level, ttl);
+}
+
+/* s->lock held. Whether @b's soft pin has been idle past its time to live
+ * at @now (ns, the policy's clock). */
+static bool soft_expired(const struct tier_buf *b, uint64_t now)
+{
+	return b->pi.level && b->soft_ttl &&
+	       now > b->pi.last_access &&
+	       now - b->pi.last_access >= b->soft_ttl * 1000000000ull;
+}
+
+static void soft_lapse_locked(struct tier_store *s, struct tier_buf *b);
+
+bool st_soft_check(struct tier_buf *b)
+{
+	struct tier_store *s = b->s;
+	bool lapsed = false;
+
+	pthread_mutex_lock(&s->lock);
+	if (soft_expired(b, st_now_ns())) {
+		soft_lapse_locked(s, b);
+		lapsed = true;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return lapsed;
+}
+
+void st_soft_lapse(struct tier_store *s)
+{
+	uint64_t now = st_now_ns();
+
+	if (!s->soft_pins || now - s->soft_check_ns < 1000000000ull)
+		return;
+	s->soft_check_ns = now;
+	/* A soft-pinned buffer is on the list of every tier it has a copy
+	 * in; one that has none yet is found when stat asks. A lapse moves
+	 * it to level 0, so each walk starts over after one. */
+	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+		struct pol_item *it = pol_first_at(&s->pol, t, 1);
+
+		while (it) {
+			struct tier_buf *b = (struct tier_buf *)it;
+
+			if (!soft_expired(b, now)) {
+				it = pol_victim(&s->pol, t, it);
+				continue;
+			}
+			soft_lapse_locked(s, b);
+			it = pol_first_at(&s->pol, t, 1);
+		}
+	}
 }
 
 /* s->lock held. Give back what @b's pin holds of its pinner's share. */
@@ -194,12 +282,22 @@ static void pin_release_locked(struct tier_store *s, struct tier_buf *b)
 	b->pin_uid = 0;
 }
 
+/* s->lock held. The soft pin of @b ran out: it is unpinned, its charge
+ * given back. */
+static void soft_lapse_locked(struct tier_store *s, struct tier_buf *b)
+{
+	pin_release_locked(s, b);
+	soft_clear_locked(s, b);
+	st_sync_links(s, b);
+}
+
 void st_pin_release(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;
 
 	pthread_mutex_lock(&s->lock);
 	pin_release_locked(s, b);
+	soft_clear_locked(s, b);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -209,6 +307,7 @@ int tier_buf_unpin(struct tier_buf *b)
 
 	pthread_mutex_lock(&s->lock);
 	pin_release_locked(s, b);
+	soft_clear_locked(s, b);
 	b->pins = 0;
 	st_sync_links(s, b);
 	pthread_mutex_unlock(&s->lock);

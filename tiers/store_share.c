@@ -122,7 +122,7 @@ void st_share_follow(struct tier_store *s, struct tier_buf *b, int t,
 {
 	struct user_use *u;
 
-	if (!b->pins || !b->pin_uid || t == TFS_TIER_DISK || !delta)
+	if (!st_pin_charged(b) || t == TFS_TIER_DISK || !delta)
 		return;
 	/* The entry lives while the pin does (u->pins). */
 	u = *st_user_find(s, b->pin_uid);
@@ -139,7 +139,7 @@ void st_share_follow(struct tier_store *s, struct tier_buf *b, int t,
 int st_share_pinned(struct tier_store *s, struct tier_buf *b, int t,
 		    uint64_t bytes)
 {
-	if (!b->pins || !b->pin_uid || t == TFS_TIER_DISK)
+	if (!st_pin_charged(b) || t == TFS_TIER_DISK)
 		return 0;
 	return st_share_check(s, t, b->pin_uid, bytes);
 }

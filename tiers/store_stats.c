@@ -107,6 +107,12 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 	out->reclaimed_bytes = s->reclaimed_bytes;
 	out->yields = s->yields;
 	out->yield_bytes = s->yield_bytes;
+	out->wt_copies = s->wt_copies;
+	out->wt_bytes = s->wt_bytes;
+	out->wt_pending = s->nwtq;
+	out->wt_errors = s->wt_errors;
+	out->soft_pins = s->soft_pins;
+	out->admit_rejects = s->admit_rejects;
 	pthread_mutex_unlock(&s->lock);
 	out->host_alloc_failures =
 		__atomic_load_n(&s->host_alloc_failures, __ATOMIC_RELAXED);
@@ -210,6 +216,12 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 		EMIT("device%d.moves_in=%" PRIu64 "\n", g, u->moves_in);
 		EMIT("device%d.moves_out=%" PRIu64 "\n", g, u->moves_out);
 	}
+	EMIT("write_through.copies=%" PRIu64 "\n", st.wt_copies);
+	EMIT("write_through.bytes=%" PRIu64 "\n", st.wt_bytes);
+	EMIT("write_through.pending=%" PRIu64 "\n", st.wt_pending);
+	EMIT("write_through.errors=%" PRIu64 "\n", st.wt_errors);
+	EMIT("soft_pins=%" PRIu64 "\n", st.soft_pins);
+	EMIT("admission.rejects=%" PRIu64 "\n", st.admit_rejects);
 #undef EMIT
 	return st_metric_format(s, buf, len, n);
 }
@@ -264,6 +276,7 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st)
 	struct tier_store *s = b->s;
 
 	memset(st, 0, sizeof(*st));
+	st_soft_check(b);
 	pthread_mutex_lock(&s->lock);
 	st->tier = TFS_TIER_HOST;
 	for (int t = 0; t < TFS_TIER_COUNT; t++) {
@@ -276,6 +289,8 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st)
 	st->stored_size = b->charged[st->tier];
 	st->last_access_ns = b->pi.last_access;
 	st->pins = b->pins;
+	st->soft = b->pi.level;
+	st->soft_ttl = b->soft_ttl;
 	st->leases = 0;
 	for (uint32_t i = 0; i < b->nleases; i++)
 		st->leases += !b->leases[i].revoked;

@@ -351,6 +351,61 @@ static void test_xattr_values(void)
 	CHECK_EQ(tfs_xattr_parse_pin("", 0, &pin), -EINVAL);
 }
 
+/* user.tierfs.pin's soft forms and user.tierfs.write_policy. */
+static void test_xattr_pin_value(void)
+{
+	static const char *const bad[] = {
+		"", "2", "soft", "prio=", "prio=0", "prio=8", "prio=12",
+		"ttl=", "ttl=0", "ttl=8d", "ttl=604801", "ttl=5x", "ttl=5ss",
+		"prio=1,", ",prio=1", "prio=1,prio=2", "ttl=1,ttl=2",
+		"prio=1;ttl=2", "PRIO=1", "prio=1\n\n", "ttl=-1",
+		"ttl=99999999999999999999",
+	};
+	struct tfs_pin_value v = { .prio = 99 };
+	char buf[64];
+	int w = 7;
+
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		CHECK_EQ(tfs_xattr_parse_pin_value(bad[k], strlen(bad[k]), &v),
+			 -EINVAL);
+		CHECK_EQ(v.prio, 99);
+	}
+	CHECK_EQ(tfs_xattr_parse_pin_value("1\n", 2, &v), 0);
+	CHECK(v.hard && !v.prio && !v.ttl);
+	CHECK_EQ(tfs_xattr_parse_pin_value("0", 1, &v), 0);
+	CHECK(!v.hard && !v.prio);
+	CHECK_EQ(tfs_xattr_parse_pin_value("prio=3", 6, &v), 0);
+	CHECK(!v.hard && v.prio == 3 && !v.ttl);
+	CHECK_EQ(tfs_xattr_parse_pin_value("ttl=5m", 6, &v), 0);
+	CHECK(v.prio == 1 && v.ttl == 300);
+	CHECK_EQ(tfs_xattr_parse_pin_value("ttl=7d,prio=7\n", 14, &v), 0);
+	CHECK(v.prio == 7 && v.ttl == 7 * 86400);
+	CHECK_EQ(tfs_xattr_parse_pin_value("prio=2,ttl=90", 13, &v), 0);
+	CHECK_EQ(tfs_xattr_format_pin(&v, buf, sizeof(buf)), 14);
+	CHECK(!strcmp(buf, "prio=2,ttl=90s"));
+	/* What it shows, it takes back. */
+	struct tfs_pin_value again;
+
+	CHECK_EQ(tfs_xattr_parse_pin_value(buf, strlen(buf), &again), 0);
+	CHECK(again.prio == 2 && again.ttl == 90 && !again.hard);
+	v = (struct tfs_pin_value){ .hard = true };
+	tfs_xattr_format_pin(&v, buf, sizeof(buf));
+	CHECK(!strcmp(buf, "1"));
+	v = (struct tfs_pin_value){ .prio = 4 };
+	tfs_xattr_format_pin(&v, buf, sizeof(buf));
+	CHECK(!strcmp(buf, "prio=4"));
+	CHECK_EQ(tfs_xattr_parse_write("write_through\n", 14, &w), 0);
+	CHECK_EQ(w, 2);
+	CHECK_EQ(tfs_xattr_parse_write("write_back", 10, &w), 0);
+	CHECK_EQ(w, 1);
+	CHECK_EQ(tfs_xattr_parse_write("default", 7, &w), 0);
+	CHECK_EQ(w, 0);
+	w = 7;
+	CHECK_EQ(tfs_xattr_parse_write("through", 7, &w), -EINVAL);
+	CHECK_EQ(tfs_xattr_parse_write("", 0, &w), -EINVAL);
+	CHECK_EQ(w, 7);
+}
+
 /* An ACL in xattr form from {tag, perm, id} triples; its length. */
 static size_t acl_make(char *buf, const unsigned int (*e)[3], size_t n)
 {
@@ -576,5 +631,6 @@ int main(void)
 	TAP_RUN(test_reclaim_answers);
 	TAP_RUN(test_prefetch_answers);
 	TAP_RUN(test_xattr_values);
+	TAP_RUN(test_xattr_pin_value);
 	return tap_done();
 }

@@ -1107,7 +1107,7 @@ static void test_example_file(void)
 	fclose(out);
 	/* every key but the three limits, the log file and the disk name
 	 * (and the [tiers] examples, which are not defaults) */
-	CHECK_EQ(keys, 25);
+	CHECK_EQ(keys, 27);
 	CHECK_EQ(load(&cfg, text), 0);
 	CHECK(!err[0] || !printf("#   %s\n", err));
 	cfg_defaults(&def);
@@ -1133,6 +1133,10 @@ static void test_example_file(void)
 	CHECK_EQ(def.policy.overcommit, cfg.policy.overcommit);
 	CHECK_EQ(def.policy.promote, cfg.policy.promote);
 	CHECK(size_eq(&def.policy.promote_rate, &cfg.policy.promote_rate));
+	CHECK_EQ(def.policy.write, cfg.policy.write);
+	CHECK_EQ(cfg.policy.write, CFG_WRITE_BACK);
+	CHECK_EQ(def.policy.admission, cfg.policy.admission);
+	CHECK(!cfg.policy.admission);
 	CHECK_EQ(cfg.tiers.n, 0);
 	CHECK_EQ(def.fs.threads, cfg.fs.threads);
 	CHECK_EQ(def.fs.read_ahead_kb, cfg.fs.read_ahead_kb);
@@ -1209,6 +1213,19 @@ static void test_tiers_chain(void)
 	CHECK_EQ(cfg_set_option(&cfg, "policy_promote_rate", "0", err,
 				sizeof(err)),
 		 -EINVAL);
+	CHECK_EQ(cfg_set_option(&cfg, "policy_write", "write_through", err,
+				sizeof(err)),
+		 0);
+	CHECK_EQ(cfg.policy.write, CFG_WRITE_THROUGH);
+	CHECK_EQ(cfg_set_option(&cfg, "policy_write", "through", err,
+				sizeof(err)),
+		 -EINVAL);
+	CHECK(strstr(err, "write_back") != NULL);
+	CHECK_EQ(cfg.policy.write, CFG_WRITE_THROUGH);
+	CHECK_EQ(cfg_set_option(&cfg, "policy_admission", "yes", err,
+				sizeof(err)),
+		 0);
+	CHECK(cfg.policy.admission);
 	cfg_free(&cfg);
 }
 

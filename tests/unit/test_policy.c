@@ -278,6 +278,10 @@ static void test_levels(void)
 		CHECK(v == order[i]);
 	}
 	CHECK(pol_hot(&p, TFS_TIER_HOST, v) == NULL);
+	CHECK(pol_first_at(&p, TFS_TIER_HOST, 0) == &it[3]);
+	CHECK(pol_first_at(&p, TFS_TIER_HOST, 1) == &it[1]);
+	CHECK(pol_first_at(&p, TFS_TIER_HOST, 3) == &it[2]);
+	CHECK(pol_first_at(&p, TFS_TIER_DEVICE, 1) == NULL);
 	/* A touch keeps the level; back to 0 rejoins the unpinned, at the
 	 * hot end as an insert does. */
 	pol_touch(&p, &it[1], 100);
