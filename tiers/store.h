@@ -395,7 +395,8 @@ int tier_buf_unpin(struct tier_buf *b);
  * The soft pin: @b moves only once every buffer without one has moved
  * (those of a lower @level first, 1 to TIER_SOFT_PIN_MAX), and its pin
  * lapses once it has gone @ttl seconds (at most TIER_SOFT_TTL_MAX; 0:
- * never) without a read, write or open, noticed within a second. Charged
+ * never) without a read, write or open, noticed within a second; setting
+ * it counts as an access. Charged
  * to @uid's shares as the hard pin is; either kind replaces the other,
  * and tier_buf_unpin() ends both. -EINVAL for a level or ttl out of range.
  */

@@ -656,7 +656,10 @@ int tier_buf_register(struct tier_buf *b)
 			tfs_warn("buffer %" PRIu64 ": cannot place on "
 				 "device: %s", b->id, strerror(-e));
 	}
-	bool written = b->dirty;
+	/* Written (the fs registers only then, and at fsync): a write in
+	 * place on the device leaves b->dirty alone, but drops the disk
+	 * copy. */
+	bool written = !b->dobj && b->size;
 
 	if (!rc)
 		b->dirty = false;

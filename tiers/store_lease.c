@@ -193,6 +193,8 @@ static int pin_as(struct tier_buf *b, uid_t uid, unsigned int level,
 		b->pins = 0;
 		b->soft_ttl = ttl;
 		pol_set_level(&s->pol, &b->pi, (uint8_t)level);
+		/* The idle time runs from the pin: setting it is an access. */
+		pol_touch(&s->pol, &b->pi, st_now_ns());
 	}
 	if (!rc)
 		st_sync_links(s, b);
