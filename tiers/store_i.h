@@ -221,6 +221,7 @@ struct tier_store {
 	bool write_through;
 	struct tier_buf **wtq;
 	size_t nwtq, wtq_cap;
+	uint32_t wt_active; /* taken off the queue, being written */
 	uint64_t wt_copies, wt_bytes, wt_errors;
 	/* [S] Admission: on when the sketch is allocated; reads it kept
 	 * off the device. */

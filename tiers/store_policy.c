@@ -155,6 +155,7 @@ bool st_wt_run(struct tier_store *s)
 			continue;
 		}
 		wt_unqueue(s, i);
+		s->wt_active++;
 		pthread_mutex_unlock(&s->lock);
 		int rc = 0;
 		uint64_t size = b->size, id = b->id;
@@ -166,6 +167,7 @@ bool st_wt_run(struct tier_store *s)
 			size = 0;
 		st_publish(b);
 		pthread_mutex_lock(&s->lock);
+		s->wt_active--;
 		if (rc) {
 			s->wt_errors++;
 		} else if (size) {

@@ -109,7 +109,8 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 	out->yield_bytes = s->yield_bytes;
 	out->wt_copies = s->wt_copies;
 	out->wt_bytes = s->wt_bytes;
-	out->wt_pending = s->nwtq;
+	/* Queued or being written: 0 once every copy is made. */
+	out->wt_pending = s->nwtq + s->wt_active;
 	out->wt_errors = s->wt_errors;
 	out->soft_pins = s->soft_pins;
 	out->admit_rejects = s->admit_rejects;
