@@ -95,6 +95,7 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	pthread_mutex_init(&s->lock, &ma);
 	s->self_uid = geteuid();
 	s->make_room = st_shrink;
+	s->soft_lapse = st_soft_lapse;
 	pthread_mutexattr_destroy(&ma);
 	pthread_cond_init(&s->spill_wake, NULL);
 	pthread_cond_init(&s->io_idle, NULL);

@@ -447,7 +447,8 @@ void *st_spiller_main(void *arg)
 	while (!s->stop) {
 		bool work = false, was_full;
 
-		st_soft_lapse(s);
+		if (s->soft_lapse)
+			s->soft_lapse(s);
 		if (s->disk_full && st_disk_room_made(s))
 			st_disk_full_leave(s, "room was made");
 		/* A full disk tier: wait out the back-off. */

@@ -274,6 +274,10 @@ struct tier_store {
 	 * calling a file above it. */
 	int (*make_room)(struct tier_store *s, int t, unsigned int g,
 			 uint64_t goal, struct tier_buf *self, bool demand);
+	/* Set at init, read-only after: the pins' st_soft_lapse(), which the
+	 * spiller runs each round (s->lock held) without calling up into
+	 * store_lease.c, which calls eviction. */
+	void (*soft_lapse)(struct tier_store *s);
 	pthread_t spiller;
 	pthread_cond_t spill_wake; /* with lock */
 	/* The host tier's use when the spiller last trimmed the heap, or
