@@ -15,14 +15,19 @@ setup() {
 
 teardown() { tfs_teardown; }
 
-# pt_mount [opts]: a mount with passthrough asked for; skips where this
-# kernel does not offer it (before Linux 6.9, or built without it).
-pt_mount() {
-	tfs_mount -o "device_backend=none,fs_passthrough=auto${1:+,$1}"
+# require_kernel_passthrough: skips when the mount just made says this
+# kernel does not offer passthrough (before Linux 6.9, or built without it).
+require_kernel_passthrough() {
 	if [ "$(tfs_stat passthrough)" != on ] &&
 		grep -q "the kernel does not offer it" "$LOG"; then
 		skip "this kernel has no FUSE passthrough"
 	fi
+}
+
+# pt_mount [opts]: a mount with passthrough asked for.
+pt_mount() {
+	tfs_mount -o "device_backend=none,fs_passthrough=auto${1:+,$1}"
+	require_kernel_passthrough
 	[ "$(tfs_stat passthrough)" = on ]
 }
 
