@@ -38,6 +38,7 @@ File format (little endian), one file per value::
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import ctypes
 import errno
@@ -74,6 +75,8 @@ _ALIGN_DEV_START = 4096
 _ALIGN_DEV = 256
 _HEAD_READ = 4096
 _HEAD_CACHE = 4096
+# What the cuda backend rounds a device copy to (tiers/device_cuda_i.h)
+_DEV_GRANULE = 2 << 20
 _MISSING = object()
 
 # cudaError_t and enums used here
@@ -600,8 +603,15 @@ class TierfsDeviceStore(TierfsStore):
         the store's GPU, for the rebuilt frames; default RMM, else CuPy,
         else cudaMalloc (retried after a reclaim when the GPU is full).
     device_memory_limit:
-        dask-cuda's setting; the store warns when the mount's limit for
-        its GPU is larger (see mount_options()).
+        dask-cuda's setting: this worker's share of its GPU's device tier
+        (bytes, a size string, a fraction of the GPU's memory). Where the
+        mount's limit for the GPU is larger (a mount with more room than
+        one worker may take, or shared by several workers of one GPU),
+        the store holds the share itself: before a value goes on the
+        device (a put, or a get that brings one back) it has tierfs spill
+        this store's least recently used values on the device to host
+        until the new one fits, and a value larger than the share is
+        written as host frames. See mount_options().
     """
 
     def __init__(self, root=None, *, device: int | None = None,
@@ -646,6 +656,21 @@ class TierfsDeviceStore(TierfsStore):
         self._rmm_mr = None
         self._peers: dict[str, tuple[bool, float]] = {}
         self._limit_checked = False
+        #: bytes this store's values may take on its GPU's device tier when
+        #: the store holds the share itself (None: the mount's limit does)
+        self.device_budget: int | None = None
+        # Placing a value on the device and making room for it are one step
+        # (two puts must not both fit in the same room): _budget_lock, taken
+        # before _ledger_lock. A write-back flush takes it with self._lock
+        # held, so nothing under it takes self._lock; _ledger_lock is a leaf
+        # and also guards budget_spill_count_total in _m. _ledger: file
+        # name -> bytes on the device, least recently used first, of the
+        # values this store put or brought back there; what tierfs spilled
+        # since is dropped when the store next needs room (_room).
+        self._budget_lock = threading.Lock()
+        self._ledger_lock = threading.Lock()
+        self._ledger: collections.OrderedDict[str, int] = \
+            collections.OrderedDict()
         self._dir.owner["links"] = 1 if self.link_transfers else 0
         self._dir.write_owner()
         with _stores_lock:
@@ -818,7 +843,8 @@ class TierfsDeviceStore(TierfsStore):
     def _write_encoded(self, path: str, enc: _Encoded) -> int:
         if enc.dev:
             try:
-                self._write_device(path, enc)
+                with self._budget_lock:
+                    self._place(path, enc)
             except OSError as e:
                 # No room for it on the GPU (or this user's share is used
                 # up): it goes to tierfs as host frames, as on a mount
@@ -833,8 +859,16 @@ class TierfsDeviceStore(TierfsStore):
                 head = enc.head if not enc.host and \
                     len(enc.head) <= _HEAD_CACHE else None
                 self._heads[os.path.basename(path)] = (enc.hostend, head)
-                self._check_limit(path)
                 return enc.total
+        if self.device_budget is None:
+            self._write_host(path, enc)
+        else:
+            with self._budget_lock:
+                self._place_host(path, enc)
+        self._heads[os.path.basename(path)] = (enc.hostend, None)
+        return enc.total
+
+    def _write_host(self, path: str, enc: _Encoded) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
                      | self._oflags, 0o600)
         try:
@@ -843,8 +877,110 @@ class TierfsDeviceStore(TierfsStore):
             os.close(fd)
             raise
         os.close(fd)
-        self._heads[os.path.basename(path)] = (enc.hostend, None)
-        return enc.total
+
+    def _place_host(self, path: str, enc: _Encoded) -> None:
+        """Write a value of host frames within the store's share: tierfs
+        places a file it is written on the device too, when it is closed.
+        _budget_lock held."""
+        need = _up(enc.total, _DEV_GRANULE)
+        fits = need <= self.device_budget
+        if fits:
+            self._room(need)
+        self._write_host(path, enc)
+        if fits:
+            self._ledger_add(path)
+            return
+        # Larger than the share: tierfs put it on the device at close (no
+        # flag asks it not to); sent down at once.
+        try:
+            _xattr.set_tier(path, "host")
+        except OSError as e:
+            logger.warning("tierfs device store: cannot move %r, larger "
+                           "than device_memory_limit, to host: %s", path, e)
+            self._ledger_add(path)
+            self._room(0, keep=os.path.basename(path))
+
+    def _place(self, path: str, enc: _Encoded) -> None:
+        """Write enc with its device frames on the GPU within the store's
+        share; _budget_lock held. OSError ENOSPC when the value is larger
+        than the share."""
+        budget = self.device_budget
+        if budget is not None:
+            need = _up(enc.total, _DEV_GRANULE)
+            if need > budget:
+                raise OSError(errno.ENOSPC, "the value takes %d bytes on the "
+                              "device, device_memory_limit is %d"
+                              % (need, budget))
+            self._room(need)
+        self._write_device(path, enc)
+        self._check_limit(path)
+        self._ledger_add(path)
+        if self.device_budget is not None and budget is None:
+            # The first value, placed before the share was known.
+            self._room(0, keep=os.path.basename(path))
+
+    def _ledger_add(self, path: str) -> None:
+        if self.device_budget is None:
+            return
+        try:
+            st = _xattr.stat(path)
+        except OSError:
+            return
+        if st["tier"] != "device":
+            return
+        with self._ledger_lock:
+            name = os.path.basename(path)
+            self._ledger[name] = int(st["stored_size"] or 0)
+            self._ledger.move_to_end(name)
+
+    def _room(self, need: int, keep: str | None = None) -> bool:
+        """Make need bytes of room in the store's share of the device tier:
+        forget what tierfs spilled already, then have tierfs spill this
+        store's least recently used values on the device to host (the
+        daemon moves them; keep stays). _budget_lock held. Whether the
+        room is there."""
+        budget = self.device_budget
+        with self._ledger_lock:
+            used = sum(self._ledger.values())
+            if used + need <= budget:
+                return True
+            names = list(self._ledger)
+        for name in names:
+            try:
+                st = _xattr.stat(os.path.join(self.path, name))
+                n = int(st["stored_size"] or 0) if st["tier"] == "device" \
+                    else None
+            except OSError:
+                n = None
+            with self._ledger_lock:
+                if name not in self._ledger:
+                    continue
+                if n is None:
+                    del self._ledger[name]
+                else:
+                    self._ledger[name] = n
+        with self._ledger_lock:
+            used = sum(self._ledger.values())
+            names = [x for x in self._ledger if x != keep]
+        for name in names:
+            if used + need <= budget:
+                break
+            try:
+                _xattr.set_tier(os.path.join(self.path, name), "host")
+            except OSError as e:
+                # Gone (deleted), or held on the device (pinned, leased):
+                # the next one.
+                if e.errno == errno.ENOENT:
+                    with self._ledger_lock:
+                        used -= self._ledger.pop(name, 0)
+                else:
+                    logger.debug("tierfs device store: no spill of %r: %s",
+                                 name, e)
+                continue
+            with self._ledger_lock:
+                used -= self._ledger.pop(name, 0)
+                self._m["budget_spill_count_total"] += 1
+        return used + need <= budget
 
     def _write_device(self, path: str, enc: _Encoded) -> None:
         gpu = self.gpu()
@@ -882,8 +1018,10 @@ class TierfsDeviceStore(TierfsStore):
             buf.close()
 
     def _check_limit(self, path: str) -> None:
-        """Once: warn when the mount lets the device tier of this store's
-        GPU hold more than device_memory_limit (dask-cuda's setting)."""
+        """Once, at the first value on the device: this store's share of
+        its GPU's device tier. Where the mount lets that GPU hold more than
+        device_memory_limit (dask-cuda's setting), the store holds the
+        share itself (device_budget); else the mount's limit does."""
         if self._limit_checked or self.device_memory_limit in (None, 0):
             return
         self._limit_checked = True
@@ -905,14 +1043,16 @@ class TierfsDeviceStore(TierfsStore):
         except Exception:
             pass
         want = parse_device_memory_limit(self.device_memory_limit, total)
+        by = "tierfs"
+        if want and not (isinstance(limit, int) and 0 < limit <= want):
+            self.device_budget = want
+            by = "store"
+            logger.info(
+                "tierfs device store: the mount lets GPU %d hold %s bytes of "
+                "values, more than device_memory_limit (%d): the store keeps "
+                "its values there within %d bytes", g, limit, want, want)
         self.device_share = {"gpu": g, "tierfs_limit": limit,
-                             "device_memory_limit": want}
-        if want and isinstance(limit, int) and limit > want * 1.05:
-            logger.warning(
-                "tierfs device store: the mount lets GPU %d hold %d bytes of "
-                "values, device_memory_limit is %d: mount it with "
-                "device_limit=%d (see tierfs.dask_device.mount_options)",
-                g, limit, want, want)
+                             "device_memory_limit": want, "enforced_by": by}
 
     # -- reading ----------------------------------------------------------------
 
@@ -970,6 +1110,29 @@ class TierfsDeviceStore(TierfsStore):
         return buf
 
     def _read_device(self, path: str, devs, frames) -> None:
+        if self.device_budget is None:
+            self._map_device(path, devs, frames)
+            return
+        # The read map brings a spilled value back to the GPU: room for it
+        # in the share first.
+        name = os.path.basename(path)
+        with self._budget_lock:
+            with self._ledger_lock:
+                mine = name in self._ledger and \
+                    os.path.dirname(path) == self.path
+                if mine:
+                    self._ledger.move_to_end(name)
+            if not mine:
+                try:
+                    need = _up(os.stat(path).st_size, _DEV_GRANULE)
+                except OSError:
+                    need = 0
+                self._room(need)
+            self._map_device(path, devs, frames)
+            if os.path.dirname(path) == self.path:
+                self._ledger_add(path)
+
+    def _map_device(self, path: str, devs, frames) -> None:
         if self.rmm_callback is not False and self.device_tier:
             self._install_rmm()
         gpu = self.gpu()
@@ -1052,13 +1215,16 @@ class TierfsDeviceStore(TierfsStore):
         entry = self._index.get(key)
         if entry is not None and entry.name is not None:
             self._heads.pop(entry.name, None)
+            with self._ledger_lock:
+                self._ledger.pop(entry.name, None)
         super()._discard(key)
 
     def get_metrics(self) -> dict[str, float]:
         out = super().get_metrics()
         with self._lock:
             for k in ("link_out_count_total", "link_out_bytes_total",
-                      "link_in_count_total", "link_in_bytes_total"):
+                      "link_in_count_total", "link_in_bytes_total",
+                      "budget_spill_count_total"):
                 out[k] = self._m[k]
         return out
 

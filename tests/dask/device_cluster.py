@@ -28,6 +28,15 @@ with a "cuda" serializer. Cases:
            full of tierfs's buffers succeeds after tierfs spills
   normm    the same allocation without the callback fails
   sim      a sim mount: the same store keeps host frames (numpy, pandas)
+  budget   device_memory_limit below the mount's device_limit: after every
+           put and every get (which brings a spilled value back) the
+           worker's values on the device take at most its share, the
+           store having had tierfs spill its oldest ones; a value larger
+           than the share goes as host frames; all read back the same
+  commit   no cluster: a put whose copy into the write export is held on
+           its stream (the fake runtime's stream hold) returns only once
+           the copy ran, and the bytes are in the file at once: the final
+           commit(stream=) waited for that stream
 
 Prints "ok"/"not ok" lines, then PASS or FAIL; exits 0 only on PASS.
 """
@@ -578,6 +587,150 @@ def case_sim(mount: str, root: str) -> None:
         client.close()
         c.close()
     check(not wait_empty(root), "nothing left on the mount after the cluster")
+
+
+def device_bytes(dask_worker):
+    """Bytes the worker's values take on the device tier (what tierfs
+    charges them: user.tierfs.stored_size), and how many are there."""
+    from tierfs import xattr
+
+    s = dask_worker.data
+    n = k = 0
+    for key in list(s):
+        try:
+            p = s.file_of(key)
+        except KeyError:
+            continue
+        if p is None:
+            continue
+        try:
+            st = xattr.stat(p)
+        except OSError:
+            continue
+        if st["tier"] == "device":
+            n += st["stored_size"]
+            k += 1
+    return n, k
+
+
+def dir_on_device(dask_worker):
+    """The files of the worker's directory on the device: name -> bytes."""
+    from tierfs import xattr
+
+    s = dask_worker.data
+    out = {}
+    for name in os.listdir(s.path):
+        try:
+            st = xattr.stat(os.path.join(s.path, name))
+        except OSError:
+            continue
+        if st["tier"] == "device":
+            out[name] = st["stored_size"]
+    return out
+
+
+def case_budget(mount: str, root: str) -> None:
+    share, n, size = 16 * MiB, 8, 3 * MiB
+    c, client = cluster(root, 1, {"device_memory_limit": "16MiB"})
+    try:
+        worst, worst_at = 0, None
+        futs = []
+        for i in range(n):
+            futs.append(client.submit(make, size, i, key="b-%d" % i,
+                                      pure=False))
+            futs[-1].result()
+            used, k = next(iter(client.run(device_bytes).values()))
+            if used > worst:
+                worst, worst_at = used, "put %d" % i
+        rep = next(iter(client.run(worker_report).values()))
+        log("share %s, budget spills %d" % (
+            rep["share"], rep["metrics"].get("budget_spill_count_total", 0)))
+        check(rep["share"] and rep["share"]["enforced_by"] == "store",
+              "the mount's limit is larger: the store holds the share")
+        check(stats(mount)["device.limit"] > share,
+              "(the mount's device_limit is %d)" % stats(mount)["device.limit"])
+        files = next(iter(client.run(store_files).values()))
+        tiers = [files["b-%d" % i][1] for i in range(n)]
+        log("tiers after the puts: %s" % tiers)
+        check(tiers[-1] == "device" and "host" in tiers,
+              "the newest value on the device, older ones on host")
+        for i, f in enumerate(futs):
+            got = client.submit(verify, f, size, i, pure=False).result()
+            check(got == ("DevArray", i, True),
+                  "b-%d reads back the same" % i)
+            used, k = next(iter(client.run(device_bytes).values()))
+            if used > worst:
+                worst, worst_at = used, "get %d" % i
+            files = next(iter(client.run(store_files).values()))
+            check(files["b-%d" % i][1] == "device",
+                  "b-%d is back on the device after its get" % i)
+        log("on the device in the worker's directory: %s"
+            % next(iter(client.run(dir_on_device).values())))
+        check(worst <= share, "after every put and get the worker's values "
+              "take at most its share on the device (worst %d of %d, at %s)"
+              % (worst, share, worst_at))
+        check(worst > share // 2, "and they do use it (%d)" % worst)
+        big = client.submit(make, 20 * MiB, 99, key="big", pure=False)
+        big.result()
+        files = next(iter(client.run(store_files).values()))
+        used, k = next(iter(client.run(device_bytes).values()))
+        check(files["big"][1] != "device" and used <= share,
+              "a value larger than the share goes as host frames (%s, "
+              "%d on the device)" % (files["big"][1], used))
+        check(client.submit(verify, big, 20 * MiB, 99, pure=False).result()
+              == ("DevArray", 99, True), "and reads back the same")
+        del futs, big
+    finally:
+        client.close()
+        c.close()
+    check(not wait_empty(root), "nothing left on the mount after the cluster")
+
+
+def case_commit(mount: str, root: str) -> None:
+    import threading
+
+    from devarray import DevArray, expected
+    from tierfs import dask_device as dd
+    from tierfs import device, xattr
+    from tierfs.dask import TierfsDeviceStore
+
+    hold = 1.0
+    lib = device._runtime().lib
+    s = TierfsDeviceStore(root)
+    try:
+        a = DevArray.pattern(4 * MiB, 7, tag=7)
+        s["warm"] = DevArray.pattern(4096, 1)
+        lib.tfs_mock_hold_streams(1)
+        t = threading.Timer(hold, lib.tfs_mock_hold_streams, (0,))
+        t0 = time.monotonic()
+        t.start()
+        try:
+            s["k"] = a
+            took = time.monotonic() - t0
+            path = s.file_of("k")
+            with open(path, "rb") as f:
+                data = f.read()
+            log("the put took %.2fs with the stream held %.1fs; %s" %
+                (took, hold, xattr.tier(path)))
+            _hostend, _total, table, _header = dd._parse_head(data)
+            devs = [(off, n) for kind, off, n in table if kind == dd._DEV]
+            check(len(devs) == 1 and xattr.tier(path) == "device",
+                  "the value's one frame is a device frame, on the device "
+                  "tier")
+            off, n = devs[0] if devs else (0, 0)
+            # Checked before the hold ends: a copy still queued then
+            # (commit not waiting) would land after the put returned.
+            check(data[off:off + n] == expected(4 * MiB, 7),
+                  "the file has the frame's bytes the moment the put "
+                  "returns")
+            check(took >= hold * 0.9, "the put waited for the held copy")
+        finally:
+            t.cancel()
+            lib.tfs_mock_hold_streams(0)
+        check(s["k"].tobytes() == expected(4 * MiB, 7),
+              "and the value reads back the same")
+    finally:
+        s.close()
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}

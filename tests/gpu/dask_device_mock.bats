@@ -90,3 +90,13 @@ cluster() {
 	cluster normm
 	[ "$(stat_of device.reclaims)" = 0 ]
 }
+
+@test "device store: device_memory_limit below the mount's limit holds for every put and get" {
+	tfs_mount -o device_backend=cuda,device_limit=64M,host_limit=128M
+	cluster budget
+}
+
+@test "device store: a put returns once its copies on the stream ran (commit(stream=) waits)" {
+	tfs_mount -o device_backend=cuda,device_limit=64M,host_limit=64M
+	cluster commit
+}
