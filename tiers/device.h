@@ -69,6 +69,9 @@ struct tier_dev_info {
 	/* Allocations are rounded up to a multiple of this (cuda: 2 MiB,
 	 * sim: a page): what the store reserves before it allocates. */
 	uint64_t granule;
+	/* alloc_sparse works on this instance (sim: always; cuda: where the
+	 * driver and the GPU have virtual memory management). */
+	bool sparse;
 	/*
 	 * The GPU's UUID, how a client names it whatever its
 	 * CUDA_VISIBLE_DEVICES: the driver's on cuda, on sim a fixed one per

@@ -418,9 +418,11 @@ static void *freer_main(void *arg)
 				e = cuda_enter(d);
 				entered = e == cudaSuccess;
 			}
-			if (e == cudaSuccess)
+			if (e == cudaSuccess && !g->vmm)
 				e = cudaFree(g->ptr);
 		}
+		if (g->vmm)
+			cuda_vmm_release(d, g->vmm);
 		__atomic_sub_fetch(&d->held, g->granted, __ATOMIC_RELAXED);
 		if (e != cudaSuccess) {
 			(void)cudaGetLastError();
@@ -491,6 +493,8 @@ static void free_later(struct cuda_dev *d, struct cuda_gone *g)
 	} else if (dev_failed(d)) {
 		/* A failed context took its memory with it. */
 		__atomic_sub_fetch(&d->held, g->granted, __ATOMIC_RELAXED);
+		if (g->vmm)
+			cuda_vmm_release(d, g->vmm);
 		free(g);
 	} else {
 		gone_queue_locked(d, g);
@@ -507,6 +511,16 @@ static struct cuda_gone *gone_new(void)
 	if (g)
 		g->pidfd = -1;
 	return g;
+}
+
+struct cuda_gone *cuda_gone_new(void)
+{
+	return gone_new();
+}
+
+void cuda_free_later(struct cuda_dev *d, struct cuda_gone *g)
+{
+	free_later(d, g);
 }
 
 static void gone_free_now(struct cuda_dev *d, void *ptr, size_t granted,
@@ -661,6 +675,7 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 	pthread_cond_init(&d->free_idle, NULL);
 	pthread_mutex_init(&d->pin_lock, NULL);
 	pthread_cond_init(&d->pin_wake, NULL);
+	pthread_mutex_init(&d->vmm_lock, NULL);
 	d->gone_tail = &d->gone_head;
 
 	e = cudaSetDevice(d->gpu);
@@ -702,6 +717,7 @@ static int cuda_init(struct tier_dev **out, const struct tfs_config *cfg,
 	d->info.capacity = total_b;
 	d->info.free = free_b;
 	d->info.granule = CUDA_GRANULE;
+	d->info.sparse = cuda_vmm_init(d);
 	_Static_assert(sizeof(prop.uuid.bytes) == sizeof(d->info.uuid),
 		       "uuid size");
 	memcpy(d->info.uuid, prop.uuid.bytes, sizeof(d->info.uuid));
@@ -726,6 +742,7 @@ out_slots:
 	}
 	cuda_slots_destroy(d);
 out_free:
+	pthread_mutex_destroy(&d->vmm_lock);
 	pthread_cond_destroy(&d->pin_wake);
 	pthread_mutex_destroy(&d->pin_lock);
 	pthread_cond_destroy(&d->free_idle);
@@ -756,6 +773,7 @@ static void cuda_destroy(struct tier_dev *dev)
 		pthread_join(d->freer, NULL);
 	}
 	cuda_enter(d);
+	cuda_vmm_destroy(d);
 	cuda_slots_destroy(d);
 	/*
 	 * The store unregisters all it registered before it destroys the
@@ -776,6 +794,7 @@ static void cuda_destroy(struct tier_dev *dev)
 	pthread_mutex_destroy(&d->free_lock);
 	pthread_cond_destroy(&d->pool_cond);
 	pthread_mutex_destroy(&d->pool_lock);
+	pthread_mutex_destroy(&d->vmm_lock);
 	free(d);
 }
 
@@ -849,6 +868,7 @@ static void cuda_free(struct tier_dev *dev, struct tier_dmem *dm)
 	if (!m)
 		return;
 	m->gone->ptr = m->ptr;
+	m->gone->vmm = m->vmm;
 	m->gone->granted = m->base.granted;
 	m->gone->pid = m->lent ? m->lent_pid : 0;
 	m->gone->uid = m->lent_uid;
@@ -1089,6 +1109,10 @@ static int cuda_export(struct tier_dev *dev, struct tier_dmem *dm,
 		rc = cuda_copy_fail(d, e, "cudaSetDevice", 0, 0);
 		goto out_free;
 	}
+	/* A GPU program maps the buffer whole, through one IPC handle. */
+	rc = cuda_vmm_densify(d, m);
+	if (rc)
+		goto out_free;
 	if (!writable) {
 		rc = snap_get(d, m, uid, &x->snap);
 		if (rc)
@@ -1287,6 +1311,8 @@ const struct tier_dev_ops tier_dev_cuda_ops = {
 	.drain = cuda_drain,
 	.export_held = cuda_export_held,
 	.export_cost = cuda_export_cost,
+	.alloc_sparse = cuda_alloc_sparse,
+	.populate = cuda_populate,
 	.can_peer = cuda_can_peer,
 	.copy_peer = cuda_copy_peer,
 };

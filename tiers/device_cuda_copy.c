@@ -827,6 +827,10 @@ static int cuda_xfer(struct tier_dev *dev, struct tier_dmem *dm,
 	for (i = 0; i < n; i++) {
 		if (!in_range(m, seg[i].len, seg[i].off))
 			return -EINVAL;
+		/* Into a hole of a sparse allocation: the store populates
+		 * first; the zero granule there is read-only. */
+		if (!d2h && !cuda_vmm_writable(m, seg[i].len, seg[i].off))
+			return -EINVAL;
 		total += seg[i].len;
 	}
 	if (dev_failed(d))
@@ -970,7 +974,8 @@ int cuda_copy_peer(struct tier_dev *src, struct tier_dmem *sdm,
 	cudaError_t e;
 	int rc = 0;
 
-	if (!in_range(sm, len, off) || !in_range(dm, len, off))
+	if (!in_range(sm, len, off) || !in_range(dm, len, off) ||
+	    !cuda_vmm_writable(dm, len, off))
 		return -EINVAL;
 	if (dev_failed(s) || dev_failed(d))
 		return -ENODEV;

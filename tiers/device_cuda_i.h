@@ -100,6 +100,9 @@ struct cuda_gone {
 	struct cuda_gone *next;
 	void *ptr;
 	size_t granted;
+	/* A sparse allocation (ptr unused): unmapped and released instead
+	 * of cudaFree'd (device_cuda_vmm.c). */
+	struct cuda_vmm *vmm;
 	struct cuda_snap *snap;
 	uid_t uid; /* whose export it was (export_held) */
 	/* Parked: the process that may still map it through IPC, and a
@@ -169,11 +172,22 @@ struct cuda_dev {
 	/* Bit g: peer access to GPU g is enabled in this context (GPUs 0 to
 	 * 63; past them, copies to peers are staged by the runtime). atomic */
 	uint64_t peer_on;
+
+	/* Sparse allocations (device_cuda_vmm.c; info.sparse says whether
+	 * there are any): the zeroed granule every hole maps read-only, made
+	 * at the first one and released at destroy (0: none yet). vmm_lock,
+	 * a leaf held across the driver calls that make it. */
+	pthread_mutex_t vmm_lock;
+	unsigned long long zero;
 };
 
 struct cuda_dmem {
 	struct tier_dmem base;
-	void *ptr; /* cudaMalloc'd, granted bytes; offset 0 of the handle */
+	/* cudaMalloc'd, granted bytes; offset 0 of the handle. For a sparse
+	 * allocation (@vmm), its reserved address range instead, granted the
+	 * granules populated; an export makes it a cudaMalloc'd one first. */
+	void *ptr;
+	struct cuda_vmm *vmm;
 	struct cuda_gone *gone; /* frees ptr; allocated with it */
 	bool tail_zeroed; /* [len, granted) cleared for importers */
 	/*
@@ -254,6 +268,39 @@ int cuda_init_fail(cudaError_t e, const char *call, char *err, size_t errlen);
  * device, anything else is logged once here. -EIO or -ENODEV. */
 int cuda_copy_fail(struct cuda_dev *d, cudaError_t e, const char *what,
 		   size_t len, uint64_t off);
+
+/* A record for cuda_free_later(), or NULL when out of memory. */
+struct cuda_gone *cuda_gone_new(void);
+/* Free what @g names (g->ptr or g->vmm, g->granted bytes) on the freer
+ * thread; see free_later() in device_cuda.c. Never fails. */
+void cuda_free_later(struct cuda_dev *d, struct cuda_gone *g);
+
+/* --- device_cuda_vmm.c ---------------------------------------------------- */
+
+/* Whether GPU d->gpu can have sparse allocations: the driver's VMM calls
+ * found (once for the process) and the GPU supporting them in granules
+ * that divide CUDA_GRANULE. */
+bool cuda_vmm_init(struct cuda_dev *d);
+/* Release the zero granule (destroy, after the freer has stopped). */
+void cuda_vmm_destroy(struct cuda_dev *d);
+/* The slots of tier_dev_cuda_ops (device.h). */
+int cuda_alloc_sparse(struct tier_dev *dev, size_t len, struct tier_dmem **out);
+int cuda_populate(struct tier_dev *dev, struct tier_dmem *m, uint64_t off,
+		  size_t len);
+/* Whether every granule of [off, off + len) of @m has memory of its own
+ * (always, for a dense allocation): a copy may write there. */
+bool cuda_vmm_writable(const struct cuda_dmem *m, size_t len, uint64_t off);
+/* Unmap and release @v's granules and address range, and free @v (the
+ * freer thread; on a failed device only the latter). */
+void cuda_vmm_release(struct cuda_dev *d, struct cuda_vmm *v);
+/*
+ * Before an export: move sparse @m, every granule populated (else
+ * -EINVAL), into one cudaMalloc'd block with a device to device copy, its
+ * range released on the freer thread. 0 (and at once for a dense one),
+ * -ENOSPC when the device has no room for the copy, -EIO / -ENODEV. The
+ * caller holds the buffer's lock for writing.
+ */
+int cuda_vmm_densify(struct cuda_dev *d, struct cuda_dmem *m);
 
 /* --- device_cuda_copy.c --------------------------------------------------- */
 

@@ -723,6 +723,7 @@ static void sim_info(struct tier_dev *dev, struct tier_dev_info *out)
 	snprintf(out->model, sizeof(out->model), "simulated device");
 	out->capacity = d->capacity;
 	out->granule = page_round(1);
+	out->sparse = true;
 	tier_dev_sim_uuid(d->gpu, out->uuid);
 	pthread_mutex_lock(&d->lock);
 	out->free = d->capacity - d->used;

@@ -94,7 +94,29 @@ bool st_dev_sparse(const struct tier_store *s, unsigned int g)
 {
 	const struct tier_dev_ops *ops = s->gpus[g].dev->ops;
 
-	return ops->alloc_sparse && ops->populate;
+	return ops->alloc_sparse && ops->populate && s->gpus[g].info.sparse;
+}
+
+bool st_dev_wants_sparse(struct tier_buf *b, unsigned int g)
+{
+	struct tier_store *s = b->s;
+	uint64_t gr = s->gpus[g].info.granule, at = 0, ro, rl;
+
+	if (!st_dev_sparse(s, g))
+		return false;
+	/*
+	 * Page granules (sim) cost nothing to map. Larger ones (cuda's 2 MiB,
+	 * each a cuMemCreate and a cuMemMap of tens of microseconds) only
+	 * where a whole granule is a hole: the same charge otherwise.
+	 */
+	if (gr <= TIER_PAGE)
+		return true;
+	while (at < b->size && st_pages_run(b, at, b->size, &ro, &rl)) {
+		if ((at + gr - 1) / gr * gr + gr <= ro)
+			return true;
+		at = ro + rl;
+	}
+	return (at + gr - 1) / gr * gr < b->size;
 }
 
 int st_dev_populate(struct tier_buf *b, uint64_t off, uint64_t len)
@@ -300,7 +322,7 @@ int st_dev_fill(struct tier_buf *b, unsigned int g)
 		return 0;
 	if (!st_gpu_usable(s, g))
 		return -ENODEV;
-	if (st_dev_sparse(s, g)) {
+	if (st_dev_wants_sparse(b, g)) {
 		runs = malloc(runs_max(s, batch) * sizeof(*runs));
 		if (!runs)
 			return -ENOMEM;

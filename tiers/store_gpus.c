@@ -215,6 +215,7 @@ int st_dev_migrate(struct tier_buf *b, unsigned int g)
 	unsigned int og = b->dgi;
 	struct tier_dev *odev;
 	uint64_t ocharge;
+	bool sparse;
 	int rc;
 
 	if (!old || og == g)
@@ -233,13 +234,13 @@ int st_dev_migrate(struct tier_buf *b, unsigned int g)
 	b->dmem = NULL;
 	b->dgi = (uint8_t)g;
 	pthread_mutex_unlock(&s->lock);
-	rc = st_dev_sparse(s, g) ? st_dev_alloc_sparse(b, g, b->size) :
-				   st_dev_alloc(b, g, b->size);
+	sparse = st_dev_wants_sparse(b, g);
+	rc = sparse ? st_dev_alloc_sparse(b, g, b->size) :
+		      st_dev_alloc(b, g, b->size);
 	if (!rc) {
 		uint64_t len = b->size < old->len ? b->size : old->len;
 		uint64_t off = 0, ro = 0, rl = len;
 		struct tier_dev *ndev = s->gpus[g].dev;
-		bool sparse = st_dev_sparse(s, g);
 
 		/* Device to device where the backend can (cudaMemcpyPeer,
 		 * over NVLink or PCIe), else through host memory; a sparse

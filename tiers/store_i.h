@@ -763,6 +763,10 @@ int st_dev_fill(struct tier_buf *b, unsigned int g);
 int st_dev_alloc_sparse(struct tier_buf *b, unsigned int g, uint64_t len);
 /* Whether GPU @g's backend has sparse allocations (device.h). */
 bool st_dev_sparse(const struct tier_store *s, unsigned int g);
+/* b->lock held for reading. Whether b's copy on GPU @g should be sparse:
+ * the backend has sparse allocations and, where its granule is larger
+ * than a page, b's page maps have a hole of at least one whole granule. */
+bool st_dev_wants_sparse(struct tier_buf *b, unsigned int g);
 /* Populate the granules of [off, off + len) of b's device copy, charging
  * the device tier what they take (eviction making the room first); a
  * dense copy needs nothing. 0, -ENOSPC or -errno. */

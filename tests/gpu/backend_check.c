@@ -1386,6 +1386,110 @@ static void check_export(void)
 	}
 }
 
+/*
+ * Sparse allocations (driver VMM): address space for the whole length,
+ * memory for the granules populated only; holes read as zeroes (the zero
+ * granule, read-only), a write into one is refused before it reaches the
+ * device, an export moves the buffer into one cudaMalloc'd block first,
+ * and free gives every granule back.
+ */
+static void check_sparse(void)
+{
+	const size_t G = CUDA_GRANULE, len = 4 * G + 4096;
+	unsigned char *src = malloc(G), *buf = malloc(len);
+	struct tier_dmem *m = NULL;
+	struct tier_dexp *x = NULL;
+	struct tfs_ioc_export ex;
+	uint64_t held0, held1;
+	size_t i, bad = 0;
+	int rc;
+
+	if (!info.sparse) {
+		skip_check("no sparse allocations: the driver or the GPU lacks virtual memory management");
+		goto out;
+	}
+	CHECK(src && buf, "malloc");
+	if (!src || !buf)
+		goto out;
+	fill(src, G, 7);
+	held0 = held_now();
+	rc = dev->ops->alloc_sparse(dev, len, &m);
+	CHECK(rc == 0 && m && m->granted == 0 && m->len == len,
+	      "alloc_sparse: %d, granted %zu", rc, m ? m->granted : 0);
+	if (rc)
+		goto out;
+	/* The GPU's zero granule, made by its first sparse allocation. */
+	held1 = held_now();
+	CHECK(held1 == held0 || held1 == held0 + G, "held %llu, before %llu",
+	      (unsigned long long)held1, (unsigned long long)held0);
+	rc = dev->ops->write(dev, m, src, 4096, G + 100);
+	CHECK(rc == -EINVAL, "a write into a hole: %d, want -EINVAL", rc);
+	rc = dev->ops->zero(dev, m, 4096, 3 * G);
+	CHECK(rc == -EINVAL, "zeroing a hole: %d, want -EINVAL", rc);
+	rc = dev->ops->populate(dev, m, G + 100, 4096);
+	CHECK(rc == 0 && m->granted == G, "populate one granule: %d, granted %zu",
+	      rc, m->granted);
+	rc = dev->ops->write(dev, m, src, 4096, G + 100);
+	CHECK(rc == 0, "a write into the populated granule: %d", rc);
+	memset(buf, 0x5a, len);
+	rc = dev->ops->read(dev, m, buf, len, 0);
+	CHECK(rc == 0, "read of the whole, holes included: %d", rc);
+	for (i = 0; i < len; i++)
+		bad += buf[i] != (i >= G + 100 && i < G + 100 + 4096 ?
+					  src[i - G - 100] :
+					  0);
+	CHECK(!bad, "%zu bytes not as written or zero", bad);
+	rc = dev->ops->populate(dev, m, 3 * G, len - 3 * G);
+	CHECK(rc == 0 && m->granted == 3 * G,
+	      "populate the last two granules: %d, granted %zu", rc,
+	      m->granted);
+	rc = dev->ops->populate(dev, m, 5 * G, 1);
+	CHECK(rc == -EINVAL, "populate past the last granule: %d", rc);
+	rc = dev->ops->write(dev, m, src, G, 3 * G);
+	CHECK(rc == 0, "write into granule 3: %d", rc);
+	CHECK(held_now() == held1 + 3 * G, "held %llu, want %llu",
+	      (unsigned long long)held_now(),
+	      (unsigned long long)(held1 + 3 * G));
+	memset(&ex, 0, sizeof(ex));
+	rc = dev->ops->export(dev, m, false, 0, 0, &ex, &x);
+	CHECK(rc == -EINVAL, "an export with holes left: %d", rc);
+	rc = dev->ops->populate(dev, m, 0, len);
+	CHECK(rc == 0 && m->granted == 5 * G, "populate all: %d, granted %zu",
+	      rc, m->granted);
+	rc = dev->ops->export(dev, m, true, 0, 0, &ex, &x);
+	CHECK(rc == 0 && ex.handle_type == TFS_HANDLE_CUDA_IPC,
+	      "export once every granule is populated: %d", rc);
+	if (!rc)
+		dev->ops->unexport(dev, x);
+	CHECK(m->granted == 5 * G, "granted after the export: %zu", m->granted);
+	memset(buf, 0x5a, len);
+	rc = dev->ops->read(dev, m, buf, len, 0);
+	bad = 0;
+	for (i = 0; i < len; i++) {
+		unsigned char w = 0;
+
+		if (i >= G + 100 && i < G + 100 + 4096)
+			w = src[i - G - 100];
+		if (i >= 3 * G && i < 4 * G)
+			w = src[i - 3 * G];
+		bad += buf[i] != w;
+	}
+	CHECK(rc == 0 && !bad, "after the export: read %d, %zu bytes wrong",
+	      rc, bad);
+	rc = dev->ops->write(dev, m, src, 4096, 0);
+	CHECK(rc == 0, "a write anywhere once dense: %d", rc);
+	dev->ops->free(dev, m);
+	m = NULL;
+	CHECK(held_becomes(held1), "held after free: %llu, want %llu",
+	      (unsigned long long)held_now(), (unsigned long long)held1);
+	CHECK(!tier_dev_failed(dev), "the device failed");
+out:
+	if (m)
+		dev->ops->free(dev, m);
+	free(src);
+	free(buf);
+}
+
 /* Out of memory must be -ENOMEM and leave no sticky error behind. */
 static void check_enomem(void)
 {
@@ -1453,6 +1557,8 @@ int main(void)
 		  check_threads);
 	run_check("a write export's handle", check_export);
 	run_check("out of memory", check_enomem);
+	run_check("sparse allocations: holes read as zeroes, writes need populate",
+		  check_sparse);
 	run_check("a sticky error fails the device once", check_sticky);
 
 	dev->ops->destroy(dev);

@@ -84,7 +84,7 @@ cp -P "$BUILD"/client/lib/libtierfs.so "$BUILD"/client/lib/libtierfs.so.0 \
 cc_opts=(-std=gnu11 -O2 -D_GNU_SOURCE -DTFS_HAVE_CUDA=1 -Wall -Wextra
 	-Wno-unused-parameter -Werror -I include -I . -isystem "$CUDA/include")
 cc "${cc_opts[@]}" tests/gpu/backend_check.c tiers/device_cuda.c \
-	tiers/device_cuda_copy.c config/log.c "$CUDA/lib64/libcudart_static.a" \
+	tiers/device_cuda_copy.c tiers/device_cuda_vmm.c config/log.c "$CUDA/lib64/libcudart_static.a" \
 	-ldl -lpthread -lrt -o "$B/bin/backend_check"
 
 # Hopper machine code, and PTX the driver can compile for what else comes.
@@ -108,7 +108,7 @@ cp -L "$CUDA/lib64/libcudart.so.13" "$B/lib/"
 cc -std=gnu11 -O1 -g -D_GNU_SOURCE -fPIC -Wall -isystem "$CUDA/include" \
 	-c tests/gpu/cuda_mock.c -o "$BUILD/cuda_mock.o"
 cc "${cc_opts[@]}" tests/gpu/backend_check.c tiers/device_cuda.c \
-	tiers/device_cuda_copy.c config/log.c "$BUILD/cuda_mock.o" -lpthread -lrt \
+	tiers/device_cuda_copy.c tiers/device_cuda_vmm.c config/log.c "$BUILD/cuda_mock.o" -lpthread -lrt \
 	-o "$B/mock/backend_check"
 for t in fs/tierfs tests/gpu/store_check; do
 	link=$(ninja -C "$BUILD" -t commands "$t" | tail -1)

@@ -45,7 +45,20 @@
  *     portable (cudaHostRegisterPortable); a copy whose host side is no
  *     longer page-locked when it runs aborts the process;
  *   - cudaHostRegister refuses a range overlapping one already page-locked,
- *     cudaHostUnregister anything but a registered start.
+ *     cudaHostUnregister anything but a registered start;
+ *   - the driver's virtual memory management, through
+ *     cudaGetDriverEntryPointByVersion (cuMemAddressReserve, cuMemCreate,
+ *     cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease,
+ *     cuMemAddressFree, cuMemGetAllocationGranularity: 2 MiB): a reserved
+ *     range is address space only, cuMemCreate takes device memory (and
+ *     fails past the capacity), a mapping is of whole granules and gives
+ *     no access until cuMemSetAccess; a copy or memset that writes a
+ *     granule not mapped read-write, or reads one not mapped, is an
+ *     illegal address, sticky for the context, as the fault is on a GPU;
+ *     memory is freed once released and unmapped everywhere, and address
+ *     space only with nothing mapped in it. The host mapping follows the
+ *     access (PROT_NONE, PROT_READ, read-write), so a CPU access the
+ *     device could not make faults too.
  *
  * Environment:
  *   TFS_MOCK_NODEV=1          cudaGetDeviceCount answers
@@ -80,6 +93,8 @@
  *                             for this one (cudaMalloc fails past it,
  *                             cudaMemGetInfo counts it); a process that
  *                             died stops counting
+ *   TFS_MOCK_NO_VMM=1         cuDeviceGetAttribute says the devices have no
+ *                             virtual memory management
  *   TFS_MOCK_STATS=FILE       one line appended at exit: "registers N
  *                             unregisters N registered-left N direct-copies
  *                             N staged-copies N waits N calls N dev-left N
@@ -113,6 +128,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #define MOCK_BLOCK ((size_t)2 << 20)
@@ -125,6 +141,10 @@
 #define MAX_BLOCKS 4096
 #define MAX_IMPORTS 256
 #define MAX_STREAMS 64
+/* What maps a granule of reserved address space (VMM). */
+#define VA_MAPPED 1
+#define VA_R 2
+#define VA_W 4
 
 /* The page after a block's bytes, shared by every process that maps it. */
 struct meta {
@@ -207,7 +227,7 @@ static struct import imports[MAX_IMPORTS]; /* mock_lock */
 static struct mock_dev devs[MAX_DEVS]; /* mock_lock */
 static int ndevs = 1, compute_mode, uuid_salt, ipc_open_error;
 static const char *pci_bus_id = "0000:00:00.0";
-static bool mig, nodev, no_peer;
+static bool mig, nodev, no_peer, no_vmm;
 static int runtime_version = CUDART_VERSION;
 static size_t dev_capacity = (size_t)256 << 20;
 static const char *break_file;
@@ -250,6 +270,7 @@ static void setup(void)
 		pci_bus_id = v;
 	mig = getenv("TFS_MOCK_MIG") != NULL;
 	no_peer = (v = getenv("TFS_MOCK_PEER")) && !strcmp(v, "0");
+	no_vmm = getenv("TFS_MOCK_NO_VMM") != NULL;
 	break_file = getenv("TFS_MOCK_BREAK_FILE");
 	for (int i = 0; i < MAX_DEVS; i++)
 		devs[i].ctx.dev = i;
@@ -441,11 +462,17 @@ static bool inside(const void *p, size_t n, enum kind kind)
 	return ok;
 }
 
-/* Device memory of this process: its own, or imported through IPC. */
+static int vmm_access(const void *p, size_t n, unsigned char need, int *dev);
+
+/* Device memory of this process: its own, imported through IPC, or a
+ * reserved range mapped readable (vmm_guard checks writes first). */
 static bool inside_dev(const void *p, size_t n)
 {
 	const char *c = p;
 	bool ok;
+
+	if (vmm_access(p, n, VA_R, NULL) == 1)
+		return true;
 
 	pthread_mutex_lock(&mock_lock);
 	ok = find_locked(p, n, DEV) != NULL;
@@ -517,6 +544,414 @@ static struct range untrack(void *p, enum kind kind)
 	}
 	pthread_mutex_unlock(&mock_lock);
 	return r;
+}
+
+/* --- virtual memory management (the driver's cuMem* calls) ----------------- */
+
+#define MAX_VAS 1024
+#define MAX_PHYS 8192
+
+/* Memory of cuMemCreate: a memfd, counted against its device. */
+struct vphys {
+	int fd; /* -1: slot free */
+	size_t n;
+	int dev;
+	unsigned int maps; /* granules mapping it */
+	bool released;
+};
+
+/* An address range of cuMemAddressReserve; per granule, what maps it. */
+struct vrange {
+	char *p; /* NULL: slot free */
+	size_t n;
+	int dev; /* of the memory last mapped, -1 before */
+	unsigned char *acc; /* VA_* per granule */
+	int *phys; /* per granule: vphys index, -1 */
+};
+
+static struct vphys vphys[MAX_PHYS]; /* mock_lock */
+static struct vrange vranges[MAX_VAS]; /* mock_lock */
+static bool vphys_init; /* mock_lock */
+
+static void vphys_setup_locked(void)
+{
+	if (vphys_init)
+		return;
+	for (int i = 0; i < MAX_PHYS; i++)
+		vphys[i].fd = -1;
+	vphys_init = true;
+}
+
+/* The reserved range holding [p, p + n), or NULL. mock_lock. */
+static struct vrange *vrange_of_locked(const void *p, size_t n)
+{
+	const char *c = p;
+
+	for (int i = 0; i < MAX_VAS; i++) {
+		struct vrange *v = &vranges[i];
+
+		if (v->p && c >= v->p && n <= v->n &&
+		    (size_t)(c - v->p) <= v->n - n)
+			return v;
+	}
+	return NULL;
+}
+
+/*
+ * Can a copy access [p, p + n) with @need (VA_R, VA_R | VA_W)? -1: not in
+ * reserved address space (ask the other tables), 0: in it, and some
+ * granule lacks the access, 1: yes; *@dev the memory's device.
+ */
+static int vmm_access(const void *p, size_t n, unsigned char need, int *dev)
+{
+	struct vrange *v;
+	int rc = 1;
+
+	pthread_mutex_lock(&mock_lock);
+	v = vrange_of_locked(p, n ? n : 1);
+	if (!v) {
+		rc = -1;
+	} else {
+		size_t lo = (size_t)((const char *)p - v->p) / MOCK_BLOCK;
+		size_t hi = ((size_t)((const char *)p - v->p) + n +
+			     MOCK_BLOCK - 1) / MOCK_BLOCK;
+
+		for (size_t i = lo; i < hi; i++)
+			if ((v->acc[i] & (need | VA_MAPPED)) !=
+			    (need | VA_MAPPED))
+				rc = 0;
+		if (dev)
+			*dev = v->dev;
+	}
+	pthread_mutex_unlock(&mock_lock);
+	return rc;
+}
+
+/*
+ * What a GPU does with an access its mappings do not allow: a fault that
+ * poisons the context. Returns the sticky error, or cudaSuccess when
+ * [p, p + n) allows @need or is no reserved range at all.
+ */
+static cudaError_t vmm_guard(struct mock_ctx *c, const void *p, size_t n,
+			     bool write, const char *what)
+{
+	if (vmm_access(p, n, write ? VA_R | VA_W : VA_R, NULL))
+		return cudaSuccess;
+	fprintf(stderr,
+		"mock: %s %s %zu bytes at %p, not mapped %s: an illegal address\n",
+		what, write ? "writes" : "reads", n, p,
+		write ? "read-write" : "readable");
+	ctx_break(c, cudaErrorIllegalAddress);
+	return fail(cudaErrorIllegalAddress);
+}
+
+static void vphys_free_locked(struct vphys *ph)
+{
+	devs[ph->dev].used -= ph->n;
+	share_used_locked(ph->dev);
+	close(ph->fd);
+	ph->fd = -1;
+}
+
+static int mock_cuMemGetAllocationGranularity(size_t *g,
+					      const CUmemAllocationProp *prop,
+					      int flags)
+{
+	(void)prop;
+	(void)flags;
+	count();
+	*g = MOCK_BLOCK;
+	return 0;
+}
+
+static int mock_cuMemAddressReserve(CUdeviceptr *out, size_t n, size_t align,
+				    CUdeviceptr addr, unsigned long long flags)
+{
+	struct vrange *v = NULL;
+	char *p;
+
+	(void)addr;
+	(void)flags;
+	count();
+	if (!n || n % MOCK_BLOCK || (align && align % MOCK_BLOCK))
+		return 1; /* CUDA_ERROR_INVALID_VALUE */
+	p = mmap(NULL, n + MOCK_BLOCK, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+	{
+		size_t lead = (MOCK_BLOCK - (uintptr_t)p % MOCK_BLOCK) %
+			      MOCK_BLOCK;
+
+		if (lead)
+			munmap(p, lead);
+		if (MOCK_BLOCK - lead)
+			munmap(p + lead + n, MOCK_BLOCK - lead);
+		p += lead;
+	}
+	pthread_mutex_lock(&mock_lock);
+	for (int i = 0; i < MAX_VAS && !v; i++)
+		if (!vranges[i].p)
+			v = &vranges[i];
+	if (v) {
+		v->acc = calloc(n / MOCK_BLOCK, 1);
+		v->phys = malloc(n / MOCK_BLOCK * sizeof(int));
+		if (!v->acc || !v->phys) {
+			free(v->acc);
+			free(v->phys);
+			v = NULL;
+		}
+	}
+	if (v) {
+		for (size_t i = 0; i < n / MOCK_BLOCK; i++)
+			v->phys[i] = -1;
+		v->p = p;
+		v->n = n;
+		v->dev = -1;
+	}
+	pthread_mutex_unlock(&mock_lock);
+	if (!v) {
+		munmap(p, n);
+		return 2;
+	}
+	*out = (CUdeviceptr)(uintptr_t)p;
+	return 0;
+}
+
+static int mock_cuMemAddressFree(CUdeviceptr ptr, size_t n)
+{
+	char *p = (char *)(uintptr_t)ptr;
+	int rc = 1;
+
+	count();
+	pthread_mutex_lock(&mock_lock);
+	for (int i = 0; i < MAX_VAS; i++) {
+		struct vrange *v = &vranges[i];
+		size_t k;
+
+		if (v->p != p || v->n != n)
+			continue;
+		for (k = 0; k < n / MOCK_BLOCK && !v->acc[k]; k++)
+			;
+		if (k < n / MOCK_BLOCK) {
+			fprintf(stderr,
+				"mock: cuMemAddressFree of %p with granule %zu still mapped\n",
+				p, k);
+			break;
+		}
+		munmap(p, n);
+		free(v->acc);
+		free(v->phys);
+		memset(v, 0, sizeof(*v));
+		rc = 0;
+		break;
+	}
+	pthread_mutex_unlock(&mock_lock);
+	return rc;
+}
+
+static int mock_cuMemCreate(CUmemGenericAllocationHandle *h, size_t n,
+			    const CUmemAllocationProp *prop,
+			    unsigned long long flags)
+{
+	struct vphys *ph = NULL;
+	int dev = prop->location.id, fd, rc = 0;
+
+	(void)flags;
+	count();
+	if (!n || n % MOCK_BLOCK || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || dev < 0 ||
+	    dev >= ndevs)
+		return 1;
+	pthread_mutex_lock(&mock_lock);
+	vphys_setup_locked();
+	if (devs[dev].used + others_used_locked(dev) + n > dev_capacity) {
+		rc = 2;
+		goto out;
+	}
+	for (int i = 0; i < MAX_PHYS && !ph; i++)
+		if (vphys[i].fd < 0)
+			ph = &vphys[i];
+	fd = ph ? memfd_create("tfsmock-vmm", MFD_CLOEXEC) : -1;
+	if (fd < 0 || ftruncate(fd, (off_t)n)) {
+		if (fd >= 0)
+			close(fd);
+		rc = 2;
+		goto out;
+	}
+	*ph = (struct vphys){ .fd = fd, .n = n, .dev = dev };
+	devs[dev].used += n;
+	share_used_locked(dev);
+	*h = (CUmemGenericAllocationHandle)(ph - vphys) + 1;
+out:
+	pthread_mutex_unlock(&mock_lock);
+	if (!rc && ph) {
+		/* Fresh device memory is garbage, not zeroes. */
+		char *q = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED,
+			       ph->fd, 0);
+
+		if (q != MAP_FAILED) {
+			memset(q, 0xa5, n);
+			munmap(q, n);
+		}
+	}
+	return rc;
+}
+
+static struct vphys *vphys_of_locked(CUmemGenericAllocationHandle h)
+{
+	if (!h || h > MAX_PHYS || vphys[h - 1].fd < 0 || vphys[h - 1].released)
+		return NULL;
+	return &vphys[h - 1];
+}
+
+static int mock_cuMemRelease(CUmemGenericAllocationHandle h)
+{
+	struct vphys *ph;
+
+	count();
+	pthread_mutex_lock(&mock_lock);
+	ph = vphys_of_locked(h);
+	if (ph) {
+		ph->released = true;
+		if (!ph->maps)
+			vphys_free_locked(ph);
+	}
+	pthread_mutex_unlock(&mock_lock);
+	return ph ? 0 : 1;
+}
+
+static int mock_cuMemMap(CUdeviceptr ptr, size_t n, size_t off,
+			 CUmemGenericAllocationHandle h,
+			 unsigned long long flags)
+{
+	char *p = (char *)(uintptr_t)ptr;
+	struct vphys *ph;
+	struct vrange *v;
+	size_t lo;
+	int rc = 1;
+
+	(void)flags;
+	count();
+	pthread_mutex_lock(&mock_lock);
+	ph = vphys_of_locked(h);
+	v = vrange_of_locked(p, n);
+	if (!ph || !v || !n || n % MOCK_BLOCK || off % MOCK_BLOCK ||
+	    (size_t)(p - v->p) % MOCK_BLOCK || off > ph->n || n > ph->n - off)
+		goto out;
+	lo = (size_t)(p - v->p) / MOCK_BLOCK;
+	for (size_t i = lo; i < lo + n / MOCK_BLOCK; i++)
+		if (v->acc[i])
+			goto out; /* mapped already */
+	if (mmap(p, n, PROT_NONE, MAP_SHARED | MAP_FIXED, ph->fd,
+		 (off_t)off) == MAP_FAILED) {
+		rc = 2;
+		goto out;
+	}
+	for (size_t i = lo; i < lo + n / MOCK_BLOCK; i++) {
+		v->acc[i] = VA_MAPPED;
+		v->phys[i] = (int)(ph - vphys);
+		ph->maps++;
+	}
+	v->dev = ph->dev;
+	rc = 0;
+out:
+	pthread_mutex_unlock(&mock_lock);
+	return rc;
+}
+
+static int mock_cuMemUnmap(CUdeviceptr ptr, size_t n)
+{
+	char *p = (char *)(uintptr_t)ptr;
+	struct vrange *v;
+	size_t lo;
+	int rc = 1;
+
+	count();
+	pthread_mutex_lock(&mock_lock);
+	v = vrange_of_locked(p, n);
+	if (!v || !n || n % MOCK_BLOCK || (size_t)(p - v->p) % MOCK_BLOCK)
+		goto out;
+	lo = (size_t)(p - v->p) / MOCK_BLOCK;
+	for (size_t i = lo; i < lo + n / MOCK_BLOCK; i++)
+		if (!v->acc[i])
+			goto out;
+	mmap(p, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
+				      MAP_NORESERVE, -1, 0);
+	for (size_t i = lo; i < lo + n / MOCK_BLOCK; i++) {
+		struct vphys *ph = &vphys[v->phys[i]];
+
+		v->acc[i] = 0;
+		v->phys[i] = -1;
+		if (!--ph->maps && ph->released)
+			vphys_free_locked(ph);
+	}
+	rc = 0;
+out:
+	pthread_mutex_unlock(&mock_lock);
+	return rc;
+}
+
+static int mock_cuMemSetAccess(CUdeviceptr ptr, size_t n,
+			       const CUmemAccessDesc *desc, size_t count_)
+{
+	char *p = (char *)(uintptr_t)ptr;
+	unsigned char acc;
+	struct vrange *v;
+	size_t lo;
+	int rc = 1;
+
+	count();
+	if (count_ != 1 || desc->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return 1;
+	acc = desc->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? VA_R | VA_W :
+	      desc->flags == CU_MEM_ACCESS_FLAGS_PROT_READ	? VA_R :
+								  0;
+	pthread_mutex_lock(&mock_lock);
+	v = vrange_of_locked(p, n);
+	if (!v || !n || n % MOCK_BLOCK || (size_t)(p - v->p) % MOCK_BLOCK ||
+	    desc->location.id != v->dev)
+		goto out;
+	lo = (size_t)(p - v->p) / MOCK_BLOCK;
+	for (size_t i = lo; i < lo + n / MOCK_BLOCK; i++)
+		if (!v->acc[i])
+			goto out; /* every granule must be mapped */
+	if (mprotect(p, n, acc & VA_W ? PROT_READ | PROT_WRITE :
+			   acc	      ? PROT_READ :
+					PROT_NONE))
+		goto out;
+	for (size_t i = lo; i < lo + n / MOCK_BLOCK; i++)
+		v->acc[i] = VA_MAPPED | acc;
+	rc = 0;
+out:
+	pthread_mutex_unlock(&mock_lock);
+	return rc;
+}
+
+static int mock_cuDeviceGetAttribute(int *v, int attr, int cudev)
+{
+	count();
+	if (cudev < 0 || cudev >= ndevs)
+		return 101;
+	*v = attr == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ?
+		     !no_vmm :
+		     0;
+	return 0;
+}
+
+/* For tests: bytes of cuMemCreate memory not yet freed, all devices. */
+size_t tfs_mock_vmm_bytes(void);
+size_t tfs_mock_vmm_bytes(void)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&mock_lock);
+	vphys_setup_locked();
+	for (int i = 0; i < MAX_PHYS; i++)
+		if (vphys[i].fd >= 0)
+			n += vphys[i].n;
+	pthread_mutex_unlock(&mock_lock);
+	return n;
 }
 
 /* --- test hooks ------------------------------------------------------------ */
@@ -1293,6 +1728,14 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 	pthread_mutex_unlock(&mock_lock);
 	if (inject)
 		return fail(cudaErrorInvalidValue);
+	if ((kind == cudaMemcpyDeviceToHost ||
+	     kind == cudaMemcpyDeviceToDevice) &&
+	    vmm_guard(c, src, n, false, "cudaMemcpyAsync"))
+		return last_error;
+	if ((kind == cudaMemcpyHostToDevice ||
+	     kind == cudaMemcpyDeviceToDevice) &&
+	    vmm_guard(c, dst, n, true, "cudaMemcpyAsync"))
+		return last_error;
 	if (kind == cudaMemcpyDeviceToHost) {
 		host = dst;
 		ok = s && inside_dev(src, n) &&
@@ -1337,6 +1780,14 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n,
 	bool ok;
 
 	ENTER(c);
+	if ((kind == cudaMemcpyDeviceToHost ||
+	     kind == cudaMemcpyDeviceToDevice) &&
+	    vmm_guard(c, src, n, false, "cudaMemcpy"))
+		return last_error;
+	if ((kind == cudaMemcpyHostToDevice ||
+	     kind == cudaMemcpyDeviceToDevice) &&
+	    vmm_guard(c, dst, n, true, "cudaMemcpy"))
+		return last_error;
 	if (kind == cudaMemcpyDeviceToHost)
 		ok = inside_dev(src, n);
 	else if (kind == cudaMemcpyHostToDevice)
@@ -1363,6 +1814,8 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n,
 cudaError_t cudaMemset(void *p, int v, size_t n)
 {
 	ENTER(c);
+	if (vmm_guard(c, p, n, true, "cudaMemset"))
+		return last_error;
 	if (!inside_dev(p, n)) {
 		fprintf(stderr, "mock: bad cudaMemset %p, %zu\n", p, n);
 		return fail(cudaErrorInvalidValue);
@@ -1375,6 +1828,8 @@ cudaError_t cudaMemset(void *p, int v, size_t n)
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 {
 	ENTER(c);
+	if (vmm_guard(c, p, n, true, "cudaMemsetAsync"))
+		return last_error;
 	if (!inside_dev(p, n) || !s) {
 		fprintf(stderr, "mock: bad cudaMemsetAsync %p, %zu\n", p, n);
 		return fail(cudaErrorInvalidValue);
@@ -1390,6 +1845,10 @@ static bool inside_dev_of(const void *p, size_t n, int dev)
 {
 	struct range *r;
 	bool ok;
+	int vdev = -1;
+
+	if (vmm_access(p, n, VA_R, &vdev) == 1)
+		return vdev == dev;
 
 	pthread_mutex_lock(&mock_lock);
 	r = find_locked(p, n, DEV);
@@ -1438,6 +1897,11 @@ static cudaError_t peer_check(void *dst, int ddev, const void *src, int sdev,
 
 	if (ddev < 0 || ddev >= ndevs || sdev < 0 || sdev >= ndevs)
 		return fail(cudaErrorInvalidDevice);
+	if (vmm_guard(s ? s->ctx : &devs[sdev].ctx, src, n, false,
+		      "cudaMemcpyPeer") ||
+	    vmm_guard(s ? s->ctx : &devs[sdev].ctx, dst, n, true,
+		      "cudaMemcpyPeer"))
+		return last_error;
 	if (!inside_dev_of(dst, n, ddev) || !inside_dev_of(src, n, sdev) ||
 	    (s && s->ctx->dev != sdev && s->ctx->dev != ddev)) {
 		fprintf(stderr,
@@ -1841,6 +2305,16 @@ cudaError_t cudaGetDriverEntryPointByVersion(
 		{ "cuCtxSetCurrent", (void *)mock_cuCtxSetCurrent },
 		{ "cuCtxPushCurrent", (void *)mock_cuCtxPushCurrent },
 		{ "cuCtxPopCurrent", (void *)mock_cuCtxPopCurrent },
+		{ "cuDeviceGetAttribute", (void *)mock_cuDeviceGetAttribute },
+		{ "cuMemGetAllocationGranularity",
+		  (void *)mock_cuMemGetAllocationGranularity },
+		{ "cuMemAddressReserve", (void *)mock_cuMemAddressReserve },
+		{ "cuMemAddressFree", (void *)mock_cuMemAddressFree },
+		{ "cuMemCreate", (void *)mock_cuMemCreate },
+		{ "cuMemRelease", (void *)mock_cuMemRelease },
+		{ "cuMemMap", (void *)mock_cuMemMap },
+		{ "cuMemUnmap", (void *)mock_cuMemUnmap },
+		{ "cuMemSetAccess", (void *)mock_cuMemSetAccess },
 	};
 
 	count();
@@ -1929,6 +2403,9 @@ __attribute__((destructor)) static void mock_exit(void)
 		left += ranges[i].p && ranges[i].kind == REGISTERED;
 		dev_left += ranges[i].p && ranges[i].kind == DEV;
 	}
+	/* cuMemCreate's memory not freed counts as allocations left. */
+	for (i = 0; vphys_init && i < MAX_PHYS; i++)
+		dev_left += vphys[i].fd >= 0;
 	if (path && (f = fopen(path, "a"))) {
 		fprintf(f,
 			"registers %lu unregisters %lu registered-left %lu direct-copies %lu staged-copies %lu waits %lu calls %lu dev-left %lu d2h %lu peer-direct %lu peer-staged %lu cold-registers %lu contexts",

@@ -57,7 +57,7 @@ trap 'rm -rf "$out"' EXIT
 cc -std=gnu11 -g -O1 -D_GNU_SOURCE -DTFS_HAVE_CUDA=1 -Wall -Wextra \
 	-Wno-unused-parameter -Werror -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -I include -I . -isystem "$CUDA/include" \
-	tests/gpu/backend_check.c tiers/device_cuda.c tiers/device_cuda_copy.c config/log.c \
+	tests/gpu/backend_check.c tiers/device_cuda.c tiers/device_cuda_copy.c tiers/device_cuda_vmm.c config/log.c \
 	tests/gpu/cuda_mock.c -lpthread -o "$out/check" || exit 1
 
 failed=0
@@ -80,7 +80,7 @@ export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1
 only=${TFS_MOCK_ONLY:-}
 if [ -z "$only" ]; then
 expect "round trips from 8 threads, staged and page-locked; failing copies" 0 \
-	"^1\.\.18$" TFS_MOCK_CAPACITY=$((1 << 30)) TFS_CUDA_NUMA_NODE=0
+	"^1\.\.19$" TFS_MOCK_CAPACITY=$((1 << 30)) TFS_CUDA_NUMA_NODE=0
 expect "no driver: -ENODEV and the CUDA error's name" 77 \
 	"cudaGetDeviceCount: mock error (cudaErrorInsufficientDriver, 35)" \
 	TFS_MOCK_NODEV=1
