@@ -158,7 +158,8 @@ EOS
 done
 for f in ${only:-tests/integration/export.bats tests/gpu/mock_export.bats \
 	tests/gpu/mock_reclaim.bats tests/gpu/mock_gpus.bats \
-	tests/gpu/mock_lease.bats tests/gpu/dask_device_mock.bats}; do
+	tests/gpu/mock_lease.bats tests/gpu/mock_sparse.bats \
+	tests/gpu/dask_device_mock.bats}; do
 	shared=
 	case $f in *mock_reclaim.bats) shared=$out/shared ;; esac
 	if TIERFS_BIN=$out/tierfs EXPORT_CLIENT=$out/export_client \
