@@ -963,6 +963,28 @@ bool cuda_can_peer(struct tier_dev *src, struct tier_dev *dst)
 	return true;
 }
 
+/* Copy [off, off + len) from @sm to @dm through host memory, a chunk at
+ * a time, each copy its own GPU's. */
+static int peer_bounce(struct tier_dev *src, struct tier_dmem *sm,
+		       struct tier_dev *dst, struct tier_dmem *dm, size_t len,
+		       uint64_t off)
+{
+	void *buf = malloc(CUDA_CHUNK);
+	int rc = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	for (size_t at = 0; !rc && at < len; at += CUDA_CHUNK) {
+		size_t n = len - at < CUDA_CHUNK ? len - at : CUDA_CHUNK;
+
+		rc = cuda_read(src, sm, buf, n, off + at);
+		if (!rc)
+			rc = cuda_write(dst, dm, buf, n, off + at);
+	}
+	free(buf);
+	return rc;
+}
+
 /* One cudaMemcpyPeerAsync on a slot of @src's, waited for once. */
 int cuda_copy_peer(struct tier_dev *src, struct tier_dmem *sdm,
 		   struct tier_dev *dst, struct tier_dmem *ddm, size_t len,
@@ -981,6 +1003,13 @@ int cuda_copy_peer(struct tier_dev *src, struct tier_dmem *sdm,
 		return -ENODEV;
 	if (!len)
 		return 0;
+	/*
+	 * A sparse allocation's mappings give access to its own GPU only, and
+	 * a peer copy with peer access enabled has one GPU's engine touch the
+	 * other's memory: through host memory instead, each side by its own.
+	 */
+	if ((sm->vmm || dm->vmm) && s->gpu != d->gpu)
+		return peer_bounce(src, sdm, dst, ddm, len, off);
 	dm->snap_id = 0;
 	e = cuda_enter(s);
 	if (e != cudaSuccess)

@@ -101,3 +101,23 @@ EOF
 	[ "$(xa stored_size "$f")" -eq $((6 * G)) ]
 	cmp "$f" "$REF"
 }
+
+@test "cuda: a sparse file moves between GPUs with its holes" {
+	export TFS_MOCK_DEVICES=2
+	tfs_mount -o device_backend=cuda,device_gpus=0:1,device_limit=64M,host_limit=64M
+	f=$MNT/sparse
+	for x in "$REF" "$f"; do
+		put "$x" "$TFS_TMP/a" 0
+		put "$x" "$TFS_TMP/a" $((10 << 20))
+	done
+	[ "$(xa stored_size "$f")" -eq $((2 * G)) ]
+	setfattr -n user.tierfs.tier -v device:1 "$f"
+	[ "$(xa device "$f")" = 1 ]
+	[ "$(xa stored_size "$f")" -eq $((2 * G)) ]
+	cmp "$f" "$REF"
+	setfattr -n user.tierfs.tier -v device:0 "$f"
+	[ "$(xa device "$f")" = 0 ]
+	[ "$(xa stored_size "$f")" -eq $((2 * G)) ]
+	cmp "$f" "$REF"
+	[ "$(stat_of device.state)" = ok ]
+}

@@ -68,6 +68,10 @@
 #  stress     TFS_GPU_STRESS_S (30) s of readers, GPU readers and writers,
 #             churn and moves
 #  ipc2, peer with two GPUs or more (SKIP with one)
+#  dask       tierfs.dask.TierfsDeviceStore with cupy arrays, without a
+#             cluster (SKIP where the image's python has no distributed):
+#             put and get of 1 GiB next to cupy's D2D and D2H copies of it,
+#             values spilled to hold device_memory_limit and brought back
 #
 # Memory is sized from what the machine is stated to have (TFS_GPU_RAM_GIB,
 # 128; TFS_GPU_MEM_GIB, 139), not from MemTotal, which starts low on the
@@ -1082,6 +1086,68 @@ t_peer() {
 
 # --- running them ------------------------------------------------------------------
 
+# tierfs.dask.TierfsDeviceStore with cupy, without a cluster: a put and a
+# get of 1 GiB (figures, next to cupy copies of the same size), the store's
+# share (device_memory_limit under the mount's limit) held by spilling its
+# oldest values, and a spilled value back on the GPU with its bytes.
+t_dask() {
+	gpu_only
+	[ -n "$PY" ] || skip "no python with cupy (see preflight)"
+	"$PY" -c 'import distributed' 2>/dev/null ||
+		skip "$PY has no distributed: the device store needs its serializers"
+	mount_cuda device_limit=4G,host_limit=6G
+	PYTHONPATH=$top/python "$PY" - "$MNT" <<'EOF'
+import os, sys, time
+import cupy, numpy
+from tierfs import xattr
+from tierfs.dask import TierfsDeviceStore
+
+G = 1 << 30
+root = os.path.join(sys.argv[1], "dask")
+os.makedirs(root, exist_ok=True)
+dev = cupy.cuda.Device()
+s = TierfsDeviceStore(root, device_memory_limit="2600MiB")
+a = cupy.arange(G // 4, dtype=cupy.uint32)
+dev.synchronize()
+t0 = time.perf_counter()
+s["a"] = a
+t_put = time.perf_counter() - t0
+assert xattr.tier(s.file_of("a")) == "device", xattr.tier(s.file_of("a"))
+assert s.device_share["enforced_by"] == "store", s.device_share
+t0 = time.perf_counter()
+b = s["a"]
+dev.synchronize()
+t_get = time.perf_counter() - t0
+assert isinstance(b, cupy.ndarray) and bool((b == a).all())
+del b
+x = cupy.empty_like(a)
+dev.synchronize()
+t0 = time.perf_counter()
+x[:] = a
+dev.synchronize()
+t_d2d = time.perf_counter() - t0
+h = numpy.empty(G // 4, dtype=numpy.uint32)
+t0 = time.perf_counter()
+a.get(out=h)
+t_d2h = time.perf_counter() - t0
+del x, h
+for i in range(3):
+    s["v%d" % i] = cupy.full(G // 4, i, dtype=cupy.uint32)
+    on = sum(xattr.stat(s.file_of(k))["stored_size"] for k in s
+             if xattr.tier(s.file_of(k)) == "device")
+    assert on <= 2600 << 20, (i, on)
+tiers = {k: xattr.tier(s.file_of(k)) for k in s}
+assert tiers["a"] != "device" and tiers["v2"] == "device", tiers
+b = s["a"]
+assert bool((b == a).all()) and xattr.tier(s.file_of("a")) == "device"
+print("figure: device store put of 1 GiB %.1f ms, get %.1f ms; cupy d2d "
+      "%.1f ms, d2h (pageable) %.1f ms" % (t_put * 1e3, t_get * 1e3,
+                                           t_d2d * 1e3, t_d2h * 1e3))
+s.close()
+print("dask ok")
+EOF
+}
+
 # shellcheck disable=SC2046 # one word per function name
 export -f $(compgen -A function)
 export top CUDA BUNDLE LOGS DRYRUN BACKEND GPU GPU_OK FUSE_OK PY NGPUS EC \
@@ -1157,6 +1223,7 @@ run_check reserve 90 gpu fuse
 run_check stress $((${TFS_GPU_STRESS_S:-30} + 45)) fuse
 run_check ipc2 60 gpu fuse
 run_check peer 60 gpu fuse
+run_check dask 90 gpu fuse
 
 say "done"
 write_summary
