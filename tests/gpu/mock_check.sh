@@ -22,7 +22,10 @@
 #    registers, the pool page-locked on the backend's own thread, placed on
 #    the GPU's NUMA node (TFS_CUDA_NUMA_NODE=0 here, where sysfs says -1)
 #    and faulted in before cudaHostRegister; readers sharing a snapshot;
-#    many copies at once. Needs only the CUDA headers.
+#    many copies at once; sparse allocations through the driver's VMM
+#    calls (holes read as zeroes, writes into them refused, an export
+#    densifying), and without VMM (TFS_MOCK_NO_VMM) none offered. Needs
+#    only the CUDA headers.
 # 2. With BUILD, a meson build dir configured with CUDA (sanitized or not):
 #    its tierfs relinked with the mock instead of libcudart_static.a, and
 #    tests/integration/export.bats and tests/gpu/mock_export.bats run on
@@ -36,6 +39,8 @@
 #    with the mock as its CUDA runtime.
 # 4. tests/gpu/mock_gpus.bats: [device] gpus against the mock's two
 #    devices, the count from cudaGetDeviceCount.
+# 4b. tests/gpu/mock_sparse.bats: sparse files through the daemon, device
+#    copies taking only their granules with data, across tiers and GPUs.
 # 5. tests/gpu/dask_device_mock.bats: tierfs.dask.TierfsDeviceStore in real
 #    Dask clusters on this daemon, the workers loading the mock as their
 #    CUDA runtime (skipped without Debian's python3-distributed).
@@ -81,6 +86,9 @@ only=${TFS_MOCK_ONLY:-}
 if [ -z "$only" ]; then
 expect "round trips from 8 threads, staged and page-locked; failing copies" 0 \
 	"^1\.\.19$" TFS_MOCK_CAPACITY=$((1 << 30)) TFS_CUDA_NUMA_NODE=0
+expect "no virtual memory management: no sparse allocations, the rest the same" 0 \
+	"sparse allocations.*# SKIP no sparse allocations" \
+	TFS_MOCK_CAPACITY=$((1 << 30)) TFS_CUDA_NUMA_NODE=0 TFS_MOCK_NO_VMM=1
 expect "no driver: -ENODEV and the CUDA error's name" 77 \
 	"cudaGetDeviceCount: mock error (cudaErrorInsufficientDriver, 35)" \
 	TFS_MOCK_NODEV=1
