@@ -86,9 +86,10 @@ only=${TFS_MOCK_ONLY:-}
 if [ -z "$only" ]; then
 expect "round trips from 8 threads, staged and page-locked; failing copies" 0 \
 	"^1\.\.19$" TFS_MOCK_CAPACITY=$((1 << 30)) TFS_CUDA_NUMA_NODE=0
-expect "no virtual memory management: no sparse allocations, the rest the same" 0 \
+expect "no virtual memory management: no sparse allocations offered" 0 \
 	"sparse allocations.*# SKIP no sparse allocations" \
-	TFS_MOCK_CAPACITY=$((1 << 30)) TFS_CUDA_NUMA_NODE=0 TFS_MOCK_NO_VMM=1
+	TFS_MOCK_CAPACITY=$((1 << 30)) TFS_MOCK_NO_VMM=1 \
+	TFS_CHECK_ONLY="sparse allocations"
 expect "no driver: -ENODEV and the CUDA error's name" 77 \
 	"cudaGetDeviceCount: mock error (cudaErrorInsufficientDriver, 35)" \
 	TFS_MOCK_NODEV=1
