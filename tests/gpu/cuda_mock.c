@@ -572,6 +572,7 @@ struct vrange {
 static struct vphys vphys[MAX_PHYS]; /* mock_lock */
 static struct vrange vranges[MAX_VAS]; /* mock_lock */
 static bool vphys_init; /* mock_lock */
+static unsigned int nvranges; /* written under mock_lock, read atomically */
 
 static void vphys_setup_locked(void)
 {
@@ -607,6 +608,9 @@ static int vmm_access(const void *p, size_t n, unsigned char need, int *dev)
 	struct vrange *v;
 	int rc = 1;
 
+	/* Most processes reserve no range: their copies pay nothing. */
+	if (!__atomic_load_n(&nvranges, __ATOMIC_ACQUIRE))
+		return -1;
 	pthread_mutex_lock(&mock_lock);
 	v = vrange_of_locked(p, n ? n : 1);
 	if (!v) {
@@ -708,6 +712,7 @@ static int mock_cuMemAddressReserve(CUdeviceptr *out, size_t n, size_t align,
 		v->p = p;
 		v->n = n;
 		v->dev = -1;
+		__atomic_add_fetch(&nvranges, 1, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&mock_lock);
 	if (!v) {
@@ -743,6 +748,7 @@ static int mock_cuMemAddressFree(CUdeviceptr ptr, size_t n)
 		free(v->acc);
 		free(v->phys);
 		memset(v, 0, sizeof(*v));
+		__atomic_sub_fetch(&nvranges, 1, __ATOMIC_RELEASE);
 		rc = 0;
 		break;
 	}
