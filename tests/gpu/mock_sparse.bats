@@ -73,7 +73,7 @@ put() {
 
 @test "cuda: a sparse file on the device exports whole, as a GPU program maps it" {
 	PY=/usr/bin/python3
-	"$PY" -c 'import ctypes' || skip "no $PY"
+	command -v "$PY" >/dev/null || skip "no $PY"
 	tfs_mount -o device_backend=cuda,device_limit=64M,host_limit=64M
 	f=$MNT/sparse
 	for x in "$REF" "$f"; do
