@@ -25,6 +25,12 @@ teardown() {
 	tfs_teardown
 }
 
+PY=/usr/bin/python3
+
+require_python() {
+	command -v "$PY" >/dev/null || skip "no $PY"
+}
+
 stat_of() {
 	getfattr --absolute-names --only-values -n user.tierfs.stats "$MNT" |
 		sed -n "s/^$1=//p"
@@ -72,8 +78,7 @@ put() {
 }
 
 @test "cuda: a sparse file on the device exports whole, as a GPU program maps it" {
-	PY=/usr/bin/python3
-	command -v "$PY" >/dev/null || skip "no $PY"
+	require_python
 	tfs_mount -o device_backend=cuda,device_limit=64M,host_limit=64M
 	f=$MNT/sparse
 	for x in "$REF" "$f"; do
