@@ -215,14 +215,17 @@ static size_t trim_value(const char *value, size_t size)
 int tfs_xattr_parse_tier(const char *value, size_t size, enum tfs_tier *out,
 			 int *gpu)
 {
-	static const char dev[] = "device:";
-	const size_t dl = sizeof(dev) - 1;
+	/* The names are the store's, the ones its stats' "tiers" key lists;
+	 * "NAME:N" for the device tier's NAME. */
+	const char *dev = tier_name(TFS_TIER_DEVICE);
+	const size_t dl = strlen(dev) + 1;
 	size_t len = size;
 	int g = 0;
 
 	while (len && (value[len - 1] == '\n' || value[len - 1] == '\0'))
 		len--;
-	if (len <= dl || strncasecmp(value, dev, dl)) {
+	if (len <= dl || strncasecmp(value, dev, dl - 1) ||
+	    value[dl - 1] != ':') {
 		int rc = tier_parse(value, len, out);
 
 		if (!rc)

@@ -94,8 +94,10 @@ int tfs_ioc_check(const struct tfs_ioc_req *req, union tfs_ioc_args *out);
 #define TFS_XATTR_GPU_MAX 255
 
 /*
- * A user.tierfs.tier value: a tier name in any case, or "device:N" for the
- * device tier of GPU N (0 to TFS_XATTR_GPU_MAX, decimal digits only);
+ * A user.tierfs.tier value: a tier name in any case, as tier_name() gives
+ * them (the store's stats list the same in their "tiers" key), or
+ * "device:N" for the device tier of GPU N (0 to TFS_XATTR_GPU_MAX, decimal
+ * digits only; "device" being tier_name(TFS_TIER_DEVICE));
  * newlines and NUL bytes at its end are ignored (setfattr -v and echo add
  * a newline, some callers the NUL). Returns 0 with *@out set and *@gpu the
  * ordinal, or -1 when none was named; or -EINVAL, leaving both alone.

@@ -20,7 +20,8 @@ struct ls_ent {
 	char *path; /* for system calls */
 	size_t name_off; /* path + name_off is what the table shows */
 	char type; /* 'f' regular, 'd' directory, 'l' symlink, 'o' other */
-	int tier; /* -1 unknown */
+	int tier; /* its position in the mount's chain, -1 unknown */
+	char tier_name[32]; /* as the daemon names it */
 	bool have_size, have_stored, have_atime, have_pins;
 	uint64_t size, stored, atime, pins;
 };
@@ -52,9 +53,10 @@ static const char *fmt_time_ns(char *buf, size_t len, uint64_t ns)
 
 /* Fills the tier columns of a regular file; false (message given) when the
  * mount does not answer for it. */
-static bool ls_fill(struct ls_ent *e)
+static bool ls_fill(struct ls_ent *e, const struct ctl_tiers *tiers)
 {
-	e->tier = ctl_get_tier(e->path);
+	e->tier = ctl_get_tier(e->path, tiers, e->tier_name,
+			       sizeof(e->tier_name));
 	if (e->tier < 0) {
 		ctl_op_error("'%s': %s: %s", e->path, TFS_XATTR_TIER,
 			     strerror(errno));
@@ -89,13 +91,14 @@ static struct ls_ent *ls_add(struct ls_list *l, char *path, size_t name_off,
 	return e;
 }
 
-/* Adds a row (taking @path) and, for a regular file, its tier columns;
- * a file the mount does not answer for gets no row. */
+/* Adds a row (taking @path) and, for a regular file, its tier columns
+ * from its mount's chain @tiers; a file the mount does not answer for gets
+ * no row. */
 static bool ls_add_fill(struct ls_list *l, char *path, size_t name_off,
-			mode_t mode)
+			mode_t mode, const struct ctl_tiers *tiers)
 {
 	if (ls_add(l, path, name_off, mode)->type != 'f' ||
-	    ls_fill(&l->e[l->n - 1]))
+	    ls_fill(&l->e[l->n - 1], tiers))
 		return true;
 	free(path);
 	l->n--;
@@ -106,11 +109,11 @@ struct ls_walk {
 	struct ls_list *l;
 	size_t name_off;
 	dev_t dev;
+	const struct ctl_tiers *tiers;
 	bool recursive;
 };
 
-static bool ls_dir(struct ls_list *l, const char *dir, size_t name_off,
-		   dev_t dev, bool recursive);
+static bool ls_dir(struct ls_walk *w, const char *dir);
 
 static bool ls_entry(void *ctx, char *path, const struct stat *st)
 {
@@ -119,11 +122,11 @@ static bool ls_entry(void *ctx, char *path, const struct stat *st)
 
 	if (w->recursive && S_ISDIR(st->st_mode)) {
 		if (st->st_dev == w->dev)
-			ok = ls_dir(w->l, path, w->name_off, w->dev, true);
+			ok = ls_dir(w, path);
 		free(path);
 		return ok;
 	}
-	return ls_add_fill(w->l, path, w->name_off, st->st_mode);
+	return ls_add_fill(w->l, path, w->name_off, st->st_mode, w->tiers);
 }
 
 /*
@@ -132,19 +135,16 @@ static bool ls_entry(void *ctx, char *path, const struct stat *st)
  * paths). Does not cross into other mounts. Returns false when something
  * could not be listed.
  */
-static bool ls_dir(struct ls_list *l, const char *dir, size_t name_off,
-		   dev_t dev, bool recursive)
+static bool ls_dir(struct ls_walk *w, const char *dir)
 {
-	struct ls_walk w = { l, name_off, dev, recursive };
-
-	return ctl_walk_dir(dir, ls_entry, &w);
+	return ctl_walk_dir(dir, ls_entry, w);
 }
 
 static int tier_rank(const struct ls_ent *e)
 {
 	if (e->type != 'f')
-		return TFS_TIER_COUNT + 1;
-	return e->tier < 0 ? TFS_TIER_COUNT : e->tier;
+		return TFS_TIER_MAX + 1;
+	return e->tier < 0 ? TFS_TIER_MAX : e->tier;
 }
 
 static int cmp_u64(uint64_t a, uint64_t b)
@@ -153,7 +153,8 @@ static int cmp_u64(uint64_t a, uint64_t b)
 }
 
 /*
- * As ls does: names and tiers ascending (device first), numbers
+ * As ls does: names and tiers ascending (the chain's order, fastest
+ * first), numbers
  * descending (biggest, most recent, most pinned first); -r reverses.
  * Ties go by name so the order is stable.
  */
@@ -202,7 +203,7 @@ static const char *ls_tier(const struct ls_ent *e)
 {
 	switch (e->type) {
 	case 'f':
-		return e->tier < 0 ? "?" : ctl_tier_names[e->tier];
+		return e->tier < 0 ? "?" : e->tier_name;
 	case 'd':
 		return "dir";
 	case 'l':
@@ -281,7 +282,7 @@ static void ls_print_json(const struct ls_list *l)
 			if (e->tier < 0)
 				fputs("null", stdout);
 			else
-				printf("\"%s\"", ctl_tier_names[e->tier]);
+				ctl_json_str(stdout, e->tier_name);
 			if (e->have_size)
 				printf(", \"size\": %" PRIu64, e->size);
 			if (e->have_stored)
@@ -370,6 +371,7 @@ int cmd_ls(int argc, char **argv)
 
 	for (int i = 0; i < n; i++) {
 		const char *p = paths[i];
+		const struct ctl_tiers *tiers;
 		struct stat st;
 
 		if (stat(p, &st)) {
@@ -377,22 +379,24 @@ int cmd_ls(int argc, char **argv)
 			ok = false;
 			continue;
 		}
-		if (!ctl_on_tierfs(&cache, p, st.st_dev, NULL)) {
+		if (!ctl_on_tierfs(&cache, p, st.st_dev, NULL, &tiers)) {
 			ok = false;
 			continue;
 		}
 		if (S_ISDIR(st.st_mode)) {
 			/* one directory alone: names relative to it, as ls */
-			size_t off = 0;
+			struct ls_walk w = { &l, 0, st.st_dev, tiers,
+					     recursive };
 
 			if (n == 1) {
 				char *j = ctl_join_path(p, "");
 
-				off = strlen(j);
+				w.name_off = strlen(j);
 				free(j);
 			}
-			ok &= ls_dir(&l, p, off, st.st_dev, recursive);
-		} else if (!ls_add_fill(&l, ctl_xstrdup(p), 0, st.st_mode)) {
+			ok &= ls_dir(&w, p);
+		} else if (!ls_add_fill(&l, ctl_xstrdup(p), 0, st.st_mode,
+					tiers)) {
 			ok = false;
 		}
 	}

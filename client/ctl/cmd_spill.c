@@ -27,7 +27,7 @@ struct target {
 	char *path;
 	uint64_t size;
 	dev_t dev; /* its mount's, when it was found */
-	int to; /* tier for spill and prefetch */
+	int to; /* tier for spill and prefetch: its place in the chain */
 };
 
 struct target_list {
@@ -86,8 +86,7 @@ static bool collect_dir(struct target_list *l, const char *dir, dev_t dev,
 
 struct op_opts {
 	enum op_kind kind;
-	int to; /* target tier of spill and prefetch */
-	bool to_given;
+	const char *to; /* --to of spill and prefetch, NULL when not given */
 	bool recursive;
 	bool wait; /* prefetch: until the files are there */
 	bool quiet;
@@ -95,48 +94,74 @@ struct op_opts {
 };
 
 /*
- * Expands the PATH arguments; false when some could not be used. A plain
- * prefetch goes to the fastest tier the file's mount has: the device, or
- * the host on a mount without one.
+ * Where in the chain @tiers of a mount (@has_device: with a device tier)
+ * a spill or prefetch goes, or -1 for a --to it cannot go to. A spill
+ * goes down to the last tier, or to the one --to names below the first; a
+ * prefetch up to the fastest tier the mount has (the device, or the next
+ * on a mount without one), or to the one --to names above the last.
  */
-static bool collect_targets(struct target_list *l, char **paths, int n,
-			    const struct op_opts *o)
+static int target_tier(const struct op_opts *o, const struct ctl_tiers *tiers,
+		       bool has_device)
 {
-	struct ctl_dev_cache cache = { .n = 0 };
-	bool ok = true;
+	int last = (int)tiers->n - 1, t;
+
+	if (o->kind != OP_SPILL && o->kind != OP_PREFETCH)
+		return 0;
+	if (!o->to)
+		return o->kind == OP_SPILL ? last : !has_device && last > 0;
+	t = ctl_tiers_index(tiers, o->to, strlen(o->to));
+	if (o->kind == OP_SPILL ? t < 1 : t < 0 || t >= last)
+		return -1;
+	return t;
+}
+
+/*
+ * Expands the PATH arguments, with each mount's chain from @cache: 0, or
+ * EXIT_FAIL when some could not be used, or EXIT_USAGE (message given)
+ * for a --to that a PATH's mount cannot move to.
+ */
+static int collect_targets(struct target_list *l, char **paths, int n,
+			   const struct op_opts *o, struct ctl_dev_cache *cache)
+{
+	int rc = 0;
 
 	for (int i = 0; i < n; i++) {
+		const struct ctl_tiers *tiers;
 		bool has_device;
 		struct stat st;
-		int to = o->to;
+		int to;
 
 		if (stat(paths[i], &st)) {
 			ctl_error("'%s': %s", paths[i], strerror(errno));
-			ok = false;
+			rc = EXIT_FAIL;
 			continue;
 		}
-		if (!ctl_on_tierfs(&cache, paths[i], st.st_dev, &has_device)) {
-			ok = false;
+		if (!ctl_on_tierfs(cache, paths[i], st.st_dev, &has_device,
+				   &tiers)) {
+			rc = EXIT_FAIL;
 			continue;
 		}
-		if (o->kind == OP_PREFETCH && !o->to_given && !has_device)
-			to = TFS_TIER_HOST;
+		to = target_tier(o, tiers, has_device);
+		if (to < 0)
+			return ctl_bad_usage("cannot %s to '%s'", ctl_cmd_name,
+					     o->to);
 		if (S_ISREG(st.st_mode)) {
 			target_add(l, ctl_xstrdup(paths[i]), st.st_size,
 				   st.st_dev, to);
 		} else if (S_ISDIR(st.st_mode) &&
 			   (o->recursive || o->kind == OP_PREFETCH)) {
-			ok &= collect_dir(l, paths[i], st.st_dev, to);
+			if (!collect_dir(l, paths[i], st.st_dev, to))
+				rc = EXIT_FAIL;
 		} else if (S_ISDIR(st.st_mode)) {
 			ctl_op_error("'%s': %s (use -R)", paths[i],
 				     strerror(EISDIR));
-			ok = false;
+			rc = EXIT_FAIL;
 		} else {
 			ctl_op_error("'%s': not a regular file", paths[i]);
-			ok = false;
+			rc = EXIT_FAIL;
 		}
 	}
-	return ok;
+	return rc;
 }
 
 /*
@@ -208,6 +233,16 @@ static void progress_clear(struct progress *p)
 	}
 }
 
+/* The name of @t's tier in its mount's chain; "" when the mount is gone. */
+static const char *target_name(struct ctl_dev_cache *c, const struct target *t)
+{
+	const struct ctl_tiers *tiers;
+
+	if (!ctl_on_tierfs(c, t->path, t->dev, NULL, &tiers))
+		return "";
+	return tiers->name[t->to];
+}
+
 /*
  * A descriptor for reading the regular file at @path on device @dev, as
  * set_on_mount() checks it: reopened from an O_PATH one that did not
@@ -263,6 +298,7 @@ struct pf_run {
 	const struct op_opts *o;
 	struct target_list *l;
 	struct progress *p;
+	struct ctl_dev_cache *cache; /* the mounts' chains */
 	int fd[PF_WINDOW];
 	size_t idx[PF_WINDOW]; /* into l->t */
 	size_t head, n;
@@ -339,7 +375,7 @@ static void pf_one(struct pf_run *r, size_t i)
 		close(fd);
 		fd = -1;
 		rc = set_on_mount(t->path, t->dev, TFS_XATTR_TIER,
-				  ctl_tier_names[t->to]);
+				  target_name(r->cache, t));
 		state = TFS_PREFETCH_DONE;
 	}
 	if (rc) {
@@ -379,13 +415,19 @@ static void pf_run(struct pf_run *r)
 
 static int op_run(const struct op_opts *o, char **paths, int npaths)
 {
+	struct ctl_dev_cache cache = { .n = 0 };
 	struct target_list l = { 0 };
 	struct progress p = { 0 };
 	size_t done = 0, moved = 0, already = 0, failed = 0;
 	uint64_t bytes = 0, moved_bytes = 0;
-	bool ok = collect_targets(&l, paths, npaths, o);
-	int to = l.n ? l.t[0].to : o->to;
-	char x[32];
+	int status = collect_targets(&l, paths, npaths, o, &cache);
+	/* the tier all of them go to, named in the summary; "" when not one */
+	char to[32] = "", x[32];
+
+	if (status == EXIT_USAGE)
+		goto out;
+	if (l.n && (o->kind == OP_SPILL || o->kind == OP_PREFETCH))
+		snprintf(to, sizeof(to), "%s", target_name(&cache, &l.t[0]));
 
 	p.verb = ctl_cmd_name;
 	p.n_total = l.n;
@@ -395,11 +437,11 @@ static int op_run(const struct op_opts *o, char **paths, int npaths)
 		(l.n > PROGRESS_MIN_FILES || l.bytes > PROGRESS_MIN_BYTES));
 
 	if (o->kind == OP_PREFETCH) {
-		struct pf_run r = { .o = o, .l = &l, .p = &p };
+		struct pf_run r = { .o = o, .l = &l, .p = &p, .cache = &cache };
 
 		for (size_t i = 0; i < l.n; i++)
-			if (l.t[i].to != to)
-				to = -1;
+			if (strcmp(to, target_name(&cache, &l.t[i])))
+				to[0] = 0;
 		progress_draw(&p, 0, 0, true);
 		pf_run(&r);
 		moved = r.moved + r.queued;
@@ -417,7 +459,17 @@ static int op_run(const struct op_opts *o, char **paths, int npaths)
 
 		progress_draw(&p, done, bytes, i == 0);
 		if (o->kind == OP_SPILL || o->kind == OP_PREFETCH) {
-			int cur = ctl_get_tier(path);
+			const struct ctl_tiers *tiers;
+			char now[32];
+			int cur;
+
+			/* its mount's chain: cached, found again past 8 */
+			if (!ctl_on_tierfs(&cache, path, l.t[i].dev, NULL,
+					   &tiers)) {
+				failed++;
+				goto next;
+			}
+			cur = ctl_get_tier(path, tiers, now, sizeof(now));
 
 			/* spill never moves up, prefetch never down */
 			if (cur >= 0 && (o->kind == OP_SPILL ?
@@ -427,9 +479,9 @@ static int op_run(const struct op_opts *o, char **paths, int npaths)
 				goto next;
 			}
 			name = TFS_XATTR_TIER;
-			val = ctl_tier_names[l.t[i].to];
-			if (l.t[i].to != to)
-				to = -1;
+			val = tiers->name[l.t[i].to];
+			if (strcmp(to, val))
+				to[0] = 0;
 		} else {
 			name = TFS_XATTR_PIN;
 			val = o->kind == OP_PIN ? "1" : "0";
@@ -469,10 +521,13 @@ summary:
 			       moved, moved == 1 ? "" : "s",
 			       ctl_fmt_bytes(x, sizeof(x), moved_bytes),
 			       queued ? "queued " : "moved ",
-			       queued && to >= 0 ? "for " :
-			       to < 0 ? "" : "to ");
-			fputs(to >= 0 ? ctl_tier_names[to] :
-			      o->kind == OP_SPILL ? "down" : "up", stdout);
+			       queued && *to ? "for " :
+			       *to	      ? "to " :
+						"");
+			fputs(*to		     ? to :
+			      o->kind == OP_SPILL ? "down" :
+						    "up",
+			      stdout);
 			if (already)
 				printf(", %zu already %s", already,
 				       o->kind == OP_SPILL ? "there or lower" :
@@ -489,10 +544,11 @@ summary:
 			printf(", %zu failed", failed);
 		putchar('\n');
 	}
+out:
 	for (size_t i = 0; i < l.n; i++)
 		free(l.t[i].path);
 	free(l.t);
-	return ok && !failed ? 0 : EXIT_FAIL;
+	return status ? status : failed ? EXIT_FAIL : 0;
 }
 
 static int cmd_op(enum op_kind kind, int argc, char **argv)
@@ -510,7 +566,6 @@ static int cmd_op(enum op_kind kind, int argc, char **argv)
 	};
 	struct op_opts o = {
 		.kind = kind,
-		.to = kind == OP_SPILL ? TFS_TIER_DISK : TFS_TIER_DEVICE,
 	};
 	int c;
 
@@ -523,17 +578,11 @@ static int cmd_op(enum op_kind kind, int argc, char **argv)
 			o.quiet = true;
 			break;
 		case OPT_TO:
-			o.to_given = true;
 			if (kind != OP_SPILL && kind != OP_PREFETCH)
 				return ctl_bad_usage(
 					"--to is for spill and prefetch");
-			o.to = ctl_tier_index(optarg, strlen(optarg));
-			if ((kind == OP_SPILL && o.to != TFS_TIER_HOST &&
-			     o.to != TFS_TIER_DISK) ||
-			    (kind == OP_PREFETCH && o.to != TFS_TIER_DEVICE &&
-			     o.to != TFS_TIER_HOST))
-				return ctl_bad_usage("cannot %s to '%s'",
-						     ctl_cmd_name, optarg);
+			/* checked against each PATH's chain */
+			o.to = optarg;
 			break;
 		case OPT_WAIT:
 			if (kind != OP_PREFETCH)

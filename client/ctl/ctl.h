@@ -33,7 +33,9 @@
 enum { OPT_JSON = 256, OPT_ASCII, OPT_UNICODE, OPT_TO, OPT_PROGRESS,
        OPT_NO_PROGRESS, OPT_WAIT, OPT_HELP };
 
-/* "device", "host", "disk", indexed by TFS_TIER_* */
+/* The chain a daemon without a "tiers" stats key has: device, host, disk
+ * (indexed by TFS_TIER_*). Everything else reads the mount's own chain
+ * (struct ctl_tiers). */
 extern const char *const ctl_tier_names[TFS_TIER_COUNT];
 
 /* the subcommand, named in messages about an operation that failed; NULL
@@ -96,9 +98,6 @@ bool ctl_parse_u64(const char *s, uint64_t *out);
 /* CLOCK_MONOTONIC in seconds. */
 double ctl_now_s(void);
 
-/* The TFS_TIER_* named by the @len bytes at @name, or -1. */
-int ctl_tier_index(const char *name, size_t len);
-
 /* ------------------------------------------------------------------ */
 /* formatting (format.c) */
 
@@ -137,24 +136,6 @@ void ctl_free_strv(char **v, int n);
  * the current directory is on, else of the only tierfs mount there is;
  * malloc'd, or NULL with a message. */
 char *ctl_pick_mount(const char *arg);
-
-/*
- * Remembers the devices already found to be tierfs, so that `spill` of
- * thousands of files named one by one reads mountinfo once per mount and
- * not once per file.
- */
-struct ctl_dev_cache {
-	struct {
-		dev_t dev;
-		bool has_device;
-	} e[8];
-	int n;
-};
-
-/* Checks @path (on device @dev) is on tierfs, with a message when not;
- * *has_device (when not NULL) says whether its mount has a device tier. */
-bool ctl_on_tierfs(struct ctl_dev_cache *c, const char *path, dev_t dev,
-		   bool *has_device);
 
 /* ------------------------------------------------------------------ */
 /* the user.tierfs.* attributes (xattr.c) */
@@ -200,12 +181,41 @@ struct ctl_tiers {
 /* The chain of @s; a daemon without the key has device, host, disk. */
 void ctl_stats_tiers(const struct ctl_stats *s, struct ctl_tiers *out);
 
+/* The position of the @len bytes at @name in @t, or -1. */
+int ctl_tiers_index(const struct ctl_tiers *t, const char *name, size_t len);
+
+/*
+ * Remembers the devices already found to be tierfs, with each mount's
+ * chain of tiers, so that `spill` of thousands of files named one by one
+ * reads mountinfo and the stats once per mount and not once per file.
+ */
+struct ctl_dev_cache {
+	struct {
+		dev_t dev;
+		bool has_device;
+		struct ctl_tiers tiers;
+	} e[8];
+	int n;
+};
+
+/*
+ * Checks @path (on device @dev) is on tierfs, with a message when not;
+ * *has_device (when not NULL) says whether its mount has a device tier,
+ * *tiers (when not NULL) points at its chain as the daemon lists it,
+ * valid until the next call with @c.
+ */
+bool ctl_on_tierfs(struct ctl_dev_cache *c, const char *path, dev_t dev,
+		   bool *has_device, const struct ctl_tiers **tiers);
+
 /* The number in the attribute @name of @path; false when it cannot be
  * read or is not a number. */
 bool ctl_get_xattr_u64(const char *path, const char *name, uint64_t *v);
 
-/* The tier of @path, or -1 with errno set when it cannot be read. */
-int ctl_get_tier(const char *path);
+/* The tier of @path as its position in its mount's chain @t, with its
+ * name in @name (@len bytes); -1 with errno set when it cannot be read,
+ * EPROTO for a name the chain does not list. */
+int ctl_get_tier(const char *path, const struct ctl_tiers *t, char *name,
+		 size_t len);
 
 /* ------------------------------------------------------------------ */
 /* paths and walks (walk.c) */

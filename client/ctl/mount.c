@@ -307,42 +307,45 @@ char *ctl_pick_mount(const char *arg)
 	return root;
 }
 
-/* The mount has a device tier unless its stats say otherwise. */
-static bool mount_has_device(const char *root)
+/* The mount has a device tier unless its stats say otherwise; its chain
+ * is what they list. */
+static bool mount_read(const char *root, struct ctl_tiers *tiers)
 {
+	static const struct ctl_stats none;
 	struct ctl_stats st;
 	uint64_t limit;
 	bool yes;
 
-	if (ctl_stats_read(root, &st))
+	if (ctl_stats_read(root, &st)) {
+		ctl_stats_tiers(&none, tiers);
 		return true;
+	}
 	yes = !ctl_stats_u64(&st, "device.limit", &limit) || limit;
+	ctl_stats_tiers(&st, tiers);
 	ctl_stats_free(&st);
 	return yes;
 }
 
 bool ctl_on_tierfs(struct ctl_dev_cache *c, const char *path, dev_t dev,
-		   bool *has_device)
+		   bool *has_device, const struct ctl_tiers **tiers)
 {
-	bool dummy, yes;
 	char *root;
+	int i;
 
-	if (!has_device)
-		has_device = &dummy;
-	for (int i = 0; i < c->n; i++) {
-		if (c->e[i].dev == dev) {
-			*has_device = c->e[i].has_device;
-			return true;
-		}
-	}
+	for (i = 0; i < c->n; i++)
+		if (c->e[i].dev == dev)
+			goto out;
 	if (!ctl_resolve_mount_msg(path, &root))
 		return false;
-	yes = mount_has_device(root);
+	/* A full cache lends its last entry to each further mount. */
+	i = c->n < 8 ? c->n++ : 7;
+	c->e[i].dev = dev;
+	c->e[i].has_device = mount_read(root, &c->e[i].tiers);
 	free(root);
-	if (c->n < 8) {
-		c->e[c->n].dev = dev;
-		c->e[c->n++].has_device = yes;
-	}
-	*has_device = yes;
+out:
+	if (has_device)
+		*has_device = c->e[i].has_device;
+	if (tiers)
+		*tiers = &c->e[i].tiers;
 	return true;
 }

@@ -129,11 +129,10 @@ void ctl_stats_tiers(const struct ctl_stats *s, struct ctl_tiers *out)
 			 ctl_tier_names[t]);
 }
 
-int ctl_tier_index(const char *name, size_t len)
+int ctl_tiers_index(const struct ctl_tiers *t, const char *name, size_t len)
 {
-	for (int t = 0; t < TFS_TIER_COUNT; t++)
-		if (strlen(ctl_tier_names[t]) == len &&
-		    !memcmp(ctl_tier_names[t], name, len))
-			return t;
+	for (unsigned int i = 0; i < t->n; i++)
+		if (strlen(t->name[i]) == len && !memcmp(t->name[i], name, len))
+			return (int)i;
 	return -1;
 }

@@ -141,7 +141,8 @@ bool ctl_get_xattr_u64(const char *path, const char *name, uint64_t *v)
 	       ctl_parse_u64(buf, v);
 }
 
-int ctl_get_tier(const char *path)
+int ctl_get_tier(const char *path, const struct ctl_tiers *tiers, char *name,
+		 size_t len)
 {
 	char buf[32];
 	ssize_t n = get_xattr_str(path, TFS_XATTR_TIER, buf, sizeof(buf));
@@ -151,7 +152,8 @@ int ctl_get_tier(const char *path)
 		errno = (int)-n;
 		return -1;
 	}
-	t = ctl_tier_index(buf, n);
+	snprintf(name, len, "%s", buf);
+	t = ctl_tiers_index(tiers, buf, n);
 	if (t < 0)
 		errno = EPROTO;
 	return t;

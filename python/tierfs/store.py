@@ -51,6 +51,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from hashlib import blake2b
 from typing import Any, Hashable, NamedTuple
 
+from . import xattr as _xattr
 from .lifetime import (DIR_PREFIX, LOCK, MARKER, OwnedDir, cleanup_stale,
                        remove_on_sigterm)
 
@@ -60,7 +61,9 @@ __all__ = ["TierfsStore", "cleanup_stale", "cleanup", "remove_on_sigterm",
 logger = logging.getLogger("tierfs.store")
 
 ENV_DIR = "TIERFS_DASK_DIR"
-TIERS = ("device", "host", "disk")
+# What tier_bytes() reports off tierfs (files with user.tierfs.tier set by
+# hand); on tierfs, the mount's own chain (tierfs.xattr.tiers()).
+TIERS = _xattr.TIERS
 _XATTR_TIER = "user.tierfs.tier"
 
 _MAGIC = b"TFSDASK1"
@@ -477,6 +480,11 @@ class TierfsStore(MutableMapping):
         self._tier_sum = collections.Counter()
         self._tier_at = -float("inf")
         self._tier_ok = True  # False once the files show no tierfs xattrs
+        # The mount's chain, read once here rather than on a heartbeat.
+        try:
+            self._tiers = _xattr.tiers(self.path)
+        except OSError:
+            self._tiers = TIERS
         self._hooked = False
         self._hook_at = -float("inf")
 
@@ -811,9 +819,10 @@ class TierfsStore(MutableMapping):
     # -- where the files are --------------------------------------------------
 
     def tier_bytes(self) -> dict[str, int]:
-        """Bytes of this store's files by the tier tierfs keeps them in:
-        ``device``, ``host``, ``disk``, and ``unread`` for files whose tier
-        has not been read yet. {} when the files are not on tierfs.
+        """Bytes of this store's files by the tier tierfs keeps them in, one
+        key per tier of the mount's chain (tiers(): ``device``, ``host``,
+        ``disk``), and ``unread`` for files whose tier has not been read
+        yet. {} when the files are not on tierfs.
 
         Cheap enough for every heartbeat: the answer is reused for
         metrics_interval seconds; a refresh reads the ``user.tierfs.tier``
@@ -822,6 +831,7 @@ class TierfsStore(MutableMapping):
         daemon's moves by a few refreshes on a store with many files.
         """
         now = time.monotonic()
+        chain = self.tiers()
         with self._lock:
             if not self._tier_ok:
                 return {}
@@ -842,9 +852,15 @@ class TierfsStore(MutableMapping):
         with self._lock:
             if not self._tier_ok:
                 return {}
-            out = {t: self._tier_sum[t] for t in TIERS}
+            out = {t: self._tier_sum[t] for t in chain}
             out["unread"] = self._tier_new_bytes
             return out
+
+    def tiers(self) -> tuple:
+        """The chain of tiers of the mount the store is on, fastest first,
+        as its daemon lists them (tierfs.xattr.tiers()): the keys of
+        tier_bytes(); TIERS off tierfs."""
+        return self._tiers
 
     def _read_tiers(self, names: list[str]) -> None:
         got = []
@@ -877,7 +893,7 @@ class TierfsStore(MutableMapping):
         calls it; a store given as Worker(data=...) finds its worker itself
         on its first write."""
         self._hooked = True
-        for tier in TIERS:
+        for tier in self.tiers():
             worker.metrics.setdefault("tierfs_%s_bytes" % tier, _TierMetric(self, tier))
 
     def _maybe_attach(self) -> None:

@@ -19,7 +19,8 @@ PIN = PREFIX + "pin"
 DEVICE = PREFIX + "device"
 STATS = PREFIX + "stats"
 
-# The tiers every mount has; tiers() reads a mount's own chain.
+# The chain of a daemon without the stats' "tiers" key, and of a
+# directory that is not on tierfs; tiers() reads a mount's own chain.
 TIERS = ("device", "host", "disk")
 
 
@@ -77,29 +78,58 @@ def mount_stats(mount: str | os.PathLike) -> dict:
     return out
 
 
+def _root(path: str | os.PathLike) -> str:
+    """The root of the mount path is on: the directory the daemon answers
+    user.tierfs.stats on."""
+    p = os.path.realpath(path)
+    dev = os.stat(p).st_dev
+    while p != "/":
+        up = os.path.dirname(p)
+        try:
+            if os.stat(up).st_dev != dev:
+                break
+        except OSError:
+            break
+        p = up
+    return p
+
+
 def tiers(mount: str | os.PathLike) -> tuple:
-    """The mount's chain of tiers, fastest first, as its daemon lists them
-    (the stats' ``tiers`` key; TIERS from a daemon without it): the names
-    of its ``TIER.*`` stats keys."""
-    for line in _get(mount, STATS).splitlines():
+    """The chain of tiers, fastest first, of the mount that mount (its root,
+    or any path on it) is on, as its daemon lists them (the stats' ``tiers``
+    key; TIERS from a daemon without it): the names ``user.tierfs.tier``
+    takes and gives, and those of its ``TIER.*`` stats keys."""
+    for line in _get(_root(mount), STATS).splitlines():
         key, sep, value = line.partition("=")
         if sep and key.strip() == "tiers" and value.strip():
             return tuple(value.strip().split(","))
     return TIERS
 
 
+def _chain(path: str | os.PathLike) -> tuple:
+    """tiers() of path's mount; TIERS off tierfs (no stats to read)."""
+    try:
+        return tiers(path)
+    except OSError as e:
+        if e.errno in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+            return TIERS
+        raise
+
+
 def set_tier(path: str | os.PathLike, where: str, gpu: int | None = None) -> None:
-    """Move path's buffer to a tier (explicit spill or prefetch); with gpu,
-    to that GPU's device tier (where must be 'device'). OSError ENXIO for a
-    GPU the mount does not serve."""
-    if where not in TIERS:
-        raise ValueError("tier must be one of %s, not %r" % (", ".join(TIERS), where))
+    """Move path's buffer to a tier (explicit spill or prefetch), one its
+    mount's chain names (tiers()); with gpu, to that GPU's device tier
+    (where must be 'device', the chain's first). OSError ENXIO for a GPU
+    the mount does not serve."""
+    chain = _chain(path)
+    if where not in chain:
+        raise ValueError("tier must be one of %s, not %r" % (", ".join(chain), where))
     if gpu is not None:
-        if where != "device":
+        if where != chain[0]:
             raise ValueError("a gpu goes with the device tier, not %r" % where)
         if isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu <= 255:
             raise ValueError("gpu must be an ordinal 0 to 255, not %r" % (gpu,))
-        where = "device:%d" % gpu
+        where = "%s:%d" % (where, gpu)
     os.setxattr(path, TIER, where.encode())
 
 

@@ -743,3 +743,101 @@ print(",".join(json.load(sys.stdin)["tiers"]))')
 		sed -n 's/^tierfs_tier_used_bytes{tier="\([^"]*\)".*/\1/p' | paste -sd,)
 	[ "$got" = "$chain" ]
 }
+
+@test "one list of tiers: user.tierfs.tier, tierfsctl ls and spill, set_tier() and the Dask store take the daemon's names and order" {
+	tfs_mount -o "$SIM"
+	local chain t i n last got
+	local -a T
+	# Nothing below names a tier: every name and every order is the chain's.
+	chain=$(tstat tiers)
+	IFS=, read -ra T <<<"$chain"
+	n=${#T[@]}
+	last=${T[n - 1]}
+	[ "$n" -ge 3 ]
+	# user.tierfs.tier takes each name, in any case, and gives it back;
+	# "FIRST:N" names a GPU of the first (device) tier. Files f_2, f_1, f_0
+	# sort by name against the chain's order.
+	for ((i = 0; i < n; i++)); do
+		echo "$i" >"$MNT/f_$((n - 1 - i))"
+		set_tier "$MNT/f_$((n - 1 - i))" "${T[i]^^}"
+		[ "$(tfs_tier "$MNT/f_$((n - 1 - i))")" = "${T[i]}" ]
+	done
+	run ! setfattr -n user.tierfs.tier -v "${T[1]}:0" "$MNT/f_0"
+	set_tier "$MNT/f_0" "${T[0]}:0"
+	[ "$(tfs_tier "$MNT/f_0")" = "${T[0]}" ]
+	set_tier "$MNT/f_0" "$last"
+	# tierfsctl ls: the names as the daemon gives them, sorted by tier in
+	# the chain's order (the fastest first), in text and JSON.
+	got=$("$TIERFSCTL_BIN" ls --sort tier "$MNT" | awk 'NR > 1 { print $1 ":" $NF }' | paste -sd,)
+	[ "$got" = "${T[0]}:f_$((n - 1)),${T[1]}:f_$((n - 2)),$last:f_0" ]
+	got=$("$TIERFSCTL_BIN" ls --json -r --sort tier "$MNT" | python3 -c '
+import json, sys
+print(",".join(e["tier"] for e in json.load(sys.stdin)))')
+	[ "$got" = "$last,${T[1]},${T[0]}" ]
+	# tierfsctl spill goes down the chain to its last tier, or to a tier
+	# below the first; prefetch up to the first, or to one above the last.
+	run "$TIERFSCTL_BIN" spill "$MNT/f_$((n - 1))"
+	[ "$status" -eq 0 ]
+	[ "$output" = "spill: 1 file (2 B) moved to $last" ]
+	[ "$(tfs_tier "$MNT/f_$((n - 1))")" = "$last" ]
+	run "$TIERFSCTL_BIN" prefetch --to "${T[1]}" "$MNT/f_$((n - 1))"
+	[ "$status" -eq 0 ]
+	[ "$output" = "prefetch: 1 file (2 B) moved to ${T[1]}" ]
+	[ "$(tfs_tier "$MNT/f_$((n - 1))")" = "${T[1]}" ]
+	run "$TIERFSCTL_BIN" spill --to "${T[1]}" "$MNT/f_$((n - 1))"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"moved to ${T[1]}, 1 already there or lower" ]]
+	run "$TIERFSCTL_BIN" prefetch "$MNT/f_$((n - 1))"
+	[ "$status" -eq 0 ]
+	[ "$(tfs_tier "$MNT/f_$((n - 1))")" = "${T[0]}" ]
+	run "$TIERFSCTL_BIN" spill --to "${T[0]}" "$MNT/f_0"
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"cannot spill to '${T[0]}'"* ]]
+	run "$TIERFSCTL_BIN" prefetch --to "$last" "$MNT/f_0"
+	[ "$status" -eq 2 ]
+	# Python: set_tier() takes the chain's names (a GPU with the first),
+	# refuses others naming the chain; the Dask store counts by them.
+	mkdir "$MNT/dask"
+	run env PYTHONPATH="$BATS_TEST_DIRNAME/../../python" python3 - "$MNT" "$chain" <<'PY'
+import os, sys
+from tierfs import xattr
+from tierfs.store import TierfsStore
+mnt, chain = sys.argv[1], tuple(sys.argv[2].split(","))
+p = os.path.join(mnt, "f_0")
+assert xattr.tiers(p) == chain, xattr.tiers(p)
+for t in reversed(chain):
+    xattr.set_tier(p, t)
+    assert xattr.tier(p) == t, (xattr.tier(p), t)
+xattr.set_tier(p, chain[-1])
+xattr.set_tier(p, chain[0], gpu=0)
+assert xattr.tier(p) == chain[0]
+for bad in ("nope", chain[0] + ":0"):
+    try:
+        xattr.set_tier(p, bad)
+        raise SystemExit("accepted %r" % bad)
+    except ValueError as e:
+        assert ", ".join(chain) in str(e), e
+try:
+    xattr.set_tier(p, chain[1], gpu=0)
+    raise SystemExit("a gpu with %r accepted" % chain[1])
+except ValueError:
+    pass
+with TierfsStore(os.path.join(mnt, "dask")) as s:
+    s.metrics_interval = 0
+    s["a"] = b"x" * 1000
+    xattr.set_tier(s.file_of("a"), chain[1])
+    assert s.tiers() == chain, s.tiers()
+    got = s.tier_bytes()
+    assert tuple(got) == chain + ("unread",), got
+    assert got[chain[1]] == os.path.getsize(s.file_of("a")), got
+
+    class W:
+        metrics = {}
+    s.attach(W)
+    assert sorted(W.metrics) == sorted("tierfs_%s_bytes" % t for t in chain)
+print("ok")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = ok ]
+}

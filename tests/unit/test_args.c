@@ -19,6 +19,7 @@
 #include "fs/acl.h"
 #include "fs/args.h"
 #include "fs/passthrough.h"
+#include "tiers/store.h"
 #include "fs/statx.h"
 #include "tap.h"
 
@@ -406,6 +407,26 @@ static void test_xattr_pin_value(void)
 	CHECK_EQ(w, 7);
 }
 
+/* The names it takes are the store's (tier_name(), what the stats' "tiers"
+ * key lists), not a list of its own. */
+static void test_xattr_tier_names(void)
+{
+	char v[40];
+	enum tfs_tier t;
+	int g;
+
+	for (int i = 0; i < TFS_TIER_COUNT; i++) {
+		const char *nm = tier_name((enum tfs_tier)i);
+
+		CHECK_EQ(tfs_xattr_parse_tier(nm, strlen(nm), &t, &g), 0);
+		CHECK(t == (enum tfs_tier)i && g == -1);
+		snprintf(v, sizeof(v), "%s:%d", nm, 3);
+		CHECK_EQ(tfs_xattr_parse_tier(v, strlen(v), &t, &g),
+			 i == TFS_TIER_DEVICE ? 0 : -EINVAL);
+		CHECK(t == (enum tfs_tier)i && g == (i ? -1 : 3));
+	}
+}
+
 /* An ACL in xattr form from {tag, perm, id} triples; its length. */
 static size_t acl_make(char *buf, const unsigned int (*e)[3], size_t n)
 {
@@ -632,5 +653,6 @@ int main(void)
 	TAP_RUN(test_prefetch_answers);
 	TAP_RUN(test_xattr_values);
 	TAP_RUN(test_xattr_pin_value);
+	TAP_RUN(test_xattr_tier_names);
 	return tap_done();
 }
