@@ -780,14 +780,14 @@ print(",".join(e["tier"] for e in json.load(sys.stdin)))')
 	[ "$status" -eq 0 ]
 	[ "$output" = "spill: 1 file (2 B) moved to $last" ]
 	[ "$(tfs_tier "$MNT/f_$((n - 1))")" = "$last" ]
-	run "$TIERFSCTL_BIN" prefetch --to "${T[1]}" "$MNT/f_$((n - 1))"
+	run "$TIERFSCTL_BIN" prefetch --wait --to "${T[1]}" "$MNT/f_$((n - 1))"
 	[ "$status" -eq 0 ]
 	[ "$output" = "prefetch: 1 file (2 B) moved to ${T[1]}" ]
 	[ "$(tfs_tier "$MNT/f_$((n - 1))")" = "${T[1]}" ]
 	run "$TIERFSCTL_BIN" spill --to "${T[1]}" "$MNT/f_$((n - 1))"
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"moved to ${T[1]}, 1 already there or lower" ]]
-	run "$TIERFSCTL_BIN" prefetch "$MNT/f_$((n - 1))"
+	run "$TIERFSCTL_BIN" prefetch --wait "$MNT/f_$((n - 1))"
 	[ "$status" -eq 0 ]
 	[ "$(tfs_tier "$MNT/f_$((n - 1))")" = "${T[0]}" ]
 	run "$TIERFSCTL_BIN" spill --to "${T[0]}" "$MNT/f_0"
