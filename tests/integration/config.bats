@@ -387,7 +387,7 @@ require_usr_local_sbin() {
 	tfs_unmount
 	# Every ';' key set to its documented default.
 	sed 's/^;//' "$SRC/config/tierfs.conf" >"$CONF"
-	[ "$(grep -c '^[a-z_]* = ' "$CONF")" -eq 25 ]
+	[ "$(grep -c '^[a-z_]* = ' "$CONF")" -eq 27 ]
 	tfs_mount -o "config=$CONF,device_backend=sim,device_limit=4M"
 	[ "$(tfs_stat host.limit)" -gt 0 ]
 }
