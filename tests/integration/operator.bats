@@ -116,10 +116,11 @@ mount_fails() {
 	[ "$(cat "$MNT/hidden")" = under ]
 }
 
-# wait_for CMD...: retry CMD for up to 10 s.
+# wait_for CMD...: retry CMD for up to 10 s (30 s for a daemon built with
+# the sanitizers, which CI runs beside the normal stage on two cores).
 wait_for() {
-	local i
-	for i in $(seq 1 200); do
+	local end=$((SECONDS + $(tfs_scale 10 30)))
+	while [ $SECONDS -lt $end ]; do
 		"$@" && return 0
 		sleep 0.05
 	done
