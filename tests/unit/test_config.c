@@ -1250,6 +1250,10 @@ static void test_tiers_errors(void)
 		{ "disk", "disk:/mnt/x", "disk: 'disk' names a tier every chain "
 					 "has" },
 		{ "Host", "disk:/mnt/x", "Host: 'Host' names a tier" },
+		{ "device", "shared:/mnt/x", "device: 'device' names a tier "
+					     "every chain has" },
+		{ "nvme", "disk:/mnt/x:-1G", "nvme: '-1G' is negative" },
+		{ "nvme", "disk:/mnt/x:", "nvme: empty value, expected a size" },
 		{ "a b", "disk:/mnt/x", "a b: 'a b' is not a tier name" },
 		{ "a:b", "disk:/mnt/x", "a:b: 'a:b' is not a tier name" },
 		{ "sixteen_letters_", "disk:/mnt/x", "sixteen_letters_: "
