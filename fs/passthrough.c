@@ -321,9 +321,12 @@ static int replica_fill(struct pt_replica *r)
 	if (rc)
 		return rc;
 	/*
-	 * The kernel gets a read-only descriptor of it: a shared writable
-	 * mapping of the replica (by a direct_io open beside) would change
-	 * bytes the store never sees, so it fails (EACCES) instead.
+	 * The kernel gets a read-only descriptor of it. That does not stop
+	 * a shared writable mapping: the kernel maps the backing file for a
+	 * PASSTHROUGH|DIRECT_IO open after checking the FUSE file's mode,
+	 * not this descriptor's, so bytes written through such a mapping
+	 * reach the replica only (design.md, "Known hole"; why the default
+	 * is off).
 	 */
 	rc = fd_path(r->fd, path, sizeof(path));
 	r->rofd = rc ? -1 : open(path, O_RDONLY | O_CLOEXEC);
