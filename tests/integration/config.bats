@@ -68,16 +68,6 @@ bad_option() {
 	mount_fails "$1" -f -o "disk_path=$SPILL,$2"
 }
 
-# wait_for CMD...: retry CMD for up to 10 s.
-wait_for() {
-	local i
-	for i in $(seq 1 200); do
-		"$@" && return 0
-		sleep 0.05
-	done
-	"$@"
-}
-
 @test "config file: an unknown key is named with its line" {
 	bad_file "3: limt: unknown key in [host] (known: limit, pinned, user_share)" \
 		'[host]\nlimit = 8M\nlimt = 8G\n'
@@ -284,7 +274,7 @@ host_shrunk() {
 
 	printf '[device]\nbackend = none\n[host]\nlimit = 4M\n' >"$CONF"
 	kill -HUP "$TFS_PID"
-	wait_for host_shrunk
+	tfs_wait_for host_shrunk
 	[ "$(tfs_stat disk.buffers)" -ge 12 ]
 	# The oldest went first.
 	[ "$(tfs_tier "$MNT/f01")" = disk ]
@@ -299,7 +289,7 @@ host_shrunk() {
 	tfs_mount -o "config=$CONF"
 	printf '[host]\nlimit = 0\n' >"$CONF"
 	kill -HUP "$TFS_PID"
-	wait_for grep -q "$CONF:2: limit: '0': a limit of zero is not allowed" "$LOG"
+	tfs_wait_for grep -q "$CONF:2: limit: '0': a limit of zero is not allowed" "$LOG"
 	mountpoint -q "$MNT"
 	[ "$(tfs_stat host.limit)" -eq $((64 << 20)) ]
 	echo hello >"$MNT/after"
@@ -312,7 +302,7 @@ host_shrunk() {
 	[ "$(tfs_stat host.limit)" -eq $((48 << 20)) ]
 	printf '[host]\nlimit = 16M\n[disk]\nlimit = 200M\n' >"$CONF"
 	kill -HUP "$TFS_PID"
-	wait_for tfs_stat_is disk.limit -eq $((200 << 20))
+	tfs_wait_for tfs_stat_is disk.limit -eq $((200 << 20))
 	[ "$(tfs_stat host.limit)" -eq $((48 << 20)) ]
 }
 
@@ -363,7 +353,7 @@ require_usr_local_sbin() {
 	[ "$status" -eq 0 ]
 	fstab_mounted
 	umount "$MNT"
-	wait_for eval '! tfs_mounted "$MNT"'
+	tfs_wait_for eval '! tfs_mounted "$MNT"'
 
 	printf 'none %s fuse.tierfs defaults,host_limit=8M,disk_path=%s,_netdev 0 0\n' \
 		"$MNT" "$SPILL" >"$TFS_TMP/fstab"
@@ -372,7 +362,7 @@ require_usr_local_sbin() {
 	[ "$status" -eq 0 ]
 	fstab_mounted
 	umount "$MNT"
-	wait_for eval '! tfs_mounted "$MNT"'
+	tfs_wait_for eval '! tfs_mounted "$MNT"'
 
 	# A bad option fails the mount with the daemon's message.
 	run mount -t fuse.tierfs none "$MNT" -o "host_limit=0,disk_path=$SPILL"

@@ -28,6 +28,17 @@ tfs_scale() {
 	fi
 }
 
+# tfs_wait_for CMD...: retry CMD every 50 ms for up to 10 s; the last try's
+# status (and what it says) is the result.
+tfs_wait_for() {
+	local i
+	for i in $(seq 1 200); do
+		"$@" && return 0
+		sleep 0.05
+	done
+	"$@"
+}
+
 # tfs_wait_line OUT WANT PID: wait until the file OUT has a line that starts
 # with WANT (a client in the background saying "ready"), for 20 s at most;
 # fails at once, showing OUT, when process PID exits first.

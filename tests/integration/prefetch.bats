@@ -25,16 +25,6 @@ ctl() {
 	"$TIERFSCTL_BIN" "$@"
 }
 
-# wait_for CMD...: retry CMD for up to 10 s.
-wait_for() {
-	local i
-	for i in $(seq 1 200); do
-		"$@" && return 0
-		sleep 0.05
-	done
-	"$@"
-}
-
 # on_disk FILE [SIZE]: a file of SIZE (1M) random bytes, spilled to disk;
 # what it holds is kept in $TFS_TMP/src.
 on_disk() {
@@ -54,12 +44,12 @@ on_disk() {
 	run pf ioctl "$MNT/g" device
 	[ "$status" -eq 0 ]
 	[ "${lines[0]%% *}" = queued ]
-	wait_for tfs_tier_is "$MNT/g" = device
+	tfs_wait_for tfs_tier_is "$MNT/g" = device
 	run pf ioctl "$MNT/g" host
 	[ "${lines[0]%% *}" = there ]
 	cmp "$TFS_TMP/src" "$MNT/f"
 	[ "$(tfs_stat prefetch.queued)" -eq 2 ]
-	wait_for tfs_stat_is prefetch.done -eq 2
+	tfs_wait_for tfs_stat_is prefetch.done -eq 2
 	[ "$(tfs_stat prefetch.failed)" -eq 0 ]
 	[ "$(tfs_stat prefetch.skipped)" -eq 1 ]
 	[ "$(tfs_stat prefetch.pending)" -eq 0 ]
@@ -139,8 +129,8 @@ PYEOF
 		pf ioctl "$MNT/f$i" host >/dev/null
 		rm "$MNT/f$i"
 	done
-	wait_for tfs_stat_is prefetch.pending -eq 0
-	wait_for tfs_stat_is prefetch.active -eq 0
+	tfs_wait_for tfs_stat_is prefetch.pending -eq 0
+	tfs_wait_for tfs_stat_is prefetch.active -eq 0
 	local q d f c
 	q=$(tfs_stat prefetch.queued)
 	d=$(tfs_stat prefetch.done)
@@ -160,7 +150,7 @@ PYEOF
 	for hint in fadvise madvise; do
 		on_disk "$MNT/$hint"
 		pf "$hint" "$MNT/$hint"
-		wait_for tfs_tier_is "$MNT/$hint" != disk
+		tfs_wait_for tfs_tier_is "$MNT/$hint" != disk
 	done
 	[ "$(tfs_stat disk.reads)" -eq 0 ]
 	[ "$(tfs_stat host.reads)" -ge 2 ]
@@ -172,7 +162,7 @@ PYEOF
 	tfs_mount -o device_backend=sim,device_limit=4M,host_limit=8M,policy_unspill=none
 	on_disk "$MNT/f"
 	pf fadvise "$MNT/f"
-	wait_for tfs_stat_is disk.reads -ge 1
+	tfs_wait_for tfs_stat_is disk.reads -ge 1
 	[ "$(tfs_tier "$MNT/f")" = disk ]
 	run pf ioctl "$MNT/f" host wait
 	[ "${lines[0]%% *}" = done ]
@@ -193,8 +183,8 @@ PYEOF
 	run ctl prefetch "$MNT/d"
 	[ "$status" -eq 0 ]
 	[ "$output" = "prefetch: 3 files (300.0 KiB) queued for device" ]
-	wait_for tfs_tier_is "$MNT/d/e/b" = device
-	wait_for tfs_tier_is "$MNT/d/a" = device
+	tfs_wait_for tfs_tier_is "$MNT/d/e/b" = device
+	tfs_wait_for tfs_tier_is "$MNT/d/a" = device
 	run ctl prefetch --wait "$MNT/d"
 	[ "$output" = "prefetch: 0 files (0 B) moved to device, 3 already there or higher" ]
 	run ctl spill --wait "$MNT/d/a"

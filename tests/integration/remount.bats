@@ -24,15 +24,6 @@ remount() {
 		-o "$1,nosuid,nodev,relatime,remount,user_id=0,group_id=0,default_permissions"
 }
 
-wait_for() {
-	local i
-	for i in $(seq 1 200); do
-		"$@" && return 0
-		sleep 0.05
-	done
-	"$@"
-}
-
 @test "remount,ro: writes get EROFS, the daemon follows, and remount,rw undoes it" {
 	tfs_mount
 	echo data >"$MNT/f"
@@ -54,7 +45,7 @@ wait_for() {
 	[[ "$output" == *"Read-only file system"* ]]
 	[ "$(cat "$MNT/f")" = data ]
 	# The same daemon, which saw it; no second one.
-	wait_for tfs_stat_is read_only = 1
+	tfs_wait_for tfs_stat_is read_only = 1
 	[ "$(tfs_stat pid)" = "$pid" ]
 	grep -q "the filesystem is now read-only" "$LOG"
 	[ "$(pgrep -fc -- "$MNT")" -eq 1 ]
@@ -64,7 +55,7 @@ wait_for() {
 	[ "$status" -eq 0 ]
 	echo more >>"$MNT/f"
 	[ "$(cat "$MNT/f")" = "$(printf 'data\nmore')" ]
-	wait_for tfs_stat_is read_only = 0
+	tfs_wait_for tfs_stat_is read_only = 0
 	[ "$(findmnt -no FS-OPTIONS "$MNT" | cut -d, -f1)" = rw ]
 	[ "$(findmnt -no VFS-OPTIONS "$MNT" | cut -d, -f1)" = rw ]
 	[ "$(tfs_stat pid)" = "$pid" ]
@@ -91,7 +82,7 @@ wait_for() {
 	run remount rw
 	[ "$status" -eq 0 ]
 	touch "$MNT/f"
-	wait_for tfs_stat_is read_only = 0
+	tfs_wait_for tfs_stat_is read_only = 0
 }
 
 @test "mount -o remount,ro through mount(8) itself" {

@@ -26,15 +26,6 @@ as() {
 	tfs_as "$@"
 }
 
-wait_for() {
-	local i
-	for i in $(seq 1 200); do
-		"$@" && return 0
-		sleep 0.05
-	done
-	"$@"
-}
-
 # secret NAME: a file of root's only, holding "secret", in $TFS_TMP/root
 # (which bob cannot even look into).
 secret() {
@@ -90,7 +81,7 @@ PY
 	chmod 666 "$TFS_TMP/swaps"
 	tfs_bg_as "$bob" "$PY" "$TFS_TMP/swap.py" "$MNT" "$TFS_TMP/swaps"
 	local swapper=$BG_PID removed=0
-	wait_for test -s "$TFS_TMP/swaps"
+	tfs_wait_for test -s "$TFS_TMP/swaps"
 	for k in $(seq 1 500); do
 		if ctl cleanup -q "$MNT/bob/work" 2>/dev/null; then
 			removed=$((removed + 1))
@@ -147,7 +138,7 @@ PY
 # plant, as bob, its old temporary name as a link to a secret of root's.
 plant_tmp() {
 	local dir=$1 pidfile=$2
-	wait_for test -s "$pidfile"
+	tfs_wait_for test -s "$pidfile"
 	as "$bob" ln -s "$TFS_TMP/root/s2" \
 		"$dir/tierfs.prom.$(cat "$pidfile").tmp"
 }
@@ -241,14 +232,14 @@ metrics_as_planned() {
 	mv "$TFS_TMP/logs/t.log" "$TFS_TMP/logs/t.log.1"
 	ln -s "$TFS_TMP/root/s" "$TFS_TMP/logs/t.log"
 	kill -HUP "$TFS_PID"
-	wait_for tfs_stat_is reloads -eq 1
+	tfs_wait_for tfs_stat_is reloads -eq 1
 	is_secret s
 	grep -q "t.log': it is a symlink" "$TFS_TMP/logs/t.log.1"
 	[ -L "$TFS_TMP/logs/t.log" ]
 	# Once the name is free again, the next SIGHUP opens a new file.
 	rm "$TFS_TMP/logs/t.log"
 	kill -HUP "$TFS_PID"
-	wait_for tfs_stat_is reloads -eq 2
-	wait_for grep -q "configuration reloaded" "$TFS_TMP/logs/t.log"
+	tfs_wait_for tfs_stat_is reloads -eq 2
+	tfs_wait_for grep -q "configuration reloaded" "$TFS_TMP/logs/t.log"
 	is_secret s
 }

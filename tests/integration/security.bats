@@ -476,16 +476,6 @@ bytes_of() {
 	ec "$alice" cat "$MNT/other" | cmp - "$TFS_TMP/other"
 }
 
-# wait_for CMD...: until CMD succeeds, for 10 s at most.
-wait_for() {
-	local i
-	for i in $(seq 1 200); do
-		"$@" && return 0
-		sleep 0.05
-	done
-	"$@"
-}
-
 # direct FILE: FILE's bytes as the daemon holds them, past the page cache.
 direct() {
 	dd if="$1" iflag=direct bs=1M status=none
@@ -560,8 +550,8 @@ PY
 	bytes_of 100000 '\021' | cmp - <(direct "$MNT/a")
 	# The refused pages are dropped: readers through the cache see the
 	# file's bytes too, and so does the mapping.
-	wait_for cmp -s <(bytes_of 100000 '\021') "$MNT/m"
-	wait_for cmp -s <(bytes_of 100000 '\021') "$MNT/a"
+	tfs_wait_for cmp -s <(bytes_of 100000 '\021') "$MNT/m"
+	tfs_wait_for cmp -s <(bytes_of 100000 '\021') "$MNT/a"
 	kill -TERM "$wpid"
 	wait "$wpid"
 	grep -q '^release=ESTALE$' "$TFS_TMP/we"

@@ -16,15 +16,6 @@ teardown() {
 	tfs_teardown
 }
 
-wait_for() {
-	local i
-	for i in $(seq 1 200); do
-		"$@" && return 0
-		sleep 0.05
-	done
-	"$@"
-}
-
 # tmpfile DIR SCRIPT: run SCRIPT in python with tmpfile(dir, flags) and
 # link(fd, name) defined; prints what SCRIPT prints.
 tmpfile() {
@@ -66,7 +57,7 @@ print(open("named").read(), os.stat("named").st_nlink)
 	[ "${lines[2]}" = "hello 2" ]
 	# The named file is an ordinary one, placed in its tier when closed.
 	[ "$(cat "$MNT/named")" = hello ]
-	wait_for tfs_tier_is "$MNT/named" != ""
+	tfs_wait_for tfs_tier_is "$MNT/named" != ""
 }
 
 @test "O_TMPFILE: O_EXCL never links, nor does a file whose name went" {
@@ -100,7 +91,7 @@ sys.stdout.flush()
 	[ "$status" -eq 0 ]
 	[ "${lines[0]}" = True ]
 	[ "${lines[1]}" -eq $((3 << 20)) ]
-	wait_for tfs_stat_is host.buffers -eq 0
+	tfs_wait_for tfs_stat_is host.buffers -eq 0
 	[ "$(tfs_stat host.used)" -eq 0 ]
 }
 
