@@ -150,6 +150,21 @@ static const struct metric metrics[] = {
 	  false },
 	{ "tierfs_prefetch_queue_max", "gauge",
 	  "Prefetches the queue holds at most.", "prefetch.max", false },
+	{ "tierfs_write_through_copies_total", "counter",
+	  "Clean copies written down at close by the write_through policy.",
+	  "write_through.copies", false },
+	{ "tierfs_write_through_bytes_total", "counter",
+	  "Bytes the write_through policy copied down.",
+	  "write_through.bytes", false },
+	{ "tierfs_write_through_pending", "gauge",
+	  "Write-through copies queued and not yet written.",
+	  "write_through.pending", false },
+	{ "tierfs_write_through_errors_total", "counter",
+	  "Write-through copies that failed (the file stays dirty above).",
+	  "write_through.errors", false },
+	{ "tierfs_admission_rejects_total", "counter",
+	  "Reads that admission kept off a full device tier.",
+	  "admission.rejects", false },
 };
 
 /* Stats keys PREFIX.REASON, as one family labelled reason="REASON". */

@@ -159,6 +159,12 @@ mk() {
 	[ "$(tfs_stat write_through.bytes)" -eq 1048576 ]
 	[ "$(tfs_stat write_through.errors)" -eq 0 ]
 	[ "$(tfs_stat write_through.pending)" -eq 0 ]
+	run "$TIERFSCTL_BIN" metrics "$MNT"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"tierfs_write_through_copies_total{mount=\"$MNT\"} 1"* ]]
+	[[ "$output" == *"tierfs_write_through_bytes_total{mount=\"$MNT\"} 1048576"* ]]
+	[[ "$output" == *"tierfs_write_through_pending{mount=\"$MNT\"} 0"* ]]
+	[[ "$output" == *"tierfs_write_through_errors_total{mount=\"$MNT\"} 0"* ]]
 	local w
 	w=$(tfs_stat disk.written_bytes)
 	[ "$w" -gt 0 ]
@@ -309,7 +315,11 @@ scan_with_hot_set() {
 	scan_with_hot_set
 	[ "$(tfs_tier "$MNT/h1")" = device ] || { show_stats; false; }
 	[ "$(tfs_tier "$MNT/h2")" = device ]
-	[ "$(tfs_stat admission.rejects)" -ge 1 ]
+	local r
+	r=$(tfs_stat admission.rejects)
+	[ "$r" -ge 1 ]
+	run "$TIERFSCTL_BIN" metrics "$MNT"
+	[[ "$output" == *"tierfs_admission_rejects_total{mount=\"$MNT\"} $r"* ]]
 	# the scan was served, from host
 	[ "$(tfs_tier "$MNT/s12")" = host ]
 	cmp "$TFS_TMP/src/h1" "$MNT/h1"
