@@ -579,7 +579,7 @@ EOF
 		fusermount3 -u "$MNT"
 	else
 		[[ "$output" == *cuda* || "$output" == *CUDA* ]]
-		! tfs_mounted "$MNT"
+		run ! tfs_mounted "$MNT"
 	fi
 }
 

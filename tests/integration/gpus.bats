@@ -94,7 +94,7 @@ stat_of() {
 	# It is read-only, and never listed (cp -a would copy it).
 	run setfattr -n user.tierfs.device -v 3 "$MNT/a"
 	[ "$status" -ne 0 ]
-	! getfattr -d -m - "$MNT/a" 2>/dev/null | grep -q tierfs || false
+	run ! grep -q tierfs <<<"$(getfattr -d -m - "$MNT/a" 2>/dev/null)"
 	cmp "$TFS_TMP/a" "$MNT/a"
 }
 
