@@ -160,7 +160,8 @@ static const struct metric metrics[] = {
 	  "Write-through copies queued and not yet written.",
 	  "write_through.pending", false },
 	{ "tierfs_write_through_errors_total", "counter",
-	  "Write-through copies that failed (the file stays dirty above).",
+	  "Write-through copies that failed; such a file is written at its "
+	  "eviction, as under write_back.",
 	  "write_through.errors", false },
 	{ "tierfs_admission_rejects_total", "counter",
 	  "Reads that admission kept off a full device tier.",
