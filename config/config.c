@@ -160,6 +160,11 @@ static const struct cfg_key keys[] = {
 	  .def = "no", .arg = "yes|no",
 	  .help = "a read brings a file up to a full device tier only when "
 		  "it is read more often than what it would push out" },
+	{ "policy", "prefetch_queue", CFG_UINT, 0,
+	  FIELD(policy, prefetch_queue), .min = 1, .max = 1 << 20,
+	  .def = "1024", .arg = "N",
+	  .help = "most files prefetches keep queued; a full queue answers "
+		  "EAGAIN" },
 	{ "fs", "threads", CFG_UINT, 0, FIELD(fs, threads), .max = 256,
 	  .def = "0", .arg = "N",
 	  .help = "most FUSE worker threads; 0: one per CPU, at least 2" },

@@ -172,6 +172,8 @@ struct tfs_config {
 		struct cfg_size promote_rate;
 		enum cfg_write write; /* when written bytes go down */
 		bool admission; /* the frequency filter on the device tier */
+		/* most files TFS_IOC_PREFETCH keeps queued, not yet moving */
+		unsigned int prefetch_queue;
 	} policy;
 	struct cfg_tiers tiers;
 	struct {

@@ -603,9 +603,11 @@ void tfs_fileattr_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd,
  * with @out), 0 when queued (the caller replies, unless it gave @req),
  * -ENODEV, -EAGAIN (the queue is full), -ENOMEM, -ESHUTDOWN.
  * tfs_prefetch_forget(): before @b is destroyed, take it out of the queue
- * and wait for a move of it in flight.
+ * and wait for a move of it in flight. tfs_prefetch_start() and
+ * tfs_prefetch_set_max() take the queue's bound, [policy] prefetch_queue.
  */
-int tfs_prefetch_start(void);
+int tfs_prefetch_start(unsigned int max);
+void tfs_prefetch_set_max(unsigned int max);
 void tfs_prefetch_stop(void);
 int tfs_prefetch(fuse_req_t req, struct tier_buf *b, enum tfs_tier tier,
 		 uid_t uid, struct tfs_ioc_prefetch *out);

@@ -396,6 +396,7 @@ static void reload(void)
 		}
 	}
 	set_metadata_limit(&nc);
+	tfs_prefetch_set_max(nc.policy.prefetch_queue);
 	tfs_notice("configuration reloaded%s%s%s",
 		   nc.config_file ? " from '" : "",
 		   nc.config_file ? nc.config_file : "",
@@ -869,7 +870,7 @@ int main(int argc, char **argv)
 		fail("cannot start the atime thread: %s", strerror(-rc));
 		goto out_session;
 	}
-	rc = tfs_prefetch_start();
+	rc = tfs_prefetch_start(cfg.policy.prefetch_queue);
 	if (rc) {
 		fail("cannot start the prefetch thread: %s", strerror(-rc));
 		goto out_session;

@@ -34,10 +34,6 @@
 
 #include "fs/fs_i.h"
 
-/* Buffers queued and not yet started. A tree of many thousand files is
- * fed in as the queue drains (tierfsctl waits on its oldest when it is
- * full), so this bounds memory, not what can be prefetched. */
-#define PF_MAX 1024
 
 struct pf_waiter {
 	struct pf_waiter *next;
@@ -59,6 +55,11 @@ static struct {
 	pthread_cond_t idle; /* lock: busy changed */
 	struct pf_entry *head, **tail; /* lock */
 	uint32_t pending; /* lock: entries queued */
+	/* lock: the most entries queued and not yet started ([policy]
+	 * prefetch_queue). A tree of many thousand files is fed in as the
+	 * queue drains (tierfsctl waits on its oldest when it is full), so
+	 * this bounds memory, not what can be prefetched. */
+	uint32_t max;
 	struct pf_entry *busy; /* lock: the one moving now */
 	bool stop, running;
 	pthread_t thread;
@@ -145,12 +146,13 @@ static void *pf_main(void *arg)
 	return arg;
 }
 
-int tfs_prefetch_start(void)
+int tfs_prefetch_start(unsigned int max)
 {
 	int rc;
 
 	pthread_mutex_lock(&pf.lock);
 	pf.stop = false;
+	pf.max = max;
 	pthread_mutex_unlock(&pf.lock);
 	rc = pthread_create(&pf.thread, NULL, pf_main, NULL);
 	if (rc) {
@@ -159,6 +161,15 @@ int tfs_prefetch_start(void)
 	}
 	pf.running = true;
 	return 0;
+}
+
+/* A smaller bound leaves what is queued beyond it queued: only new
+ * requests see a full queue until it drains below. */
+void tfs_prefetch_set_max(unsigned int max)
+{
+	pthread_mutex_lock(&pf.lock);
+	pf.max = max;
+	pthread_mutex_unlock(&pf.lock);
 }
 
 /*
@@ -262,7 +273,7 @@ int tfs_prefetch(fuse_req_t req, struct tier_buf *b, enum tfs_tier tier,
 	if (e && e != pf.busy && tier < e->tier)
 		e->tier = tier;
 	if (!e) {
-		if (pf.pending >= PF_MAX) {
+		if (pf.pending >= pf.max) {
 			rc = -EAGAIN;
 			goto out_unlock;
 		}
@@ -307,10 +318,10 @@ size_t tfs_prefetch_stats(char *buf, size_t len)
 		     "prefetch.cancelled=%" PRIu64 "\n"
 		     "prefetch.pending=%" PRIu32 "\n"
 		     "prefetch.active=%d\n"
-		     "prefetch.max=%d\n",
+		     "prefetch.max=%" PRIu32 "\n",
 		     pf.queued, pf.done, pf.failed, pf.skipped, pf.cancelled,
 		     pf.pending,
-		     pf.busy != NULL, PF_MAX);
+		     pf.busy != NULL, pf.max);
 	pthread_mutex_unlock(&pf.lock);
 	return n > 0 ? (size_t)n : 0;
 }

@@ -21,8 +21,10 @@
  *       chunk: an anonymous MAP_POPULATE mmap of a power of two from
  *              64 KiB up, which is how tiers/host.c maps a host chunk
  *              (fs/ops.c's reply buffers are 1 MiB + 64 KiB)
- *   err=EIO|ENOSPC|ENOMEM|EPERM|short  the errno, or a short count (half the
- *       bytes, at least one) from a read or write that then goes ahead
+ *   err=EIO|ENOSPC|ENOMEM|EPERM|short|delay  the errno, or a short count
+ *       (half the bytes, at least one) from a read or write that then goes
+ *       ahead, or a read or write that goes ahead whole after ms=N
+ *       milliseconds (default 100): a slow disk
  *   every=N     hit every Nth matching call (default 1: every one)
  *   after=N     let the first N matching calls through, hit the rest
  *   prob=P      hit each matching call with probability P...
@@ -51,6 +53,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 enum op {
@@ -66,6 +69,7 @@ enum op {
 #define BACKING_OPEN _IOW(229, 1, struct { int32_t a; uint32_t b; uint64_t c; })
 
 #define ERR_SHORT (-1)
+#define ERR_DELAY (-2)
 #define CHUNK_MIN (64 * 1024)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -77,6 +81,7 @@ static struct {
 	unsigned int ops;
 	int err;
 	uint64_t every, after, count;
+	unsigned int delay_ms;
 	double prob;
 	uint64_t rng;
 	uint64_t calls; /* matching calls since the file changed */
@@ -103,6 +108,7 @@ static void parse(char *line)
 	st.ops = 0;
 	st.err = EIO;
 	st.every = 1;
+	st.delay_ms = 100;
 	st.after = 0;
 	st.count = UINT64_MAX;
 	st.prob = 0;
@@ -138,7 +144,10 @@ static void parse(char *line)
 			st.err = !strcmp(v, "ENOSPC") ? ENOSPC :
 				 !strcmp(v, "ENOMEM") ? ENOMEM :
 				 !strcmp(v, "EPERM") ? EPERM :
-				 !strcmp(v, "short") ? ERR_SHORT : EIO;
+				 !strcmp(v, "short") ? ERR_SHORT :
+				 !strcmp(v, "delay") ? ERR_DELAY : EIO;
+		} else if (!strcmp(w, "ms")) {
+			st.delay_ms = (unsigned int)strtoul(v, NULL, 0);
 		} else if (!strcmp(w, "every")) {
 			st.every = strtoull(v, NULL, 0);
 			if (!st.every)
@@ -232,7 +241,8 @@ static void log_fault(unsigned int op, const char *path, int err)
 		return;
 	n = snprintf(line, sizeof(line), "fault %llu %s %s %s\n",
 		     (unsigned long long)st.total, op_name(op), path,
-		     err == ERR_SHORT ? "short" : strerrorname_np(err));
+		     err == ERR_SHORT ? "short" :
+		     err == ERR_DELAY ? "delay" : strerrorname_np(err));
 	fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return;
@@ -264,8 +274,9 @@ static int decide(unsigned int op, const char *path)
 		goto out;
 	}
 	err = st.err;
-	if (err == ERR_SHORT && (op == OP_FSYNC || op == OP_FALLOCATE ||
-				 op == OP_CHUNK || op == OP_BACKING))
+	if ((err == ERR_SHORT || err == ERR_DELAY) &&
+	    (op == OP_FSYNC || op == OP_FALLOCATE || op == OP_CHUNK ||
+	     op == OP_BACKING))
 		err = EIO;
 	st.hits++;
 	st.total++;
@@ -275,13 +286,27 @@ out:
 	return err;
 }
 
+/* Slept here, outside the lock, so that other calls are not held up. */
 static int check_fd(unsigned int op, int fd)
 {
 	char path[PATH_MAX];
+	struct timespec ts;
+	unsigned int ms;
+	int err;
 
 	if (!fd_in_dir(fd, path, sizeof(path)))
 		return 0;
-	return decide(op, path);
+	err = decide(op, path);
+	if (err != ERR_DELAY)
+		return err;
+	pthread_mutex_lock(&lock);
+	ms = st.delay_ms;
+	pthread_mutex_unlock(&lock);
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (long)(ms % 1000) * 1000000;
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+	return 0;
 }
 
 #define REAL(name)                                                   \

@@ -377,7 +377,7 @@ require_usr_local_sbin() {
 	tfs_unmount
 	# Every ';' key set to its documented default.
 	sed 's/^;//' "$SRC/config/tierfs.conf" >"$CONF"
-	[ "$(grep -c '^[a-z_]* = ' "$CONF")" -eq 27 ]
+	[ "$(grep -c '^[a-z_]* = ' "$CONF")" -eq 28 ]
 	tfs_mount -o "config=$CONF,device_backend=sim,device_limit=4M"
 	[ "$(tfs_stat host.limit)" -gt 0 ]
 }
@@ -390,7 +390,7 @@ require_usr_local_sbin() {
 		host_pinned disk_path disk_limit disk_compression \
 		disk_chunk_size policy_eviction policy_unspill \
 		policy_overcommit policy_high_watermark policy_target \
-		policy_promote policy_promote_rate fs_threads \
+		policy_promote policy_promote_rate policy_prefetch_queue fs_threads \
 		fs_read_ahead_kb device_user_share \
 		device_user_exports host_user_share fs_metadata_user_share; do
 		[[ "$output" == *"-o $key="* ]]

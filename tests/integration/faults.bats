@@ -295,3 +295,40 @@ alive() {
 	cmp "$TFS_TMP/n" "$MNT/n"
 	[ "$(faults)" -eq 0 ]
 }
+
+# [policy] prefetch_queue bounds the files queued and not yet moving. A
+# slow disk (each spill-file read held 300 ms) keeps the first move going
+# while six requests come back to back from one process: one moving and
+# two queued at most, the rest EAGAIN. tierfsctl waits through the full
+# queue and brings the whole tree up. A reload applies a new bound.
+@test "a full prefetch queue answers EAGAIN at [policy] prefetch_queue; tierfsctl waits through it" {
+	local conf=$TFS_TMP/tierfs.conf i
+	printf '[policy]\nprefetch_queue = 2\n' >"$conf"
+	fault_mount -o "config=$conf,device_backend=none,host_limit=16M"
+	[ "$(tfs_stat prefetch.max)" -eq 2 ]
+	mkdir "$MNT/t"
+	for i in 1 2 3 4 5 6; do
+		src "s$i" 1
+		cp "$TFS_TMP/s$i" "$MNT/t/f$i"
+		setfattr -n user.tierfs.tier -v disk "$MNT/t/f$i"
+	done
+	fault ops=read err=delay ms=300
+	run /usr/bin/python3 "$BATS_TEST_DIRNAME/prefetch.py" queue host \
+		"$MNT"/t/f{1,2,3,4,5,6}
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c '^queued' <<<"$output")" -ge 2 ]
+	[ "$(grep -c '^queued' <<<"$output")" -le 3 ]
+	[ "$(grep -c '^EAGAIN$' <<<"$output")" -ge 3 ]
+	run "$TIERFSCTL_BIN" prefetch --tier host --wait "$MNT/t"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	fault off
+	for i in 1 2 3 4 5 6; do
+		[ "$(tier "$MNT/t/f$i")" = host ]
+		cmp "$TFS_TMP/s$i" "$MNT/t/f$i"
+	done
+	printf '[policy]\nprefetch_queue = 5\n' >"$conf"
+	kill -HUP "$TFS_PID"
+	tfs_wait_for tfs_stat_is prefetch.max -eq 5
+}

@@ -2,6 +2,8 @@
 """TFS_IOC_PREFETCH and the kernel's WILLNEED hints, for prefetch.bats.
 
   prefetch.py ioctl PATH TIER [wait]   print the state, or the errno name
+  prefetch.py queue TIER PATH...       one ioctl each, back to back from one
+                                       process: one line each, as ioctl's
   prefetch.py fadvise PATH             posix_fadvise(POSIX_FADV_WILLNEED)
   prefetch.py madvise PATH             mmap, madvise(MADV_WILLNEED)
   prefetch.py alloc PATH SIZE          TFS_IOC_ALLOC: a device-only buffer
@@ -42,6 +44,10 @@ def ioctl(path, tier, wait):
 
 
 def main(argv):
+    if argv[1] == "queue":
+        for path in argv[3:]:
+            ioctl(path, argv[2], False)
+        return 0
     if argv[1] == "ioctl":
         return ioctl(argv[2], argv[3], len(argv) > 4 and argv[4] == "wait")
     if argv[1] == "alloc":

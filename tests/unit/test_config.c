@@ -213,6 +213,7 @@ static void test_defaults(void)
 	CHECK(cfg.policy.target == 0.85);
 	CHECK_EQ(cfg.fs.threads, 0);
 	CHECK_EQ(cfg.fs.read_ahead_kb, 1024);
+	CHECK_EQ(cfg.policy.prefetch_queue, 1024);
 	CHECK(cfg.fs.metadata_limit.is_percent &&
 	      cfg.fs.metadata_limit.percent == 10);
 	CHECK(!cfg.fs.writeback_cache);
@@ -641,6 +642,17 @@ static void test_fs_keys(void)
 	CHECK_EQ(set2(&cfg, "fs", "read_ahead_kb", "65537"), -EINVAL);
 	CHECK_EQ(set2(&cfg, "fs", "read_ahead_kb", "1M"), -EINVAL);
 	CHECK_EQ(cfg.fs.read_ahead_kb, 65536);
+
+	CHECK_EQ(set2(&cfg, "policy", "prefetch_queue", "1"), 0);
+	CHECK_EQ(cfg.policy.prefetch_queue, 1);
+	CHECK_EQ(set2(&cfg, "policy", "prefetch_queue", "1048576"), 0);
+	CHECK_EQ(cfg.policy.prefetch_queue, 1048576);
+	CHECK_EQ(set2(&cfg, "policy", "prefetch_queue", "0"), -EINVAL);
+	CHECK(has(err, "'0' is out of range, must be 1 to 1048576"));
+	CHECK_EQ(set2(&cfg, "policy", "prefetch_queue", "1048577"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "policy", "prefetch_queue", "-1"), -EINVAL);
+	CHECK_EQ(set2(&cfg, "policy", "prefetch_queue", ""), -EINVAL);
+	CHECK_EQ(cfg.policy.prefetch_queue, 1048576);
 	cfg_free(&cfg);
 }
 
@@ -710,7 +722,7 @@ static void test_is_option(void)
 		"fs_metadata_limit", "log_file",	  "policy_overcommit",
 		"fs_writeback_cache", "device_user_share",
 		"device_user_exports", "host_user_share",
-		"fs_metadata_user_share",
+		"fs_metadata_user_share", "policy_prefetch_queue",
 		"host_limit=8G",  "Host_Limit",
 	};
 	static const char *const no[] = {
