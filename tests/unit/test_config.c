@@ -1119,7 +1119,7 @@ static void test_example_file(void)
 	fclose(out);
 	/* every key but the three limits, the log file and the disk name
 	 * (and the [tiers] examples, which are not defaults) */
-	CHECK_EQ(keys, 27);
+	CHECK_EQ(keys, 28);
 	CHECK_EQ(load(&cfg, text), 0);
 	CHECK(!err[0] || !printf("#   %s\n", err));
 	cfg_defaults(&def);
@@ -1149,6 +1149,7 @@ static void test_example_file(void)
 	CHECK_EQ(cfg.policy.write, CFG_WRITE_BACK);
 	CHECK_EQ(def.policy.admission, cfg.policy.admission);
 	CHECK(!cfg.policy.admission);
+	CHECK_EQ(def.policy.prefetch_queue, cfg.policy.prefetch_queue);
 	CHECK_EQ(cfg.tiers.n, 0);
 	CHECK_EQ(def.fs.threads, cfg.fs.threads);
 	CHECK_EQ(def.fs.read_ahead_kb, cfg.fs.read_ahead_kb);
