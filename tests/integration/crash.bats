@@ -36,15 +36,6 @@ load_loop() {
 	LOADERS+=($!)
 }
 
-wait_until() {
-	local i
-	for i in $(seq 1 200); do
-		"$@" && return 0
-		sleep 0.05
-	done
-	"$@"
-}
-
 ready_or_gone() { grep -q '^ready' "$1" || ! kill -0 "$2" 2>/dev/null; }
 
 # hold_map OUT [rw]: export_client holding a map of $MNT/exp, in LOADERS.
@@ -57,7 +48,7 @@ hold_map() {
 	for i in $(seq 1 50); do
 		"$EC" hold "$MNT/exp" "$@" >"$out" 2>&1 &
 		pid=$!
-		wait_until ready_or_gone "$out" "$pid"
+		tfs_wait_for ready_or_gone "$out" "$pid"
 		if grep -q '^ready' "$out"; then
 			LOADERS+=($pid)
 			return 0
@@ -91,7 +82,7 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 	head -c 1M /dev/urandom >"$MNT/exp"
 	hold_map "$TFS_TMP/hold.out"
 	hold_map "$TFS_TMP/hold-rw.out" rw
-	wait_until has_spill_files
+	tfs_wait_for has_spill_files
 	local dead=$TFS_PID
 	local shm
 	shm=$(find /dev/shm -maxdepth 1 -name "tierfs.$dead.*")
@@ -111,7 +102,7 @@ gone() { ! kill -0 "$1" 2>/dev/null; }
 	[[ "$output" == *"Transport endpoint is not connected"* ]]
 	# Every loop stops at its next call, with the same error.
 	for pid in "${LOADERS[@]:0:6}"; do
-		wait_until gone "$pid"
+		tfs_wait_for gone "$pid"
 	done
 	# A call in flight when the daemon died gets ECONNABORTED instead.
 	for k in 1 2 3; do

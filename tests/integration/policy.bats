@@ -25,16 +25,6 @@ xa_is() { # xa_is NAME FILE VALUE: for polling
 
 set_xa() { setfattr -n "user.tierfs.$1" -v "$3" "$2"; }
 
-# wait_until CMD...: poll CMD for up to 10 s.
-wait_until() {
-	local i
-	for i in $(seq 1 100); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	"$@"
-}
-
 show_stats() {
 	getfattr --absolute-names --only-values -n user.tierfs.stats "$MNT" >&2
 }
@@ -61,7 +51,7 @@ mk() {
 	for f in b c d e; do
 		mk "$MNT/$f" 1M
 	done
-	wait_until tfs_stat_is device.used -le $((4 * 1024 * 1024))
+	tfs_wait_for tfs_stat_is device.used -le $((4 * 1024 * 1024))
 	[ "$(tfs_tier "$MNT/a")" = device ]
 	[ "$(tfs_tier "$MNT/b")" != device ]
 	[ "$(tfs_tier "$MNT/c")" != device ]
@@ -99,11 +89,11 @@ mk() {
 		set_xa tier "$MNT/$f" device
 	done
 	# Only soft pins: the lowest priority goes first, then the next.
-	wait_until tfs_stat_is device.used -le $((3 * 1024 * 1024))
+	tfs_wait_for tfs_stat_is device.used -le $((3 * 1024 * 1024))
 	[ "$(tfs_tier "$MNT/lo")" != device ]
 	[ "$(tfs_tier "$MNT/hi")" = device ]
 	set_xa tier "$MNT/e" device
-	wait_until tfs_stat_is device.used -le $((3 * 1024 * 1024))
+	tfs_wait_for tfs_stat_is device.used -le $((3 * 1024 * 1024))
 	[ "$(tfs_tier "$MNT/hi")" != device ]
 	for f in c d e; do
 		[ "$(tfs_tier "$MNT/$f")" = device ]
@@ -113,7 +103,7 @@ mk() {
 	set_xa pin "$MNT/hi" prio=5,ttl=2s
 	[ "$(xa pin "$MNT/hi")" = prio=5,ttl=2s ]
 	[ "$(tfs_stat soft_pins)" = 5 ]
-	wait_until tfs_stat_is soft_pins -eq 4
+	tfs_wait_for tfs_stat_is soft_pins -eq 4
 	[ "$(xa pin "$MNT/hi")" = 0 ]
 	cmp "$TFS_TMP/src/hi" "$MNT/hi"
 	# An access restarts the count: read every 0.5 s, it stays.
@@ -155,7 +145,7 @@ mk() {
 	mk "$MNT/f" 1M
 	[ "$(xa write_policy "$MNT/f")" = write_through ]
 	[ "$(tfs_tier "$MNT/f")" = device ]
-	wait_until tfs_stat_is write_through.copies -eq 1 || { show_stats; false; }
+	tfs_wait_for tfs_stat_is write_through.copies -eq 1 || { show_stats; false; }
 	[ "$(tfs_stat write_through.bytes)" -eq 1048576 ]
 	[ "$(tfs_stat write_through.errors)" -eq 0 ]
 	[ "$(tfs_stat write_through.pending)" -eq 0 ]
@@ -175,7 +165,7 @@ mk() {
 	cmp "$TFS_TMP/src/f" "$MNT/f"
 	# A rewrite drops the copy and its close makes a new one.
 	head -c 4096 /dev/urandom | dd of="$MNT/f" conv=notrunc status=none
-	wait_until tfs_stat_is write_through.copies -eq 2 || { show_stats; false; }
+	tfs_wait_for tfs_stat_is write_through.copies -eq 2 || { show_stats; false; }
 	# Reading it does not: its copy is clean.
 	cat "$MNT/f" >/dev/null
 	sleep 0.3
@@ -197,7 +187,7 @@ mk() {
 	set_xa write_policy "$MNT/g" write_through
 	[ "$(xa write_policy "$MNT/g")" = write_through ]
 	head -c 4096 /dev/urandom | dd of="$MNT/g" conv=notrunc status=none
-	wait_until tfs_stat_is write_through.copies -eq 1 || { show_stats; false; }
+	tfs_wait_for tfs_stat_is write_through.copies -eq 1 || { show_stats; false; }
 	w=$(tfs_stat disk.written_bytes)
 	set_xa tier "$MNT/g" disk
 	[ "$(tfs_stat disk.written_bytes)" -eq "$w" ]
@@ -217,7 +207,7 @@ mk() {
 	[ "$(xa pin "$MNT/d/f")" = prio=2,ttl=3600s ]
 	[ "$(xa write_policy "$MNT/d/f")" = write_through ]
 	[ "$(tfs_tier "$MNT/d/f")" = host ]
-	wait_until tfs_stat_is write_through.copies -eq 1 || { show_stats; false; }
+	tfs_wait_for tfs_stat_is write_through.copies -eq 1 || { show_stats; false; }
 	# a subdirectory carries it on
 	mkdir "$MNT/d/sub"
 	[ "$(xa pin "$MNT/d/sub")" = prio=2,ttl=3600s ]

@@ -37,16 +37,6 @@ xa() { # xa NAME FILE: one user.tierfs.NAME xattr's value
 
 set_tier() { setfattr -n user.tierfs.tier -v "$2" "$1"; }
 
-# wait_until CMD...: poll CMD for up to 10 s.
-wait_until() {
-	local i
-	for i in $(seq 1 100); do
-		"$@" && return 0
-		sleep 0.1
-	done
-	"$@"
-}
-
 # Every tier's used bytes within its limit (and the spiller settled below
 # the high watermark once idle).
 within_limits() {
@@ -106,7 +96,7 @@ write_64() {
 	write_64
 	[ "$(tstat backend)" = sim ]
 	[ "$(tstat files)" -eq 64 ]
-	wait_until within_limits || { show_stats; false; }
+	tfs_wait_for within_limits || { show_stats; false; }
 	[ "$(tfs_tier "$MNT/f00")" = disk ]
 	[ "$(tfs_tier "$MNT/f01")" = disk ]
 	[ "$(tfs_tier "$MNT/f63")" = device ]
@@ -147,7 +137,7 @@ write_64() {
 @test "cat of a spilled file brings it to the device and pushes another down; all 64 still cmp equal" {
 	tfs_mount -o "$SIM"
 	write_64
-	wait_until within_limits
+	tfs_wait_for within_limits
 	[ "$(tfs_tier "$MNT/f00")" = disk ]
 	local on_dev=() i spills0
 	for i in $(seq -w 0 63); do
@@ -168,8 +158,8 @@ write_64() {
 		done
 		return 1
 	}
-	wait_until pushed || { show_stats; false; }
-	wait_until within_limits
+	tfs_wait_for pushed || { show_stats; false; }
+	tfs_wait_for within_limits
 	[ "$(tstat device.unspills)" -ge 1 ]
 	[ "$(tstat device.unspill_bytes)" -ge 1048576 ]
 	# Reading the middle of the pack brings each up in turn.
@@ -179,7 +169,7 @@ write_64() {
 	for i in $(seq -w 0 63); do
 		cmp "$TFS_TMP/src/f$i" "$MNT/f$i"
 	done
-	wait_until within_limits || { show_stats; false; }
+	tfs_wait_for within_limits || { show_stats; false; }
 	[ "$(tstat checksum_errors)" -eq 0 ]
 }
 
@@ -450,7 +440,7 @@ small_tmpfs() { # DIR: an 8 MiB tmpfs at DIR, unmounted in teardown
 	for i in $(seq -w 1 19); do
 		cp "$TFS_TMP/src/f$i" "$MNT/f$i"
 	done
-	wait_until within_limits
+	tfs_wait_for within_limits
 	[ "$(tstat device.spills)" -ge 10 ]
 	[ "$(tfs_tier "$MNT/pinned")" = device ]
 	[ "$(tfs_tier "$MNT/f01")" = disk ]
@@ -564,7 +554,7 @@ small_tmpfs() { # DIR: an 8 MiB tmpfs at DIR, unmounted in teardown
 	[ "$(tstat device.spills)" -ge 40 ]
 	[ "$(tstat host.spills)" -ge 20 ]
 	[ "$(tstat checksum_errors)" -eq 0 ]
-	wait_until within_limits
+	tfs_wait_for within_limits
 }
 
 @test "a 256 MiB file with host_limit=32M writes and reads back identical" {
@@ -584,7 +574,7 @@ small_tmpfs() { # DIR: an 8 MiB tmpfs at DIR, unmounted in teardown
 	[ "$hwm" -lt $((200 * 1024)) ]
 	rm "$MNT/big"
 	gone() { [ "$(tstat files)" -eq 0 ] && [ "$(tstat disk.used)" -eq 0 ]; }
-	wait_until gone || { show_stats; false; }
+	tfs_wait_for gone || { show_stats; false; }
 }
 
 @test "an empty file moved to disk, then grown by truncate, reads back as zeroes" {
@@ -643,15 +633,15 @@ counted_once() {
 @test "room returns: the newest files eviction pushed to disk come back up, pushing nothing out, counted" {
 	tfs_mount -o "$SIM,policy_promote=yes"
 	write_64
-	wait_until within_limits || { show_stats; false; }
+	tfs_wait_for within_limits || { show_stats; false; }
 	local dspills hspills i
 	dspills=$(tstat device.spills)
 	hspills=$(tstat host.spills)
 	for i in $(seq 40 63); do
 		rm "$MNT/f$i"
 	done
-	wait_until promoted || { show_stats; false; }
-	wait_until within_limits || { show_stats; false; }
+	tfs_wait_for promoted || { show_stats; false; }
+	tfs_wait_for within_limits || { show_stats; false; }
 	# The hottest first: f39 is up, the oldest stay on disk.
 	[ "$(tfs_tier "$MNT/f39")" != disk ]
 	[ "$(tfs_tier "$MNT/f00")" = disk ]
@@ -663,7 +653,7 @@ counted_once() {
 	[ "$(tstat host.promote_bytes)" -ge 1048576 ]
 	[ "$(tstat device.promote_bytes)" -ge 1048576 ]
 	# Nothing was read: every unspill is a promotion, counted once.
-	wait_until counted_once || { show_stats; false; }
+	tfs_wait_for counted_once || { show_stats; false; }
 	local m
 	run "$TIERFSCTL_BIN" metrics "$MNT"
 	[ "$status" -eq 0 ]
@@ -680,7 +670,7 @@ counted_once() {
 @test "policy_promote=no leaves them on disk; a file moved to disk by hand stays there" {
 	tfs_mount -o "$SIM,policy_promote=no"
 	write_64
-	wait_until within_limits || { show_stats; false; }
+	tfs_wait_for within_limits || { show_stats; false; }
 	local i
 	for i in $(seq 40 63); do
 		rm "$MNT/f$i"
@@ -703,13 +693,13 @@ counted_once() {
 @test "policy_promote_rate bounds the bytes promotion moves up a second" {
 	tfs_mount -o "$SIM,policy_promote=yes,policy_promote_rate=1M"
 	write_64
-	wait_until within_limits || { show_stats; false; }
+	tfs_wait_for within_limits || { show_stats; false; }
 	local i t0 t1
 	t0=$(date +%s)
 	for i in $(seq 40 63); do
 		rm "$MNT/f$i"
 	done
-	wait_until promoted || { show_stats; false; }
+	tfs_wait_for promoted || { show_stats; false; }
 	sleep 2
 	t1=$(date +%s)
 	# A second's worth saved up at most, then the rate: one 1 MiB file
