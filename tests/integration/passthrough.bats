@@ -160,3 +160,37 @@ PY
 	[ "$(grep -c 'passthrough refused' "$LOG")" -eq 1 ]
 	[ "$(wc -l <"$flog")" -ge 1 ]
 }
+
+@test "passthrough: a shared writable mapping beside a reader reaches the store" {
+	pt_mount
+	head -c 1M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/f"
+	run python3 - "$MNT/f" <<'PY'
+import mmap, os, sys
+p = sys.argv[1]
+r = os.open(p, os.O_RDONLY)  # the passthrough reader
+w = os.open(p, os.O_RDWR)
+try:
+    m = mmap.mmap(w, 1 << 20, mmap.MAP_SHARED,
+                  mmap.PROT_READ | mmap.PROT_WRITE)
+except OSError as e:
+    print("mapping refused:", e)  # refused is no loss
+    sys.exit(0)
+m[4096:4096 + 5] = b"HELLO"
+m.flush()
+m.close()
+os.close(w)
+os.close(r)
+print("mapped")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	cp "$TFS_TMP/src" "$TFS_TMP/want"
+	if [ "$output" = mapped ]; then
+		printf HELLO | dd of="$TFS_TMP/want" bs=1 seek=4096 conv=notrunc status=none
+	fi
+	# a spill, then a read through the daemon (no passthrough open)
+	setfattr -n user.tierfs.tier -v disk "$MNT/f"
+	[ "$(tfs_tier "$MNT/f")" = disk ]
+	cmp "$TFS_TMP/want" "$MNT/f"
+}
