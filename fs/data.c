@@ -42,6 +42,21 @@ void tfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	atomic_fetch_add_explicit(&tfs_read_requests, 1, memory_order_relaxed);
 	if (size > TFS_IO_MAX)
 		size = TFS_IO_MAX;
+	if (f->pt == TFS_PT_DIRECT) {
+		/* A writer's shared mapping may have written the replica. */
+		buf = tfs_reply_buf();
+		n = buf ? tfs_pt_read(f, buf, size, off) : -ENOMEM;
+		if (n != -ENOENT) {
+			if (n < 0) {
+				fuse_reply_err(req, (int)-n);
+				return;
+			}
+			if (!f->noatime)
+				note_read(i);
+			fuse_reply_buf(req, buf, (size_t)n);
+			return;
+		}
+	}
 	/*
 	 * Reply straight from the host copy or sim device memory: one copy
 	 * fewer per request. The store keeps those bytes in place until
@@ -355,6 +370,12 @@ void tfs_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
 	}
 	if (len > TFS_COPY_MAX)
 		len = TFS_COPY_MAX;
+	/* Its bytes are in a passthrough replica, not the store: the
+	 * kernel copies through read and write instead. */
+	if (tfs_pt_written(src->inode)) {
+		fuse_reply_err(req, EXDEV);
+		return;
+	}
 	tfs_break_leases(req, dst->inode, "write");
 	n = tier_buf_copy(dst->inode->buf, (uint64_t)off_out,
 			  src->inode->buf, (uint64_t)off_in, len);

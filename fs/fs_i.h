@@ -425,6 +425,21 @@ void tfs_pt_release(struct tfs_inode *i, struct tfs_file *f);
  */
 void tfs_pt_sync(struct tfs_inode *i, uint64_t off, uint64_t len);
 void tfs_pt_sync_ino(uint64_t ino, uint64_t off, uint64_t len);
+/*
+ * A replica that a writable open joined holds the file's bytes (a shared
+ * mapping of that open writes it, not the store) until it is copied back,
+ * once no writer's file is left on it. tfs_pt_read(): a read through the
+ * daemon of @f from that replica; -ENOENT when @f has none such.
+ * tfs_pt_written(): whether @i has one (what reads the store's bytes
+ * instead must not run). tfs_pt_forget(): @ino's inode is being freed;
+ * its replica goes, uncopied. tfs_pt_stop(): after the session loop,
+ * before the session goes: copies every such replica back, frees all.
+ * No lock held for any.
+ */
+ssize_t tfs_pt_read(struct tfs_file *f, void *buf, size_t size, off_t off);
+bool tfs_pt_written(struct tfs_inode *i);
+void tfs_pt_forget(uint64_t ino);
+void tfs_pt_stop(void);
 /* The passthrough.* and read_requests stat lines; returns their length
  * as snprintf() does. */
 size_t tfs_pt_stats(char *buf, size_t len);

@@ -515,6 +515,7 @@ static void inode_free(struct tfs_inode *i)
 				     S_ISLNK(i->mode) ? i->target : NULL));
 	if (S_ISREG(i->mode)) {
 		if (i->buf) {
+			tfs_pt_forget(i->ino);
 			tfs_prefetch_forget(i->buf);
 			tier_buf_destroy(i->buf);
 		}

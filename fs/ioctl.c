@@ -151,6 +151,10 @@ static int ioc_exp(struct ioc_call *c)
 		return -EPERM;
 	if (writable)
 		tfs_break_leases(c->req, f->inode, "export");
+	/* Its bytes are in a passthrough replica until that is copied
+	 * back (a writer's shared mapping): the store's may be older. */
+	if (tfs_pt_written(f->inode))
+		return -EBUSY;
 	out->version = TFS_ABI_VERSION;
 	out->flags = a->flags;
 	memcpy(out->caller_uuid, a->caller_uuid, sizeof(out->caller_uuid));

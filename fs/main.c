@@ -921,6 +921,7 @@ int main(int argc, char **argv)
 out_hup:
 	tfs_sighup_stop();
 out_session:
+	tfs_pt_stop();
 	tfs_prefetch_stop();
 	tfs_inval_stop();
 	tfs_atime_stop();

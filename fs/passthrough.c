@@ -51,6 +51,12 @@ struct pt_replica {
 	uint32_t nopen; /* ns_lock: open files using it */
 	uint32_t refs; /* ns_lock: copies in progress */
 	bool ready; /* ns_lock: filled and registered, or failed */
+	/* ns_lock: a writable open joined it, so a shared mapping of that
+	 * open may have written it: it holds the file's bytes, not the
+	 * store, until settle() copies them back. */
+	bool wr;
+	bool settling; /* ns_lock: settle() runs; opens wait for it */
+	uint64_t swept; /* ns_lock: the sweep() that last tried it */
 	int32_t id; /* the kernel's backing id; <= 0 until ready, or failed */
 	pthread_mutex_t lock; /* fd's contents, size */
 	int fd;
@@ -66,8 +72,13 @@ static struct {
 	uint64_t init_unique;
 	bool init_seen; /* init_unique is the INIT request's */
 	struct pt_replica *replicas[PT_BUCKETS]; /* ns_lock */
-	pthread_cond_t ready; /* with ns_lock: a fill ended */
+	pthread_cond_t ready; /* with ns_lock: a fill or a settle ended */
+	/* Whether a write lease tells a replica no other writer has it
+	 * (probe()); without, a written replica is kept until unmount. */
+	bool lease_probe;
 	atomic_uint_fast64_t opens, refusals, bytes, files, min_size;
+	atomic_uint_fast64_t held, settled; /* kept past the last close */
+	uint64_t sweeps; /* ns_lock */
 } pt = {
 	.ready = PTHREAD_COND_INITIALIZER,
 };
@@ -132,10 +143,77 @@ static void backing_close(int32_t id)
 {
 	uint32_t v = (uint32_t)id;
 
-	if (ioctl(fuse_session_fd(tfs.se), TFS_FUSE_DEV_IOC_BACKING_CLOSE,
+	if (tfs.se && ioctl(fuse_session_fd(tfs.se), TFS_FUSE_DEV_IOC_BACKING_CLOSE,
 		  &v) < 0)
 		tfs_warn("cannot close backing file %d: %s", (int)id,
 			 strerror(errno));
+}
+
+static int fd_path(int fd, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "/proc/self/fd/%d", fd);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* @fd's file opened again, by its /proc path, with @flags. */
+static int reopen(int fd, int flags)
+{
+	char path[64];
+	int rc = fd_path(fd, path, sizeof(path)), nfd;
+
+	if (rc)
+		return rc;
+	nfd = open(path, flags | O_CLOEXEC);
+	return nfd < 0 ? -errno : nfd;
+}
+
+/*
+ * Whether no file but the daemon's own is open for writing on the memfd
+ * @fd: 1 yes, 0 no, or -errno. The kernel opens the backing file anew
+ * for each passthrough open, with that open's flags, and a mapping holds
+ * that file until it is unmapped; a write lease is granted only to the
+ * one file open for writing (the memfd_create() one is not counted).
+ * Taken and given back at once, at a time no open can start (settle()).
+ */
+static int writers_gone(int fd)
+{
+	int pfd = reopen(fd, O_RDWR), rc;
+
+	if (pfd < 0)
+		return pfd;
+	rc = fcntl(pfd, F_SETLEASE, F_WRLCK);
+	if (rc == 0) {
+		fcntl(pfd, F_SETLEASE, F_UNLCK);
+		rc = 1;
+	} else {
+		rc = errno == EAGAIN ? 0 : -errno;
+	}
+	close(pfd);
+	return rc;
+}
+
+/* Whether writers_gone() tells on this kernel: alone, beside a reader,
+ * not beside a second writer, and alone again once it went. */
+static bool lease_probe_works(int fd)
+{
+	int ro = reopen(fd, O_RDONLY), rw = -1;
+	bool ok = false;
+
+	if (ro < 0 || writers_gone(fd) != 1)
+		goto out;
+	rw = reopen(fd, O_RDWR);
+	if (rw < 0 || writers_gone(fd) != 0)
+		goto out;
+	close(rw);
+	rw = -1;
+	ok = writers_gone(fd) == 1;
+out:
+	if (rw >= 0)
+		close(rw);
+	if (ro >= 0)
+		close(ro);
+	return ok;
 }
 
 /*
@@ -152,12 +230,18 @@ static void probe(void)
 		return;
 	}
 	id = backing_open(fd);
-	close(fd);
 	if (id < 0) {
+		close(fd);
 		refuse("the kernel refused a backing file", -id);
 		return;
 	}
 	backing_close(id);
+	pt.lease_probe = lease_probe_works(fd);
+	close(fd);
+	if (!pt.lease_probe)
+		tfs_info("passthrough: no write lease on a memfd; a file "
+			 "written beside a passthrough reader keeps its replica "
+			 "until unmount");
 	atomic_store(&pt.on, true);
 	tfs_info("passthrough on: the kernel reads host-tier files opened "
 		 "read-only itself");
@@ -302,16 +386,8 @@ static void replica_free(struct pt_replica *r)
 
 /* Make, fill and register the replica @r, in the table but not ready:
  * only this thread sets its fd and id. */
-static int fd_path(int fd, char *buf, size_t len)
-{
-	int n = snprintf(buf, len, "/proc/self/fd/%d", fd);
-
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
 static int replica_fill(struct pt_replica *r)
 {
-	char path[64];
 	int rc;
 
 	pthread_mutex_lock(&r->lock);
@@ -321,17 +397,14 @@ static int replica_fill(struct pt_replica *r)
 	if (rc)
 		return rc;
 	/*
-	 * The kernel gets a read-only descriptor of it. That does not stop
-	 * a shared writable mapping: the kernel maps the backing file for a
-	 * PASSTHROUGH|DIRECT_IO open after checking the FUSE file's mode,
-	 * not this descriptor's, so bytes written through such a mapping
-	 * reach the replica only (design.md, "Known hole"; why the default
-	 * is off).
+	 * The kernel gets a read-only descriptor of it, which protects
+	 * nothing: it opens the backing file anew for each open, with that
+	 * open's flags, and maps that. What a writer's shared mapping
+	 * writes lands here, not in the store: the wr flag and settle().
 	 */
-	rc = fd_path(r->fd, path, sizeof(path));
-	r->rofd = rc ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+	r->rofd = reopen(r->fd, O_RDONLY);
 	if (r->rofd < 0)
-		return rc ? rc : -errno;
+		return r->rofd;
 	rc = backing_open(r->rofd);
 	if (rc < 0) {
 		/* EPERM, ENOTTY, ...: the kernel takes none at all. */
@@ -357,17 +430,30 @@ bool tfs_pt_eligible(struct tfs_inode *i, bool readonly)
 void tfs_pt_open_locked(struct tfs_inode *i, struct tfs_file *f,
 			bool readonly, bool eligible)
 {
-	struct pt_replica **pp = slot_locked(i->ino), *r = *pp;
+	struct pt_replica **pp, *r;
 
 	f->pt = TFS_PT_NONE;
 	f->pt_rep = NULL;
 	f->pt_fill = false;
+	/* One being settled is copied back and dropped, or kept: after
+	 * that, this open joins what is left. */
+	for (;;) {
+		pp = slot_locked(i->ino);
+		r = *pp;
+		if (!r || !r->settling)
+			break;
+		pthread_cond_wait(&pt.ready, &tfs.ns_lock);
+	}
 	if (r) {
 		/* A fill that failed: the opens that waited for it go
 		 * through the page cache, and so does this one. */
 		if (r->ready && r->id <= 0)
 			return;
-		r->nopen++;
+		if (!r->nopen++)
+			atomic_fetch_sub(&pt.held, 1);
+		/* Its shared mappings write the replica (settle()). */
+		if (!readonly)
+			r->wr = true;
 		f->pt_rep = r;
 		f->pt = readonly ? TFS_PT_READ : TFS_PT_DIRECT;
 		return;
@@ -392,17 +478,13 @@ void tfs_pt_open_locked(struct tfs_inode *i, struct tfs_file *f,
 	f->pt = TFS_PT_READ;
 }
 
-/* Drop @r's open; the last one takes it out and frees it. */
-static void replica_put(struct tfs_inode *i, struct pt_replica *r)
+/* Take @r out of the table and free it, once no copy into it runs.
+ * Called with ns_lock held, which it drops. */
+static void replica_drop_locked(struct tier_buf *buf, struct pt_replica *r)
 {
 	struct pt_replica **pp;
 
-	tfs_ns_lock();
-	if (--r->nopen) {
-		tfs_ns_unlock();
-		return;
-	}
-	for (pp = slot_locked(i->ino); *pp && *pp != r;)
+	for (pp = slot_locked(r->ino); *pp && *pp != r;)
 		pp = &(*pp)->next;
 	if (*pp)
 		*pp = r->next;
@@ -413,8 +495,120 @@ static void replica_put(struct tfs_inode *i, struct pt_replica *r)
 	}
 	tfs_ns_unlock();
 	/* Changes through direct_io never reached the page cache. */
-	tier_buf_cache_stale(i->buf);
+	tier_buf_cache_stale(buf);
 	replica_free(r);
+}
+
+/*
+ * Copy the bytes of @r back into the store, up to the smaller of the two
+ * sizes (a truncate from a path that came meanwhile stays), skipping the
+ * replica's holes (where the store has none of its own: every byte the
+ * store had was copied in). Called with r->settling set and no open.
+ */
+static int copy_back(struct pt_replica *r)
+{
+	uint64_t end, off = 0;
+	char *buf = malloc(TFS_IO_MAX);
+	int rc = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	pthread_mutex_lock(&r->lock);
+	end = tier_buf_size(r->buf);
+	if (end > r->size)
+		end = r->size;
+	while (off < end && !rc) {
+		off_t d = lseek(r->fd, (off_t)off, SEEK_DATA), h;
+
+		if (d < 0) {
+			rc = errno == ENXIO ? 0 : -errno;
+			break;
+		}
+		h = lseek(r->fd, d, SEEK_HOLE);
+		if (h < 0) {
+			rc = -errno;
+			break;
+		}
+		if ((uint64_t)h > end)
+			h = (off_t)end;
+		for (off = (uint64_t)d; off < (uint64_t)h;) {
+			uint64_t left = (uint64_t)h - off;
+			size_t want = left > TFS_IO_MAX ? TFS_IO_MAX : left;
+			ssize_t n = pread(r->fd, buf, want, (off_t)off), w;
+
+			if (n <= 0) {
+				rc = n < 0 ? -errno : -EIO;
+				break;
+			}
+			w = tier_buf_write(r->buf, buf, (size_t)n, (off_t)off);
+			if (w < 0) {
+				rc = (int)w;
+				break;
+			}
+			off += (uint64_t)n;
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+	free(buf);
+	return rc;
+}
+
+/*
+ * A written replica with no open left: when no writer's file remains on
+ * it (a mapping keeps one past the close), copy it back into the store
+ * and drop it; else keep it, with its backing id, as the file's bytes:
+ * the next open of the inode joins it, and a later settle() (the next
+ * last close, a stats read, unmount) tries again. Called with
+ * r->settling set (so no open starts) and ns_lock not held.
+ */
+static void settle(struct tfs_inode *i, struct pt_replica *r, bool kept)
+{
+	int gone = pt.lease_probe ? writers_gone(r->fd) : 0, rc = 0;
+
+	if (gone == 1) {
+		rc = copy_back(r);
+		if (rc)
+			tfs_err("cannot copy the passthrough replica of inode "
+				"%llu back: %s; it stays the file's bytes",
+				(unsigned long long)r->ino, strerror(-rc));
+	} else if (gone < 0) {
+		tfs_warn("cannot tell whether a mapping writes the "
+			 "passthrough replica of inode %llu: %s",
+			 (unsigned long long)r->ino, strerror(-gone));
+	}
+	tfs_ns_lock();
+	r->settling = false;
+	pthread_cond_broadcast(&pt.ready);
+	if (gone != 1 || rc) {
+		if (!kept)
+			atomic_fetch_add(&pt.held, 1);
+		tfs_ns_unlock();
+		return;
+	}
+	if (kept)
+		atomic_fetch_sub(&pt.held, 1);
+	atomic_fetch_add(&pt.settled, 1);
+	/* For the placing and saving that follow a written file's close. */
+	i->flags |= TFS_I_DIRTY;
+	replica_drop_locked(i->buf, r);
+}
+
+/* Drop @r's open; the last one takes it out and frees it, or, when a
+ * writer joined it, settles it. */
+static void replica_put(struct tfs_inode *i, struct pt_replica *r)
+{
+	tfs_ns_lock();
+	if (--r->nopen) {
+		tfs_ns_unlock();
+		return;
+	}
+	if (r->wr && r->id > 0) {
+		r->settling = true;
+		tfs_ns_unlock();
+		settle(i, r, false);
+		return;
+	}
+	replica_drop_locked(i->buf, r);
 }
 
 void tfs_pt_open_finish(struct tfs_inode *i, struct tfs_file *f)
@@ -498,20 +692,155 @@ void tfs_pt_sync(struct tfs_inode *i, uint64_t off, uint64_t len)
 		tfs_pt_sync_ino(i->ino, off, len);
 }
 
+/*
+ * Settle each replica kept past its last close, once: a munmap sends
+ * nothing, so this is how a replica whose mappings are gone goes back.
+ */
+static void sweep(void)
+{
+	uint64_t gen;
+
+	if (!atomic_load(&pt.held))
+		return;
+	tfs_ns_lock();
+	gen = ++pt.sweeps;
+	tfs_ns_unlock();
+	for (unsigned b = 0; b < PT_BUCKETS; b++) {
+		for (;;) {
+			struct pt_replica *r;
+			struct tfs_inode *i = NULL;
+
+			tfs_ns_lock();
+			for (r = pt.replicas[b]; r; r = r->next) {
+				if (r->nopen || r->settling || r->swept == gen ||
+				    !r->wr || r->id <= 0)
+					continue;
+				i = tfs_inode_get_locked(r->ino);
+				if (i)
+					break;
+			}
+			if (!r) {
+				tfs_ns_unlock();
+				break;
+			}
+			r->swept = gen;
+			r->settling = true;
+			tfs_ns_unlock();
+			settle(i, r, true);
+		}
+	}
+}
+
+ssize_t tfs_pt_read(struct tfs_file *f, void *buf, size_t size, off_t off)
+{
+	struct pt_replica *r = f->pt_rep;
+	ssize_t n;
+	bool wr;
+
+	if (!r || f->pt != TFS_PT_DIRECT)
+		return -ENOENT;
+	tfs_ns_lock();
+	wr = r->wr;
+	tfs_ns_unlock();
+	if (!wr)
+		return -ENOENT;
+	pthread_mutex_lock(&r->lock);
+	n = pread(r->fd, buf, size, off);
+	if (n < 0)
+		n = -errno;
+	pthread_mutex_unlock(&r->lock);
+	return n;
+}
+
+bool tfs_pt_written(struct tfs_inode *i)
+{
+	struct pt_replica *r;
+	bool wr;
+
+	if (!atomic_load_explicit(&pt.files, memory_order_relaxed))
+		return false;
+	tfs_ns_lock();
+	r = *slot_locked(i->ino);
+	wr = r && r->wr;
+	tfs_ns_unlock();
+	return wr;
+}
+
+void tfs_pt_forget(uint64_t ino)
+{
+	struct pt_replica *r;
+
+	if (!atomic_load(&pt.files))
+		return;
+	tfs_ns_lock();
+	for (;;) {
+		r = *slot_locked(ino);
+		if (!r || !r->settling)
+			break;
+		pthread_cond_wait(&pt.ready, &tfs.ns_lock);
+	}
+	if (!r) {
+		tfs_ns_unlock();
+		return;
+	}
+	/* Its file is gone: its bytes with it. */
+	if (r->wr && !r->nopen)
+		atomic_fetch_sub(&pt.held, 1);
+	replica_drop_locked(r->buf, r);
+}
+
+void tfs_pt_stop(void)
+{
+	struct pt_replica *list = NULL, *r, *next;
+
+	tfs_ns_lock();
+	for (unsigned b = 0; b < PT_BUCKETS; b++) {
+		for (r = pt.replicas[b]; r; r = next) {
+			next = r->next;
+			r->next = list;
+			list = r;
+		}
+		pt.replicas[b] = NULL;
+	}
+	tfs_ns_unlock();
+	/* Unmounted: no mapping is left, and no open. A signal may end
+	 * the daemon before: then what it has is the best there is. */
+	for (r = list; r; r = next) {
+		int rc = 0;
+
+		next = r->next;
+		if (r->wr && r->id > 0)
+			rc = copy_back(r);
+		if (rc)
+			tfs_err("cannot copy the passthrough replica of inode "
+				"%llu back: %s", (unsigned long long)r->ino,
+				strerror(-rc));
+		replica_free(r);
+	}
+	atomic_store(&pt.held, 0);
+}
+
 size_t tfs_pt_stats(char *buf, size_t len)
 {
-	int n = snprintf(buf, len,
-			 "passthrough=%s\npassthrough.opens=%" PRIu64
-			 "\npassthrough.refusals=%" PRIu64
-			 "\npassthrough.files=%" PRIu64
-			 "\npassthrough.bytes=%" PRIu64
-			 "\nread_requests=%" PRIu64 "\n",
-			 tfs_pt_enabled() ? "on" : "off",
-			 (uint64_t)atomic_load(&pt.opens),
-			 (uint64_t)atomic_load(&pt.refusals),
-			 (uint64_t)atomic_load(&pt.files),
-			 (uint64_t)atomic_load(&pt.bytes),
-			 (uint64_t)atomic_load(&tfs_read_requests));
+	int n;
+
+	sweep();
+	n = snprintf(buf, len,
+		     "passthrough=%s\npassthrough.opens=%" PRIu64
+		     "\npassthrough.refusals=%" PRIu64
+		     "\npassthrough.files=%" PRIu64
+		     "\npassthrough.bytes=%" PRIu64
+		     "\npassthrough.held=%" PRIu64
+		     "\npassthrough.settled=%" PRIu64
+		     "\nread_requests=%" PRIu64 "\n",
+		     tfs_pt_enabled() ? "on" : "off",
+		     (uint64_t)atomic_load(&pt.opens),
+		     (uint64_t)atomic_load(&pt.refusals),
+		     (uint64_t)atomic_load(&pt.files),
+		     (uint64_t)atomic_load(&pt.bytes),
+		     (uint64_t)atomic_load(&pt.held),
+		     (uint64_t)atomic_load(&pt.settled),
+		     (uint64_t)atomic_load(&tfs_read_requests));
 
 	return n < 0 ? 0 : (size_t)n;
 }
