@@ -169,20 +169,21 @@ static int reopen(int fd, int flags)
 }
 
 /*
- * Whether no file but the daemon's own is open for writing on the memfd
- * @fd: 1 yes, 0 no, or -errno. The kernel opens the backing file anew
- * for each passthrough open, with that open's flags, and a mapping holds
- * that file until it is unmapped; a write lease is granted only to the
- * one file open for writing (the memfd_create() one is not counted).
+ * Whether no file is open for writing on the memfd @fd but the one
+ * memfd_create() made: 1 yes, 0 no, or -errno. The kernel opens the
+ * backing file anew for each passthrough open, with that open's flags,
+ * and a mapping holds that file until it is unmapped; a read lease is
+ * granted only while no file is open for writing (the memfd_create()
+ * one is not counted: lease_probe_works() checks that on this kernel).
  * Taken and given back at once, at a time no open can start (settle()).
  */
 static int writers_gone(int fd)
 {
-	int pfd = reopen(fd, O_RDWR), rc;
+	int pfd = reopen(fd, O_RDONLY), rc;
 
 	if (pfd < 0)
 		return pfd;
-	rc = fcntl(pfd, F_SETLEASE, F_WRLCK);
+	rc = fcntl(pfd, F_SETLEASE, F_RDLCK);
 	if (rc == 0) {
 		fcntl(pfd, F_SETLEASE, F_UNLCK);
 		rc = 1;
@@ -239,7 +240,7 @@ static void probe(void)
 	pt.lease_probe = lease_probe_works(fd);
 	close(fd);
 	if (!pt.lease_probe)
-		tfs_info("passthrough: no write lease on a memfd; a file "
+		tfs_info("passthrough: no read lease on a memfd; a file "
 			 "written beside a passthrough reader keeps its replica "
 			 "until unmount");
 	atomic_store(&pt.on, true);

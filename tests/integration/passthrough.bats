@@ -189,8 +189,87 @@ PY
 	if [ "$output" = mapped ]; then
 		printf HELLO | dd of="$TFS_TMP/want" bs=1 seek=4096 conv=notrunc status=none
 	fi
+	# the replica went back to the store at the last close (release
+	# comes after close(2) returns)
+	tfs_wait_for tfs_stat_is passthrough.files -eq 0
 	# a spill, then a read through the daemon (no passthrough open)
 	setfattr -n user.tierfs.tier -v disk "$MNT/f"
 	[ "$(tfs_tier "$MNT/f")" = disk ]
 	cmp "$TFS_TMP/want" "$MNT/f"
+}
+
+# A writer's shared mapping beside a passthrough reader writes the
+# replica, which then holds the file's bytes: read() and copy_file_range
+# through the writer see them, a mapping that outlives the close keeps
+# the replica (passthrough.held) and its later writes, and once it is
+# unmapped the next stats read copies the replica back into the store.
+@test "passthrough: a writer's mapping is read back, and outlives its close" {
+	pt_mount
+	head -c 1M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/f"
+	run python3 - "$MNT" "$TFS_TMP/src" <<'PY'
+import ctypes, mmap, os, sys, time
+mnt, src = sys.argv[1], sys.argv[2]
+p = mnt + "/f"
+want = bytearray(open(src, "rb").read())
+def stat(key):
+    for line in os.getxattr(mnt, "user.tierfs.stats").decode().split("\n"):
+        if line.startswith(key + "="):
+            return int(line.split("=")[1])
+def fail(what):
+    print(what); sys.exit(1)
+def until(key, value):  # release comes after close(2) returns
+    for _ in range(200):
+        if stat(key) == value:
+            return True
+        time.sleep(0.02)
+    return False
+r = os.open(p, os.O_RDONLY)  # the passthrough reader
+w = os.open(p, os.O_RDWR)
+# libc's mmap: Python's keeps a dup of the descriptor open
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+m = libc.mmap(None, 1 << 20, mmap.PROT_READ | mmap.PROT_WRITE,
+              mmap.MAP_SHARED, w, 0)
+if m in (None, ctypes.c_void_p(-1).value):
+    fail("mmap: " + os.strerror(ctypes.get_errno()))
+def put(off, data):
+    ctypes.memmove(m + off, data, len(data))
+put(4096, b"HELLO")
+want[4096:4101] = b"HELLO"
+if os.pread(w, 5, 4096) != b"HELLO":
+    fail("read() through the writer missed its mapping's bytes")
+d = os.open(mnt + "/g", os.O_RDWR | os.O_CREAT, 0o644)
+if os.copy_file_range(w, d, 8192, 0, 0) <= 0:
+    fail("copy_file_range copied nothing")
+if os.pread(d, 5, 4096) != b"HELLO":
+    fail("copy_file_range missed the mapping's bytes")
+os.close(d)
+os.close(w)
+os.close(r)
+if not until("passthrough.held", 1):
+    fail("the mapped replica was not kept: " + os.getxattr(mnt, "user.tierfs.stats").decode().split("passthrough=")[1][:200])
+put(8000, b"LATER")  # after the last close
+want[8000:8005] = b"LATER"
+with open(p, "rb") as f:  # joins the kept replica
+    if f.read() != want:
+        fail("a new open missed the mapping's bytes")
+if not until("passthrough.held", 1):
+    fail("still mapped, yet not kept")
+libc.munmap(m, 1 << 20)
+if not until("passthrough.held", 0) or stat("passthrough.files") != 0:
+    fail("unmapped, yet kept: held=%s" % stat("passthrough.held"))
+open(src + ".want", "wb").write(want)
+print("ok")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(tfs_stat passthrough.settled)" -eq 1 ]
+	# the store has them: spilled, and read through the daemon
+	setfattr -n user.tierfs.tier -v disk "$MNT/f"
+	[ "$(tfs_tier "$MNT/f")" = disk ]
+	cmp "$TFS_TMP/src.want" "$MNT/f"
 }
