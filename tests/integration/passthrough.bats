@@ -273,3 +273,37 @@ PY
 	[ "$(tfs_tier "$MNT/f")" = disk ]
 	cmp "$TFS_TMP/src.want" "$MNT/f"
 }
+
+# A replica kept past its close, unmapped, with nothing read since that
+# would copy it back: unmount copies it into the store, which a
+# persistent mount then keeps.
+@test "passthrough: unmount copies a kept replica back" {
+	pt_mount disk_persist=yes
+	head -c 1M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/f"
+	run python3 - "$MNT/f" <<'PY'
+import ctypes, mmap, os, sys
+p = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+r = os.open(p, os.O_RDONLY)  # the passthrough reader
+w = os.open(p, os.O_RDWR)
+m = libc.mmap(None, 1 << 20, mmap.PROT_READ | mmap.PROT_WRITE,
+              mmap.MAP_SHARED, w, 0)
+os.close(w)
+os.close(r)
+ctypes.memmove(m + 4096, b"HELLO", 5)
+libc.munmap(m, 1 << 20)
+print("ok")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	cp "$TFS_TMP/src" "$TFS_TMP/want"
+	printf HELLO | dd of="$TFS_TMP/want" bs=1 seek=4096 conv=notrunc status=none
+	tfs_unmount
+	tfs_mount -o device_backend=none,disk_persist=yes
+	cmp "$TFS_TMP/want" "$MNT/f"
+}
