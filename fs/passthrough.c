@@ -332,6 +332,9 @@ static int copy_in(struct pt_replica *r, uint64_t off, uint64_t len)
 		if (ftruncate(r->fd, (off_t)size) < 0)
 			return -errno;
 		atomic_fetch_add(&pt.bytes, size - r->size);
+		/* Host memory holding the file: the host limit counts it. */
+		tier_store_charge_outside(tfs.store,
+					  (int64_t)size - (int64_t)r->size);
 		r->size = size;
 	}
 	end = off + len < off || off + len > size ? size : off + len;
@@ -380,6 +383,7 @@ static void replica_free(struct pt_replica *r)
 	if (r->rofd >= 0)
 		close(r->rofd);
 	atomic_fetch_sub(&pt.bytes, r->size);
+	tier_store_charge_outside(tfs.store, -(int64_t)r->size);
 	atomic_fetch_sub(&pt.files, 1);
 	pthread_mutex_destroy(&r->lock);
 	free(r);

@@ -408,6 +408,15 @@ int tier_buf_soft_pin_as(struct tier_buf *b, uid_t uid, unsigned int level,
 void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st);
 
 /*
+ * Host memory that is no copy of the store's but holds a file's bytes
+ * beside it (fs/passthrough.c's replicas): @delta bytes more, or fewer,
+ * in host.used, so that the host limit counts it and the spiller makes
+ * room for it as for a reservation. Never fails: the memory is taken
+ * already; what does not fit moves other buffers down.
+ */
+void tier_store_charge_outside(struct tier_store *s, int64_t delta);
+
+/*
  * The write policy of a buffer: the mount's ([policy] write), or its own.
  * Write-through makes a clean disk copy in the background soon after the
  * last close of a written buffer (tier_buf_register()), so that evicting

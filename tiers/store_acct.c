@@ -48,6 +48,19 @@ void st_charge(struct tier_store *s, struct tier_buf *b, int t,
 		s->trim_mark = s->use[t].used;
 }
 
+void tier_store_charge_outside(struct tier_store *s, int64_t delta)
+{
+	struct tier_usage *u = &s->use[TFS_TIER_HOST];
+
+	pthread_mutex_lock(&s->lock);
+	u->used += (uint64_t)delta;
+	if (delta > 0 && u->used > s->trim_mark)
+		s->trim_mark = u->used;
+	if (delta > 0 && st_over_high(s, TFS_TIER_HOST, 0))
+		pthread_cond_signal(&s->spill_wake);
+	pthread_mutex_unlock(&s->lock);
+}
+
 void st_inval(struct tier_buf *b, unsigned int what)
 {
 	struct tier_store *s = b->s;

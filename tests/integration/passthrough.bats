@@ -307,3 +307,16 @@ PY
 	tfs_mount -o device_backend=none,disk_persist=yes
 	cmp "$TFS_TMP/want" "$MNT/f"
 }
+
+@test "passthrough: a replica is charged to the host tier while it lives" {
+	pt_mount
+	head -c 2M /dev/urandom >"$MNT/f"
+	local before
+	before=$(tfs_stat host.used)
+	exec 5<"$MNT/f"
+	[ "$(tfs_stat passthrough.files)" -eq 1 ]
+	[ "$(tfs_stat host.used)" -eq $((before + 2097152)) ]
+	exec 5<&-
+	tfs_wait_for tfs_stat_is passthrough.files -eq 0
+	[ "$(tfs_stat host.used)" -eq "$before" ]
+}
