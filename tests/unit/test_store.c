@@ -541,6 +541,42 @@ static void test_spill_order(void)
 	tier_store_destroy(s);
 }
 
+/* Host memory charged from outside the store (passthrough replicas)
+ * counts against the host limit: writes past it move others down. */
+static void test_charge_outside(void)
+{
+	struct tier_store *s = mk_store("none", 0, 8 * MiB, 0);
+	struct tier_store_stats st;
+	struct tier_buf *b[4];
+	int on_host = 0;
+	bool ok = true;
+
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	tier_store_charge_outside(s, 6 * MiB);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_HOST].used, 6 * MiB);
+	for (int i = 0; i < 4; i++)
+		b[i] = mk_file(s, i, MiB);
+	tier_store_stats(s, &st);
+	CHECK(st.tier[TFS_TIER_HOST].used <= 8 * MiB);
+	for (int i = 0; i < 4; i++) {
+		on_host += tier_of(b[i]) == TFS_TIER_HOST;
+		ok = ok && verify(b[i], i, MiB);
+	}
+	CHECK(ok);
+	CHECK(on_host <= 2);
+	tier_store_charge_outside(s, -6 * (int64_t)MiB);
+	tier_store_stats(s, &st);
+	CHECK(st.tier[TFS_TIER_HOST].used <= 2 * MiB);
+	for (int i = 0; i < 4; i++)
+		tier_buf_destroy(b[i]);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_HOST].used, 0);
+	tier_store_destroy(s);
+}
+
 static uint64_t spill_mtime(uint64_t id_hint)
 {
 	char path[512];
@@ -2321,6 +2357,7 @@ int main(void)
 	TAP_RUN(test_host_pool_slabs);
 	TAP_RUN(test_device_granted);
 	TAP_RUN(test_spill_order);
+	TAP_RUN(test_charge_outside);
 	TAP_RUN(test_clean_respill_and_move);
 	TAP_RUN(test_read_noaccess);
 	TAP_RUN(test_pinned_survives_pressure);
