@@ -16,10 +16,18 @@
  * marks the page cache stale, so that a later cached open drops pages that
  * the changes made meanwhile (through direct_io) never updated.
  *
- * Locks: replicas[] and each replica's nopen and refs under ns_lock; a
- * replica's fd contents under its own lock, taken without ns_lock and held
- * across the store read that copies bytes in (so that copies of one file
- * never interleave: the last one to run leaves the store's bytes).
+ * But the kernel maps the replica itself for those other opens too, with
+ * their own flags: once one that may write joined it, a shared mapping may
+ * write the replica, which then holds the file's bytes (reads through the
+ * daemon come from it) until it settles: copied back into the store once
+ * no writer's file is left on it, else kept past the last close (design.md,
+ * "A writer's mapping").
+ *
+ * Locks: replicas[] and each replica's nopen, refs, wr and settling under
+ * ns_lock; a replica's fd contents under its own lock, taken without
+ * ns_lock and held across the store read that copies bytes in (so that
+ * copies of one file never interleave: the last one to run leaves the
+ * store's bytes) and across the store write that copies them back.
  */
 #include <errno.h>
 #include <fcntl.h>
