@@ -81,8 +81,8 @@ static struct {
 	bool init_seen; /* init_unique is the INIT request's */
 	struct pt_replica *replicas[PT_BUCKETS]; /* ns_lock */
 	pthread_cond_t ready; /* with ns_lock: a fill or a settle ended */
-	/* Whether a write lease tells a replica no other writer has it
-	 * (probe()); without, a written replica is kept until unmount. */
+	/* Whether a read lease tells that no writer's file is left on a
+	 * replica (probe()); without, a written one is kept until unmount. */
 	bool lease_probe;
 	atomic_uint_fast64_t opens, refusals, bytes, files, min_size;
 	atomic_uint_fast64_t held, settled; /* kept past the last close */
@@ -151,8 +151,9 @@ static void backing_close(int32_t id)
 {
 	uint32_t v = (uint32_t)id;
 
-	if (tfs.se && ioctl(fuse_session_fd(tfs.se), TFS_FUSE_DEV_IOC_BACKING_CLOSE,
-		  &v) < 0)
+	/* After the session went (tfs_pt_stop() runs before): none. */
+	if (tfs.se && ioctl(fuse_session_fd(tfs.se),
+			    TFS_FUSE_DEV_IOC_BACKING_CLOSE, &v) < 0)
 		tfs_warn("cannot close backing file %d: %s", (int)id,
 			 strerror(errno));
 }
@@ -576,7 +577,14 @@ static int copy_back(struct pt_replica *r)
  */
 static void settle(struct tfs_inode *i, struct pt_replica *r, bool kept)
 {
-	int gone = pt.lease_probe ? writers_gone(r->fd) : 0, rc = 0;
+	int gone = 0, rc = 0;
+
+	/* Under the replica's lock: its ftruncate (a copy in) breaks the
+	 * lease, which would signal this process. */
+	pthread_mutex_lock(&r->lock);
+	if (pt.lease_probe)
+		gone = writers_gone(r->fd);
+	pthread_mutex_unlock(&r->lock);
 
 	if (gone == 1) {
 		rc = copy_back(r);
