@@ -200,6 +200,10 @@ static int ioc_alloc(struct ioc_call *c)
 
 	if (tfs_deny_sealed(c->f->inode))
 		return -EPERM;
+	/* Copying the store's bytes into the replica after it would put
+	 * them over what a writer's mapping wrote there. */
+	if (tfs_pt_written(c->f->inode))
+		return -EBUSY;
 	rc = tier_buf_alloc_device(c->f->inode->buf, c->a->alloc.size);
 	if (rc < 0)
 		return rc;
