@@ -513,18 +513,57 @@ static void replica_drop_locked(struct tier_buf *buf, struct pt_replica *r)
 	replica_free(r);
 }
 
+/* What copy_back() compares at once: a page of a mapping. */
+#define PT_CMP_BLOCK 4096u
+
 /*
- * Copy the bytes of @r back into the store, up to the smaller of the two
- * sizes (a truncate from a path that came meanwhile stays), skipping the
- * replica's holes (where the store has none of its own: every byte the
- * store had was copied in). Called with r->settling set and no open.
+ * Write into the store those blocks of @len bytes of @rep at @off (the
+ * replica's) that differ from @st (the store's, @slen of them), each run
+ * of them in one write; adds their bytes to *@changed.
  */
-static int copy_back(struct pt_replica *r)
+static int write_changed(struct tier_buf *b, const char *rep, const char *st,
+			 size_t len, size_t slen, uint64_t off,
+			 uint64_t *changed)
+{
+	size_t k = 0;
+
+	while (k < len) {
+		size_t run = k, blk;
+		ssize_t w;
+
+		for (; run < len; run += blk) {
+			blk = len - run < PT_CMP_BLOCK ? len - run : PT_CMP_BLOCK;
+			if (run + blk <= slen && !memcmp(rep + run, st + run, blk))
+				break;
+		}
+		if (run > k) {
+			w = tier_buf_write(b, rep + k, run - k, (off_t)(off + k));
+			if (w < 0)
+				return (int)w;
+			*changed += run - k;
+		}
+		k = run < len ? run + (len - run < PT_CMP_BLOCK ?
+					       len - run : PT_CMP_BLOCK) :
+				run;
+	}
+	return 0;
+}
+
+/*
+ * Copy the bytes of @r that differ from the store's back into it (so that
+ * a file a writer did not change stays clean, and where it is), up to the
+ * smaller of the two sizes (a truncate from a path that came meanwhile
+ * stays), skipping the replica's holes (where the store has none of its
+ * own: every byte the store had was copied in). Sets *@changed to the
+ * bytes written. Called with r->settling set and no open.
+ */
+static int copy_back(struct pt_replica *r, uint64_t *changed)
 {
 	uint64_t end, off = 0;
-	char *buf = malloc(TFS_IO_MAX);
+	char *buf = malloc(2 * (size_t)TFS_IO_MAX), *sbuf = buf + TFS_IO_MAX;
 	int rc = 0;
 
+	*changed = 0;
 	if (!buf)
 		return -ENOMEM;
 	pthread_mutex_lock(&r->lock);
@@ -548,17 +587,18 @@ static int copy_back(struct pt_replica *r)
 		for (off = (uint64_t)d; off < (uint64_t)h;) {
 			uint64_t left = (uint64_t)h - off;
 			size_t want = left > TFS_IO_MAX ? TFS_IO_MAX : left;
-			ssize_t n = pread(r->fd, buf, want, (off_t)off), w;
+			ssize_t n = pread(r->fd, buf, want, (off_t)off), s;
 
 			if (n <= 0) {
 				rc = n < 0 ? -errno : -EIO;
 				break;
 			}
-			w = tier_buf_write(r->buf, buf, (size_t)n, (off_t)off);
-			if (w < 0) {
-				rc = (int)w;
+			s = tier_buf_read_as(r->buf, sbuf, (size_t)n, (off_t)off,
+					     TIER_READ_NOACCESS);
+			rc = write_changed(r->buf, buf, sbuf, (size_t)n,
+					   s > 0 ? (size_t)s : 0, off, changed);
+			if (rc)
 				break;
-			}
 			off += (uint64_t)n;
 		}
 	}
@@ -577,6 +617,7 @@ static int copy_back(struct pt_replica *r)
  */
 static void settle(struct tfs_inode *i, struct pt_replica *r, bool kept)
 {
+	uint64_t changed = 0;
 	int gone = 0, rc = 0;
 
 	/* Under the replica's lock: its ftruncate (a copy in) breaks the
@@ -587,7 +628,7 @@ static void settle(struct tfs_inode *i, struct pt_replica *r, bool kept)
 	pthread_mutex_unlock(&r->lock);
 
 	if (gone == 1) {
-		rc = copy_back(r);
+		rc = copy_back(r, &changed);
 		if (rc)
 			tfs_err("cannot copy the passthrough replica of inode "
 				"%llu back: %s; it stays the file's bytes",
@@ -610,7 +651,8 @@ static void settle(struct tfs_inode *i, struct pt_replica *r, bool kept)
 		atomic_fetch_sub(&pt.held, 1);
 	atomic_fetch_add(&pt.settled, 1);
 	/* For the placing and saving that follow a written file's close. */
-	i->flags |= TFS_I_DIRTY;
+	if (changed)
+		i->flags |= TFS_I_DIRTY;
 	replica_drop_locked(i->buf, r);
 }
 
@@ -827,11 +869,12 @@ void tfs_pt_stop(void)
 	/* Unmounted: no mapping is left, and no open. A signal may end
 	 * the daemon before: then what it has is the best there is. */
 	for (r = list; r; r = next) {
+		uint64_t changed;
 		int rc = 0;
 
 		next = r->next;
 		if (r->wr && r->id > 0)
-			rc = copy_back(r);
+			rc = copy_back(r, &changed);
 		if (rc)
 			tfs_err("cannot copy the passthrough replica of inode "
 				"%llu back: %s", (unsigned long long)r->ino,

@@ -357,3 +357,19 @@ PY
 	[ "$status" -eq 0 ]
 	[[ "$output" == *busy* ]]
 }
+
+# The settle copies back only what differs: a writer that changed
+# nothing leaves the file clean and in the tier it was moved to.
+@test "passthrough: a replica settles without rewriting what no one changed" {
+	pt_mount
+	head -c 1M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/f"
+	exec 5<"$MNT/f" 6<>"$MNT/f"
+	[ "$(tfs_stat passthrough.files)" -eq 1 ]
+	setfattr -n user.tierfs.tier -v disk "$MNT/f"
+	[ "$(tfs_tier "$MNT/f")" = disk ]
+	exec 5<&- 6<&-
+	tfs_wait_for tfs_stat_is passthrough.settled -eq 1
+	[ "$(tfs_tier "$MNT/f")" = disk ]
+	cmp "$TFS_TMP/src" "$MNT/f"
+}
