@@ -525,26 +525,26 @@ static int write_changed(struct tier_buf *b, const char *rep, const char *st,
 			 size_t len, size_t slen, uint64_t off,
 			 uint64_t *changed)
 {
-	size_t k = 0;
+	size_t k = 0, run, blk = 0;
+	ssize_t w;
 
-	while (k < len) {
-		size_t run = k, blk;
-		ssize_t w;
-
-		for (; run < len; run += blk) {
-			blk = len - run < PT_CMP_BLOCK ? len - run : PT_CMP_BLOCK;
-			if (run + blk <= slen && !memcmp(rep + run, st + run, blk))
+	for (; k < len; k = run + blk) {
+		/* [k, run) differs; the block at run, if any, does not. */
+		for (run = k; run < len; run += blk) {
+			blk = len - run < PT_CMP_BLOCK ? len - run :
+							 PT_CMP_BLOCK;
+			if (run + blk <= slen &&
+			    !memcmp(rep + run, st + run, blk))
 				break;
 		}
-		if (run > k) {
-			w = tier_buf_write(b, rep + k, run - k, (off_t)(off + k));
-			if (w < 0)
-				return (int)w;
-			*changed += run - k;
-		}
-		k = run < len ? run + (len - run < PT_CMP_BLOCK ?
-					       len - run : PT_CMP_BLOCK) :
-				run;
+		if (run >= len)
+			blk = 0;
+		if (run == k)
+			continue;
+		w = tier_buf_write(b, rep + k, run - k, (off_t)(off + k));
+		if (w < 0)
+			return (int)w;
+		*changed += run - k;
 	}
 	return 0;
 }
