@@ -131,8 +131,9 @@ PY
 	pt_mount host_limit=64M,disk_chunk_size=64K
 	# more files than writers: readers find idle ones, and open them
 	# through passthrough, with writers opening them beside
+	# (a map rewriter: writers' mappings beside passthrough readers)
 	run python3 "$BATS_TEST_DIRNAME/race_rw.py" "$MNT" 3 --files 12 \
-		--readers 6 --movers 1 --max-mb 4 --align
+		--readers 6 --movers 1 --map-rewriters 1 --max-mb 4 --align
 	echo "$output"
 	[ "$status" -eq 0 ]
 	# passthrough took part (how often depends on the machine's load)

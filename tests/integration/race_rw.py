@@ -3,7 +3,7 @@
 """Readers racing growing writers, rewriters and tier movers.
 
 race_rw.py DIR SECONDS [--files N] [--max-mb M] [--readers R] [--movers M]
-           [--rewriters W] [--seed S] [--stat]
+           [--rewriters W] [--map-rewriters W] [--seed S] [--stat]
 
 Each file in DIR only grows while it lives, and every byte it holds is
 src[offset] of one shared random source, whoever wrote it. So a reader
@@ -21,7 +21,9 @@ while that write is in flight can leave zeroes cached past the old end, a
 kernel race tierfs cannot close (doc/design.md): the test in pagecache.bats
 uses --align. Writers grow the files in unaligned blocks, each through a fresh
 open (the flush at close places the buffer), rewriters write ranges
-already there again (same bytes), movers flip user.tierfs.tier between
+already there again (same bytes), map rewriters do so through a shared
+writable mapping (closing the descriptor first, so the mapping outlives
+it, as a passthrough replica must allow), movers flip user.tierfs.tier between
 the tiers, and when a file reaches --max-mb it is removed and starts
 again. Runs SECONDS, longer until every kind of process has done
 something (ten times SECONDS at most). Prints one line of counts; exits 1
@@ -95,6 +97,29 @@ def rewriter(d, nfiles, src, stop, seed, count):
             with count.get_lock():
                 count.value += 1
         os.close(fd)
+
+
+def map_rewriter(d, nfiles, src, stop, seed, count):
+    import mmap
+    rnd = random.Random(seed)
+    while not stop.value:
+        p, fd = open_any(d, nfiles, rnd, os.O_RDWR)
+        if fd is None:
+            continue
+        size = os.fstat(fd).st_size
+        m = None
+        if size:
+            m = mmap.mmap(fd, size, mmap.MAP_SHARED,
+                          mmap.PROT_READ | mmap.PROT_WRITE)
+        os.close(fd)  # the mapping keeps the file (a dup inside mmap)
+        if m is not None:
+            for _ in range(4):
+                off = rnd.randrange(size)
+                n = min(rnd.randint(1, 1 << 18), size - off)
+                m[off:off + n] = src[off:off + n]
+            m.close()
+            with count.get_lock():
+                count.value += 1
 
 
 def mover(d, nfiles, stop, seed, count):
@@ -189,6 +214,7 @@ def main():
     ap.add_argument("--readers", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--movers", type=int, default=2)
+    ap.add_argument("--map-rewriters", type=int, default=0)
     ap.add_argument("--rewriters", type=int, default=1)
     ap.add_argument("--align", action="store_true",
                     help="growers write whole pages at page boundaries")
@@ -199,7 +225,7 @@ def main():
     src = random.Random(a.seed).randbytes(max_bytes)
     stop = mp.Value("i", 0)
     counts = {k: mp.Value("l", 0) for k in
-              ("writes", "rewrites", "moves", "reads")}
+              ("writes", "rewrites", "maps", "moves", "reads")}
     procs = []
     for k in range(a.files):
         procs.append(mp.Process(target=grower, args=(
@@ -210,6 +236,10 @@ def main():
         procs.append(mp.Process(target=rewriter, args=(
             a.dir, a.files, src, stop, a.seed * 100 + 50 + k,
             counts["rewrites"])))
+    for k in range(a.map_rewriters):
+        procs.append(mp.Process(target=map_rewriter, args=(
+            a.dir, a.files, src, stop, a.seed * 100 + 55 + k,
+            counts["maps"])))
     for k in range(a.movers):
         procs.append(mp.Process(target=mover, args=(
             a.dir, a.files, stop, a.seed * 100 + 60 + k, counts["moves"])))
@@ -230,6 +260,7 @@ def main():
         ran = all(v.value for k, v in counts.items()
                   if k == "writes" or (k == "moves" and a.movers) or
                   (k == "rewrites" and a.rewriters) or
+                  (k == "maps" and a.map_rewriters) or
                   (k == "reads" and a.readers))
         if t >= a.seconds and ran:
             break
