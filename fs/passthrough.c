@@ -249,7 +249,7 @@ static void probe(void)
 	pt.lease_probe = lease_probe_works(fd);
 	close(fd);
 	if (!pt.lease_probe)
-		tfs_info("passthrough: no read lease on a memfd; a file "
+		tfs_notice("passthrough: no read lease on a memfd; a file "
 			 "written beside a passthrough reader keeps its replica "
 			 "until unmount");
 	atomic_store(&pt.on, true);

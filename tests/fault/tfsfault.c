@@ -18,6 +18,8 @@
  *       backing: the FUSE_DEV_IOC_BACKING_OPEN ioctl on /dev/fuse, by
  *              which passthrough registers a file (fs/passthrough.h);
  *              any descriptor, whatever TFS_FAULT_DIR says
+ *       lease: fcntl(F_SETLEASE), by which passthrough asks whether a
+ *              writer's file is left on a replica; any descriptor
  *       chunk: an anonymous MAP_POPULATE mmap of a power of two from
  *              64 KiB up, which is how tiers/host.c maps a host chunk
  *              (fs/ops.c's reply buffers are 1 MiB + 64 KiB)
@@ -63,6 +65,7 @@ enum op {
 	OP_FALLOCATE = 8,
 	OP_CHUNK = 16,
 	OP_BACKING = 32,
+	OP_LEASE = 64,
 };
 
 /* FUSE_DEV_IOC_BACKING_OPEN: _IOW(229, 1, struct fuse_backing_map). */
@@ -97,6 +100,7 @@ static const char *op_name(unsigned int op)
 	case OP_FSYNC: return "fsync";
 	case OP_FALLOCATE: return "fallocate";
 	case OP_BACKING: return "backing";
+	case OP_LEASE: return "lease";
 	default: return "chunk";
 	}
 }
@@ -138,6 +142,7 @@ static void parse(char *line)
 								OP_FALLOCATE :
 					  !strcmp(o, "chunk") ? OP_CHUNK :
 					  !strcmp(o, "backing") ? OP_BACKING :
+					  !strcmp(o, "lease") ? OP_LEASE :
 								  0;
 			}
 		} else if (!strcmp(w, "err")) {
@@ -276,7 +281,7 @@ static int decide(unsigned int op, const char *path)
 	err = st.err;
 	if ((err == ERR_SHORT || err == ERR_DELAY) &&
 	    (op == OP_FSYNC || op == OP_FALLOCATE || op == OP_CHUNK ||
-	     op == OP_BACKING))
+	     op == OP_BACKING || op == OP_LEASE))
 		err = EIO;
 	st.hits++;
 	st.total++;
@@ -453,6 +458,48 @@ int ioctl(int fd, unsigned long req, ...)
 		}
 	}
 	return real_ioctl(fd, req, arg);
+}
+
+/* fcntl and fcntl64 (what glibc calls with 64-bit offsets): F_SETLEASE
+ * only; every other command goes through untouched. */
+static int lease_fault(int cmd)
+{
+	int e;
+
+	if (cmd != F_SETLEASE || !getenv("TFS_FAULT_CTL"))
+		return 0;
+	e = decide(OP_LEASE, "(lease)");
+	if (e > 0)
+		errno = e;
+	return e > 0;
+}
+
+int fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	REAL(fcntl);
+	if (lease_fault(cmd))
+		return -1;
+	return real_fcntl(fd, cmd, arg);
+}
+
+int fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	REAL(fcntl64);
+	if (lease_fault(cmd))
+		return -1;
+	return real_fcntl64(fd, cmd, arg);
 }
 
 /*

@@ -374,3 +374,40 @@ PY
 	[ "$(tfs_tier "$MNT/f")" = disk ]
 	cmp "$TFS_TMP/src" "$MNT/f"
 }
+
+# Where the kernel grants no read lease on a memfd, the daemon cannot
+# tell when a writer's mapping is gone: it says so once, and keeps such
+# a replica (joined by later opens) until unmount, which copies it back.
+@test "passthrough: without a lease probe a written replica is kept until unmount" {
+	[ -f "$FAULT_SO" ]
+	local ctl=$TFS_TMP/fault.ctl flog=$TFS_TMP/faults.log
+	printf 'ops=lease err=EPERM\n' >"$ctl"
+	: >"$flog"
+	LD_PRELOAD=$FAULT_SO TFS_FAULT_DIR=$SPILL TFS_FAULT_CTL=$ctl \
+		TFS_FAULT_LOG=$flog \
+		ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+		pt_mount disk_persist=yes
+	grep -q "no read lease on a memfd" "$LOG"
+	head -c 1M /dev/urandom >"$TFS_TMP/src"
+	cp "$TFS_TMP/src" "$MNT/f"
+	python3 - "$MNT/f" <<'PY'
+import mmap, os, sys
+p = sys.argv[1]
+r = os.open(p, os.O_RDONLY)  # the passthrough reader
+w = os.open(p, os.O_RDWR)
+m = mmap.mmap(w, 1 << 20, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+m[4096:4101] = b"HELLO"
+m.close()
+os.close(w)
+os.close(r)
+PY
+	tfs_wait_for tfs_stat_is passthrough.held -eq 1
+	[ "$(tfs_stat passthrough.settled)" -eq 0 ]
+	cp "$TFS_TMP/src" "$TFS_TMP/want"
+	printf HELLO | dd of="$TFS_TMP/want" bs=1 seek=4096 conv=notrunc status=none
+	# a later open joins the kept replica
+	cmp "$TFS_TMP/want" "$MNT/f"
+	tfs_unmount
+	tfs_mount -o device_backend=none,disk_persist=yes
+	cmp "$TFS_TMP/want" "$MNT/f"
+}
