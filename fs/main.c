@@ -921,10 +921,12 @@ int main(int argc, char **argv)
 out_hup:
 	tfs_sighup_stop();
 out_session:
-	tfs_pt_stop();
 	tfs_prefetch_stop();
 	tfs_inval_stop();
 	tfs_atime_stop();
+	/* After the threads that copy into replicas, before the session
+	 * their backing ids belong to. */
+	tfs_pt_stop();
 	if (mounted) {
 		fuse_session_unmount(tfs.se);
 		tfs_record_drop(mountpoint);
