@@ -325,7 +325,7 @@ PY
 # A device export copies the store's bytes: beside a replica a writer's
 # mapping wrote, those may be older, so the export is refused until the
 # replica settles.
-@test "passthrough: no device export of a file whose replica a writer maps" {
+@test "passthrough: no device export or allocation of a file whose replica a writer maps" {
 	local ec
 	ec=$(dirname "$TIERFS_BIN")/../client/lib/export_client
 	[ -x "$ec" ] || skip "no export_client built"
@@ -350,6 +350,15 @@ e = subprocess.run([ec, "cat", p], capture_output=True)
 print("export rc", e.returncode, e.stderr.decode().strip()[-200:])
 if e.returncode == 0 and e.stdout[4096:4101] != b"HELLO":
     print("the export has the store's older bytes"); sys.exit(1)
+# TFS_IOC_ALLOC would copy the store's older bytes into the replica.
+import errno, fcntl, struct
+alloc = struct.Struct("=IIQ2Q")
+try:
+    fcntl.ioctl(w, (1 << 30) | (alloc.size << 16) | (0xF7 << 8) | 4,
+                alloc.pack(1, 0, 1 << 20, 0, 0))
+    print("alloc taken")
+except OSError as x:
+    print("alloc", errno.errorcode[x.errno])
 libc.munmap(m, 1 << 20)
 os.close(w)
 os.close(r)
@@ -357,6 +366,7 @@ PY
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[[ "$output" == *busy* ]]
+	[[ "$output" == *"alloc EBUSY"* ]]
 }
 
 # The settle copies back only what differs: a writer that changed
