@@ -284,7 +284,19 @@ extern struct tfs_fs tfs;
 /* inode.c: everything *_locked needs tfs.ns_lock held. */
 int tfs_ns_init(void);
 void tfs_ns_destroy(void);
+/* Takes ns_lock; while the start-up gate is closed, waits for it to open
+ * first (but on the loader thread). */
 void tfs_ns_lock(void);
+/*
+ * The start-up gate. Closed (before the loader starts) with what getattr
+ * of the root answers until it opens; the loader thread marks itself, and
+ * opens the gate once the tree is whole and the journal on. Root's
+ * attributes: true with them in @st while the gate is closed.
+ */
+void tfs_ns_gate_close(const struct stat *root);
+void tfs_ns_gate_loader(void);
+void tfs_ns_gate_open(void);
+bool tfs_ns_gate_root(struct stat *st);
 void tfs_ns_unlock(void);
 struct tfs_inode *tfs_inode_get_locked(fuse_ino_t ino);
 /*
@@ -548,11 +560,18 @@ int tfs_pj_sync(struct tfs_inode *i, bool namespace_too);
 int tfs_pj_flush(void);
 /*
  * At start, after the store: read the spill directory's snapshot and
- * journals, rebuild the tree, adopt the files, start the journal thread.
- * Returns 0 or -errno with why in @err (another version, another chunk
- * size, no snapshot that checks out, out of memory).
+ * journals. Returns 0 or -errno with why in @err (another version,
+ * another chunk size, no snapshot that checks out, out of memory).
  */
 int tfs_pj_start(enum cfg_persist mode, char *err, size_t errlen);
+/*
+ * Once mounted: close the start-up gate and start the loader thread,
+ * which adopts the files, rebuilds the tree, starts the journal thread
+ * and opens the gate; a restore that fails there logs why and ends the
+ * daemon (exit status 1), its directory as it was. Returns 0 (also when
+ * not persistent) or -errno when the thread cannot start.
+ */
+int tfs_pj_load_start(void);
 /* After the unmount: save every file and write a snapshot. */
 void tfs_pj_stop(void);
 /* After tfs_ns_destroy(): close the journal. */

@@ -280,8 +280,72 @@ static void dentry_hash_grow(struct tfs_hash *h)
 	h->mask = nb - 1;
 }
 
+/*
+ * The start-up gate (doc/design.md, "Start-up answers before the tree is
+ * back"). While a persistent mount's loader thread rebuilds the tree,
+ * every thread but the loader waits here before it takes ns_lock, so no
+ * operation sees a tree half built and no record reaches the journal
+ * before the restore is done. Once open, the gate costs one atomic load.
+ */
+static struct {
+	pthread_mutex_t lock; /* a leaf, never held with ns_lock */
+	pthread_cond_t done;
+	atomic_bool closed; /* written under lock */
+	bool have_root; /* root: what getattr of the root answers meanwhile */
+	struct stat root;
+} gate = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.done = PTHREAD_COND_INITIALIZER,
+};
+static __thread bool gate_loader;
+
+void tfs_ns_gate_close(const struct stat *root)
+{
+	pthread_mutex_lock(&gate.lock);
+	gate.root = *root;
+	gate.have_root = true;
+	atomic_store_explicit(&gate.closed, true, memory_order_release);
+	pthread_mutex_unlock(&gate.lock);
+}
+
+void tfs_ns_gate_loader(void)
+{
+	gate_loader = true;
+}
+
+void tfs_ns_gate_open(void)
+{
+	pthread_mutex_lock(&gate.lock);
+	atomic_store_explicit(&gate.closed, false, memory_order_release);
+	gate.have_root = false;
+	pthread_cond_broadcast(&gate.done);
+	pthread_mutex_unlock(&gate.lock);
+}
+
+bool tfs_ns_gate_root(struct stat *st)
+{
+	bool early = false;
+
+	if (!atomic_load_explicit(&gate.closed, memory_order_acquire))
+		return false;
+	pthread_mutex_lock(&gate.lock);
+	if (gate.have_root) {
+		*st = gate.root;
+		early = true;
+	}
+	pthread_mutex_unlock(&gate.lock);
+	return early;
+}
+
 void tfs_ns_lock(void)
 {
+	if (atomic_load_explicit(&gate.closed, memory_order_acquire) &&
+	    !gate_loader) {
+		pthread_mutex_lock(&gate.lock);
+		while (atomic_load_explicit(&gate.closed, memory_order_relaxed))
+			pthread_cond_wait(&gate.done, &gate.lock);
+		pthread_mutex_unlock(&gate.lock);
+	}
 	pthread_mutex_lock(&tfs.ns_lock);
 }
 

@@ -853,6 +853,12 @@ int main(int argc, char **argv)
 		goto out_session;
 	}
 	mounted = true;
+	/* The tree of a persistent mount comes back behind the mount. */
+	rc = tfs_pj_load_start();
+	if (rc) {
+		fail("cannot start the loader thread: %s", strerror(-rc));
+		goto out_session;
+	}
 	rc = tfs_tmpfile_attach(tfs.se);
 	if (rc) {
 		fail("cannot take over the FUSE session's reads: %s",

@@ -218,6 +218,12 @@ static void tfs_getattr(fuse_req_t req, fuse_ino_t ino,
 	struct tfs_inode *i;
 	struct stat st;
 
+	/* A persistent mount answers this while its tree is restored, not
+	 * to be cached: lost+found may still change the root. */
+	if (ino == FUSE_ROOT_ID && tfs_ns_gate_root(&st)) {
+		fuse_reply_attr(req, &st, 0);
+		return;
+	}
 	tfs_ns_lock();
 	i = tfs_inode_get_locked(ino);
 	if (!i) {

@@ -59,7 +59,13 @@ static struct {
 	size_t notes_len;
 	const char *recovery; /* "fresh", "clean" or "crash" */
 	uint64_t dropped, rolled_back, found, recovered_files;
-	uint64_t start_ms;
+	uint64_t start_ms; /* until the tree was whole, from the start */
+	/* The restore on the loader thread (tfs_pj_load_start()). */
+	struct pj_image *img; /* read before the mount, for the loader */
+	struct stat root_st; /* the root as the image has it */
+	uint64_t t0, answer_ms;
+	pthread_t loader;
+	bool loader_started;
 } P = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.wake = PTHREAD_COND_INITIALIZER,
@@ -733,22 +739,66 @@ static int tree_restore(struct pj_image *img, uint64_t *max_ino)
 	return rc;
 }
 
+/*
+ * What getattr of the root answers while the loader runs: the root's
+ * record as replay left it, or the root pj_image_resolve() makes when the
+ * record is lost. The kernel checks permissions on it, so it must be the
+ * mode and owner the tree comes back with.
+ */
+static void root_stat(const struct pj_image *img, struct stat *st)
+{
+	const struct pj_inode *pi = pj_image_inode(img, FUSE_ROOT_ID);
+
+	tfs_ns_lock();
+	tfs_stat_locked(tfs.root, st);
+	tfs_ns_unlock();
+	if (!pi || !pi->has_attr || !S_ISDIR(pi->a.mode)) {
+		st->st_mode = S_IFDIR | 0755;
+		st->st_uid = getuid();
+		st->st_gid = getgid();
+		return;
+	}
+	st->st_mode = pi->a.mode;
+	st->st_uid = pi->a.uid;
+	st->st_gid = pi->a.gid;
+	st->st_nlink = pi->a.nlink;
+	st->st_atim = pi->a.atime;
+	st->st_mtim = pi->a.mtime;
+	st->st_ctim = pi->a.ctime;
+}
+
 int tfs_pj_start(enum cfg_persist mode, char *err, size_t errlen)
 {
 	struct tier_store *s = tfs.store;
-	struct restore r = { 0 };
-	struct pj_image *img = NULL;
-	uint64_t t0 = now_ms(), max_ino;
-	int dirfd = tier_store_dirfd(s), rc;
-	const char *dir = tier_store_dir(s);
+	int rc;
 
 	if (!tier_store_persistent(s))
 		return 0;
 	P.mode = mode;
-	rc = pj_image_load(dirfd, dir, tier_store_chunk_size(s), &img, err,
-			   errlen);
+	P.t0 = now_ms();
+	/* Everything that refuses a directory is here, before the mount:
+	 * another version or chunk size, no snapshot that checks out. */
+	rc = pj_image_load(tier_store_dirfd(s), tier_store_dir(s),
+			   tier_store_chunk_size(s), &P.img, err, errlen);
 	if (rc)
 		return rc;
+	root_stat(P.img, &P.root_st);
+	return 0;
+}
+
+/*
+ * The rest of the start, on the loader thread while the mount answers:
+ * adopt the files, build the tree, apply the pins, start the journal.
+ * Consumes @img. Returns 0 or -errno with why in @err.
+ */
+static int restore(struct pj_image *img, char *err, size_t errlen)
+{
+	struct tier_store *s = tfs.store;
+	struct restore r = { 0 };
+	uint64_t max_ino;
+	int dirfd = tier_store_dirfd(s), rc;
+	const char *dir = tier_store_dir(s);
+
 	rc = tier_store_spill_ids(s, &r.ids, &r.nids);
 	if (rc) {
 		snprintf(err, errlen, "cannot read '%s': %s", dir,
@@ -837,13 +887,14 @@ int tfs_pj_start(enum cfg_persist mode, char *err, size_t errlen)
 		goto out_stop;
 	}
 	P.thread_started = true;
-	P.start_ms = now_ms() - t0;
+	P.start_ms = now_ms() - P.t0;
 	if (img->fresh)
 		tfs_notice("persist: new spill directory '%s'", dir);
 	else
 		tfs_notice("persist: %" PRIu64 " files (%" PRIu64 " bytes) "
-			   "back from '%s' in %" PRIu64 " ms after a %s "
-			   "stop%s", r.files, r.bytes, dir, P.start_ms,
+			   "back from '%s' in %" PRIu64 " ms (answering "
+			   "after %" PRIu64 " ms) after a %s stop%s", r.files,
+			   r.bytes, dir, P.start_ms, P.answer_ms,
 			   clean ? "clean" : "crash or unclean",
 			   img->notes ? "; what recovery dropped: "
 					"tierfsctl recover --list" : "");
@@ -874,6 +925,64 @@ out_img:
 	free(r.used);
 	pj_image_free(img);
 	return rc;
+}
+
+/*
+ * A test's hold on the loader (TFS_TEST_RESTORE_HOLD=PATH): it waits
+ * until PATH exists, so that a test can act while the tree is not back.
+ * Nothing else reads it.
+ */
+static void test_hold(void)
+{
+	const char *path = getenv("TFS_TEST_RESTORE_HOLD");
+
+	while (path && *path && access(path, F_OK))
+		usleep(10000);
+}
+
+static void *loader_main(void *arg)
+{
+	char err[512] = "";
+	int rc;
+
+	(void)arg;
+	tfs_ns_gate_loader();
+	test_hold();
+	rc = restore(P.img, err, sizeof(err));
+	P.img = NULL;
+	if (rc) {
+		/*
+		 * The mount answered already, and waits at the gate. Stop as
+		 * a failed start does, with the same message and the
+		 * directory kept, rather than open the gate on a tree half
+		 * built.
+		 */
+		tfs_err("cannot start the persistent mount: %s",
+			err[0] ? err : strerror(-rc));
+		tier_store_keep_files(tfs.store);
+		if (tfs.se)
+			fuse_session_unmount(tfs.se);
+		_exit(1);
+	}
+	tfs_ns_gate_open();
+	return NULL;
+}
+
+int tfs_pj_load_start(void)
+{
+	int rc;
+
+	if (!P.img)
+		return 0;
+	P.answer_ms = now_ms() - P.t0;
+	tfs_ns_gate_close(&P.root_st);
+	rc = -pthread_create(&P.loader, NULL, loader_main, NULL);
+	if (rc) {
+		tfs_ns_gate_open();
+		return rc;
+	}
+	P.loader_started = true;
+	return 0;
 }
 
 /* --- stop --- */
@@ -934,6 +1043,18 @@ void tfs_pj_stop(void)
 	struct saving sv = { 0 };
 	int rc, bad;
 
+	if (P.loader_started) {
+		pthread_join(P.loader, NULL);
+		P.loader_started = false;
+	}
+	if (P.img) {
+		/* The mount failed before the loader started: nothing was
+		 * restored, and nothing of the directory may go. */
+		pj_image_free(P.img);
+		P.img = NULL;
+		tier_store_keep_files(tfs.store);
+		return;
+	}
 	if (!P.j)
 		return;
 	if (P.thread_started) {
