@@ -289,14 +289,15 @@ void tfs_ns_destroy(void);
 void tfs_ns_lock(void);
 /*
  * The start-up gate. Closed (before the loader starts) with what getattr
- * of the root answers until it opens; the loader thread marks itself, and
- * opens the gate once the tree is whole and the journal on. Root's
- * attributes: true with them in @st while the gate is closed.
+ * and statx of the root answer until it opens (its attributes, its
+ * TFS_FL_* flags); the loader thread marks itself, and opens the gate
+ * once the tree is whole and the journal on. tfs_ns_gate_root(): true
+ * with the root's in @st and @fsflags (may be NULL) while it is closed.
  */
-void tfs_ns_gate_close(const struct stat *root);
+void tfs_ns_gate_close(const struct stat *root, uint32_t fsflags);
 void tfs_ns_gate_loader(void);
 void tfs_ns_gate_open(void);
-bool tfs_ns_gate_root(struct stat *st);
+bool tfs_ns_gate_root(struct stat *st, uint32_t *fsflags);
 void tfs_ns_unlock(void);
 struct tfs_inode *tfs_inode_get_locked(fuse_ino_t ino);
 /*

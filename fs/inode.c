@@ -291,18 +291,20 @@ static struct {
 	pthread_mutex_t lock; /* a leaf, never held with ns_lock */
 	pthread_cond_t done;
 	atomic_bool closed; /* written under lock */
-	bool have_root; /* root: what getattr of the root answers meanwhile */
+	bool have_root; /* root, root_fl: what the root answers meanwhile */
 	struct stat root;
+	uint32_t root_fl;
 } gate = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.done = PTHREAD_COND_INITIALIZER,
 };
 static __thread bool gate_loader;
 
-void tfs_ns_gate_close(const struct stat *root)
+void tfs_ns_gate_close(const struct stat *root, uint32_t fsflags)
 {
 	pthread_mutex_lock(&gate.lock);
 	gate.root = *root;
+	gate.root_fl = fsflags;
 	gate.have_root = true;
 	atomic_store_explicit(&gate.closed, true, memory_order_release);
 	pthread_mutex_unlock(&gate.lock);
@@ -322,7 +324,7 @@ void tfs_ns_gate_open(void)
 	pthread_mutex_unlock(&gate.lock);
 }
 
-bool tfs_ns_gate_root(struct stat *st)
+bool tfs_ns_gate_root(struct stat *st, uint32_t *fsflags)
 {
 	bool early = false;
 
@@ -331,6 +333,8 @@ bool tfs_ns_gate_root(struct stat *st)
 	pthread_mutex_lock(&gate.lock);
 	if (gate.have_root) {
 		*st = gate.root;
+		if (fsflags)
+			*fsflags = gate.root_fl;
 		early = true;
 	}
 	pthread_mutex_unlock(&gate.lock);

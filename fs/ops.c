@@ -220,7 +220,7 @@ static void tfs_getattr(fuse_req_t req, fuse_ino_t ino,
 
 	/* A persistent mount answers this while its tree is restored, not
 	 * to be cached: lost+found may still change the root. */
-	if (ino == FUSE_ROOT_ID && tfs_ns_gate_root(&st)) {
+	if (ino == FUSE_ROOT_ID && tfs_ns_gate_root(&st, NULL)) {
 		fuse_reply_attr(req, &st, 0);
 		return;
 	}

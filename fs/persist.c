@@ -63,6 +63,7 @@ static struct {
 	/* The restore on the loader thread (tfs_pj_load_start()). */
 	struct pj_image *img; /* read before the mount, for the loader */
 	struct stat root_st; /* the root as the image has it */
+	uint32_t root_fl;
 	uint64_t t0, answer_ms;
 	pthread_t loader;
 	bool loader_started;
@@ -745,13 +746,15 @@ static int tree_restore(struct pj_image *img, uint64_t *max_ino)
  * record is lost. The kernel checks permissions on it, so it must be the
  * mode and owner the tree comes back with.
  */
-static void root_stat(const struct pj_image *img, struct stat *st)
+static void root_stat(const struct pj_image *img, struct stat *st,
+		      uint32_t *fsflags)
 {
 	const struct pj_inode *pi = pj_image_inode(img, FUSE_ROOT_ID);
 
 	tfs_ns_lock();
 	tfs_stat_locked(tfs.root, st);
 	tfs_ns_unlock();
+	*fsflags = 0;
 	if (!pi || !pi->has_attr || !S_ISDIR(pi->a.mode)) {
 		st->st_mode = S_IFDIR | 0755;
 		st->st_uid = getuid();
@@ -765,6 +768,7 @@ static void root_stat(const struct pj_image *img, struct stat *st)
 	st->st_atim = pi->a.atime;
 	st->st_mtim = pi->a.mtime;
 	st->st_ctim = pi->a.ctime;
+	*fsflags = pi->a.fsflags & TFS_FL_USER;
 }
 
 int tfs_pj_start(enum cfg_persist mode, char *err, size_t errlen)
@@ -782,7 +786,7 @@ int tfs_pj_start(enum cfg_persist mode, char *err, size_t errlen)
 			   tier_store_chunk_size(s), &P.img, err, errlen);
 	if (rc)
 		return rc;
-	root_stat(P.img, &P.root_st);
+	root_stat(P.img, &P.root_st, &P.root_fl);
 	return 0;
 }
 
@@ -975,7 +979,7 @@ int tfs_pj_load_start(void)
 	if (!P.img)
 		return 0;
 	P.answer_ms = now_ms() - P.t0;
-	tfs_ns_gate_close(&P.root_st);
+	tfs_ns_gate_close(&P.root_st, P.root_fl);
 	rc = -pthread_create(&P.loader, NULL, loader_main, NULL);
 	if (rc) {
 		tfs_ns_gate_open();

@@ -58,6 +58,17 @@ static void answer_statx(int fd, const struct tfs_fuse_in_header *in)
 	size_t len = sizeof(r);
 
 	memset(&r, 0, sizeof(r));
+	/* As tfs_getattr(): a persistent mount's root answers while the
+	 * tree is restored, not to be cached. */
+	if (in->nodeid == FUSE_ROOT_ID && tfs_ns_gate_root(&st, &fl)) {
+		tfs_statx_fill(&r.x.stat, &st, NULL, fl);
+		r.h.len = (uint32_t)len;
+		r.h.unique = in->unique;
+		if (write(fd, &r, len) < 0 && errno != ENOENT)
+			tfs_warn("cannot answer a statx of the root: %s",
+				 strerror(errno));
+		return;
+	}
 	tfs_ns_lock();
 	i = tfs_inode_get_locked(in->nodeid);
 	if (i) {
