@@ -9,6 +9,7 @@ load helpers
 
 bats_require_minimum_version 1.5.0
 
+
 setup() {
 	tfs_setup
 	OPTS=device_backend=none,disk_persist=yes
@@ -29,6 +30,37 @@ teardown() {
 	tfs_teardown
 }
 
+# mount_held OPTS: mount with the loader held until $HOLD exists. Waits
+# for the mount in mountinfo, not with mountpoint(1), whose stat of the
+# root must not be what the test relies on.
+mount_held() {
+	HOLD=$TFS_TMP/go
+	TFS_TEST_RESTORE_HOLD=$HOLD "$TIERFS_BIN" "$MNT" -f \
+		-o "disk_path=$SPILL,$1" 2>"$LOG" &
+	TFS_PID=$!
+	tfs_wait_for tfs_mounted "$MNT"
+}
+
+# answers CMD...: CMD ends within 5 s while the hold lasts, its output
+# in $output. If not, the hold is let go (nothing else ends a process
+# that waits on a FUSE request) and the check fails.
+answers() {
+	"$@" >"$TFS_TMP/answer" 2>&1 &
+	local pid=$! i
+	for i in $(seq 1 100); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		touch "$HOLD"
+		wait "$pid" || true
+		echo "'$*' did not answer while the tree was held" >&2
+		return 1
+	fi
+	wait "$pid"
+	output=$(cat "$TFS_TMP/answer")
+}
+
 # still_waiting PID: PID has not finished 300 ms after it started (it is
 # waiting for the loader: the tree is not back while the hold lasts).
 still_waiting() {
@@ -45,16 +77,13 @@ still_waiting() {
 	chmod 0751 "$MNT"
 	tfs_unmount
 
-	HOLD=$TFS_TMP/go
-	TFS_TEST_RESTORE_HOLD=$HOLD tfs_mount -o "$OPTS"
+	mount_held "$OPTS"
 	# The root answers at once, with the mode it comes back with (the
 	# kernel checks permissions on it).
-	run timeout 5 stat -c %a "$MNT"
-	[ "$status" -eq 0 ]
+	answers stat -c %a "$MNT"
 	[ "$output" = 751 ]
 	# statx asking for the birth time goes its own way (FUSE_STATX).
-	run timeout 5 stat -c %a:%W "$MNT"
-	[ "$status" -eq 0 ]
+	answers stat -c %a:%W "$MNT"
 	[ "${output%%:*}" = 751 ]
 	cmp "$TFS_TMP/ref" "$MNT/d/f" >"$TFS_TMP/cmp" 2>&1 &
 	BG+=($!)
@@ -101,8 +130,7 @@ still_waiting() {
 
 	# 16K of metadata holds far fewer than 300 files; the hold keeps the
 	# failure until the mount answers.
-	HOLD=$TFS_TMP/go
-	TFS_TEST_RESTORE_HOLD=$HOLD tfs_mount -o "$OPTS,fs_metadata_limit=16K"
+	mount_held "$OPTS,fs_metadata_limit=16K"
 	# What waits is never served a tree half built.
 	ls "$MNT/d" >"$TFS_TMP/ls" 2>&1 &
 	BG+=($!)
