@@ -157,3 +157,21 @@ still_waiting() {
 	tfs_mount -o "$OPTS"
 	[ "$(ls "$MNT/d" | wc -l)" = 300 ]
 }
+
+@test "kill -9 while the tree is restored loses nothing" {
+	tfs_mount -o "$OPTS"
+	mkdir "$MNT/d"
+	head -c 100000 /dev/urandom >"$TFS_TMP/ref"
+	cp "$TFS_TMP/ref" "$MNT/d/f"
+	tfs_unmount
+
+	mount_held "$OPTS"
+	kill -9 "$TFS_PID"
+	wait "$TFS_PID" 2>/dev/null || true
+	TFS_PID=
+	HOLD=
+	fusermount3 -uz "$MNT"
+
+	tfs_mount -o "$OPTS"
+	cmp "$TFS_TMP/ref" "$MNT/d/f"
+}
