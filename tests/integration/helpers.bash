@@ -86,6 +86,10 @@ tfs_mount() {
 	local i
 	for i in $(seq 1 200); do
 		if mountpoint -q "$MNT"; then
+			# A persistent mount answers before its tree is back
+			# (tierfs.8, PERSISTENT MOUNTS, Start-up), and logs how
+			# it came back once it is: statfs waits for that.
+			stat -f "$MNT" >/dev/null || true
 			return 0
 		fi
 		if ! kill -0 "$TFS_PID" 2>/dev/null; then
