@@ -237,7 +237,9 @@ static int ioc_stat(struct ioc_call *c)
 	tier_buf_stat(c->f->inode->buf, &st);
 	out->version = TFS_ABI_VERSION;
 	out->flags = c->a->stat.flags;
-	out->tier = st.tier;
+	/* A tier of [tiers] reads as disk unless asked for its place. */
+	out->tier = (c->a->stat.flags & TFS_STAT_CHAIN) ? (uint32_t)st.chain :
+							  st.tier;
 	out->pins = st.pins;
 	out->leases = st.leases;
 	out->size = st.size;

@@ -321,16 +321,9 @@ static int load_config(struct tfs_config *c, const char *mnt, char *err,
 		if (rc)
 			return rc;
 	}
-	rc = cfg_validate(c, mnt, err, errlen);
-	if (rc || !c->tiers.n)
-		return rc;
-	/* The section is parsed and checked, but the store holds the
-	 * default chain only: refuse it rather than mount without it. */
-	snprintf(err, errlen,
-		 "[tiers] %s: tiers below disk are not served yet; this "
-		 "tierfs mounts the chain device, host, disk only",
-		 c->tiers.t[0].name);
-	return -EOPNOTSUPP;
+	/* A kind the store does not serve is refused, by name, when it
+	 * opens the tiers. */
+	return cfg_validate(c, mnt, err, errlen);
 }
 
 /* [fs] metadata_limit, whose percentage is of the host tier's limit. */

@@ -164,7 +164,8 @@ static ssize_t virtual_get(struct tfs_inode *i, const char *name, char *buf,
 		return -ENODATA;
 	tier_buf_stat(i->buf, &st);
 	if (!strcmp(name, TFS_XATTR_TIER))
-		n = (size_t)snprintf(buf, cap, "%s", tier_name(st.tier));
+		n = (size_t)snprintf(buf, cap, "%s",
+				     tier_store_tier_name(tfs.store, st.chain));
 	else if (!strcmp(name, TFS_XATTR_SIZE))
 		n = (size_t)snprintf(buf, cap, "%" PRIu64, st.size);
 	else if (!strcmp(name, TFS_XATTR_STORED))
@@ -277,6 +278,12 @@ static int virtual_set(fuse_req_t req, struct tfs_inode *i, const char *name,
 		return dir_policy_set(i, name, value, size);
 	if (!strcmp(name, TFS_XATTR_TIER)) {
 		rc = tfs_xattr_parse_tier(value, size, &tier, &gpu);
+		/* Or a tier of [tiers], by the name the mount gives it. */
+		if (rc < 0 && (rc = tier_store_tier_parse(tfs.store, value,
+							  size)) >= 0) {
+			tier = (enum tfs_tier)rc;
+			gpu = -1;
+		}
 		if (rc < 0)
 			return rc;
 		tfs_break_leases(req, i, "move");

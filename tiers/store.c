@@ -68,6 +68,64 @@ static void apply_limits(struct tier_store *s, const struct tfs_config *cfg,
 	s->promote_rate = cfg_size_resolve(&cfg->policy.promote_rate, 0);
 }
 
+/* Close the tiers of [tiers] (removing their spill directories). */
+static void xt_close(struct tier_store *s)
+{
+	for (unsigned int i = 0; i < s->nx; i++) {
+		tier_disk_destroy(s->xt[i].disk);
+		free(s->xt[i].path);
+	}
+	s->nx = 0;
+}
+
+/*
+ * Open the disk-kind tiers [tiers] lists below [disk], in chain order, each
+ * a private spill directory under its path named after @tag as the [disk]
+ * tier's is, and set their limits. Only the kind "disk" is served:
+ * "shared" is refused here by name (its objects are written once, which
+ * the disk code's writes in place do not keep).
+ */
+static int xt_open(struct tier_store *s, const struct tfs_config *cfg,
+		   const char *tag, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	for (unsigned int i = 0; i < cfg->tiers.n; i++) {
+		const struct cfg_tier *ct = &cfg->tiers.t[i];
+		struct st_xtier *x = &s->xt[i];
+
+		if (ct->kind != CFG_TIER_DISK) {
+			snprintf(err, errlen,
+				 "[tiers] %s: kind '%s' is not served yet; "
+				 "this tierfs serves tiers of kind disk below "
+				 "[disk]",
+				 ct->name, cfg_tier_kind_name(ct->kind));
+			rc = -EOPNOTSUPP;
+			goto out;
+		}
+		x->path = strdup(ct->path);
+		if (!x->path) {
+			snprintf(err, errlen, "out of memory");
+			rc = -ENOMEM;
+			goto out;
+		}
+		rc = tier_disk_init(&x->disk, ct->path, tag, s->chunk_size,
+				    cfg->disk.compression, err, errlen);
+		if (rc) {
+			free(x->path);
+			goto out;
+		}
+		snprintf(x->name, sizeof(x->name), "%s:%s",
+			 tier_name(TFS_TIER_DISK), ct->name);
+		s->nx++;
+	}
+	rc = st_xt_limits(s, cfg, err, errlen);
+out:
+	if (rc)
+		xt_close(s);
+	return rc;
+}
+
 int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 		    const char *tag, char *err, size_t errlen)
 {
@@ -156,6 +214,9 @@ int tier_store_init(struct tier_store **out, const struct tfs_config *cfg,
 	}
 	if (rc)
 		goto out_dev;
+	rc = xt_open(s, cfg, tag, err, errlen);
+	if (rc)
+		goto out_disk;
 	rc = st_limits_compute(s, cfg, lim, glim, err, errlen);
 	if (rc)
 		goto out_disk;
@@ -213,6 +274,7 @@ out_spiller:
 out_pool:
 	host_pool_destroy(s->pool);
 out_disk:
+	xt_close(s);
 	tier_disk_destroy(s->disk);
 out_dev:
 	st_gpus_close(s);
@@ -245,6 +307,7 @@ void tier_store_destroy(struct tier_store *s)
 	free(s->wtq);
 	pol_sketch_destroy(&s->sketch);
 	host_pool_destroy(s->pool);
+	xt_close(s);
 	tier_disk_destroy(s->disk);
 	st_gpus_close(s);
 	pol_destroy(&s->pol);

@@ -35,7 +35,8 @@ struct tier_buf;
 
 /* Per-buffer state, as shown by xattrs, TFS_IOC_STAT and tierfsctl. */
 struct tier_buf_stat {
-	enum tfs_tier tier;
+	enum tfs_tier tier; /* a disk-kind tier of [tiers] reads as disk */
+	int chain; /* its index in the chain (tier_store_tier_name()) */
 	uint64_t size; /* logical */
 	uint64_t stored_size; /* bytes it takes in its tier */
 	uint64_t blocks; /* 512-byte blocks for st_blocks */
@@ -75,7 +76,10 @@ struct tier_store_stats {
 	bool has_device;
 	/* "ok", "failed" (a sticky error: see tierfs(8)) or "none" */
 	char device_state[8];
-	struct tier_usage tier[TFS_TIER_COUNT];
+	/* Each tier of the chain by its index (tier_store_tier_name()):
+	 * device, host, disk, then those of [tiers], ntiers in all. */
+	struct tier_usage tier[TFS_TIER_MAX];
+	unsigned int ntiers;
 	uint64_t files; /* buffers alive */
 	uint64_t logical_bytes; /* sum of sizes */
 	/* Scans for room that ended short with every candidate in use
@@ -638,5 +642,13 @@ void tier_store_keep_files(struct tier_store *s);
 /* Parse "device", "host", "disk" in any case ("DISK"); -EINVAL otherwise. */
 int tier_parse(const char *name, size_t len, enum tfs_tier *out);
 const char *tier_name(enum tfs_tier t);
+/* The name of tier @t of @s's chain (an index below its stats' ntiers):
+ * tier_name()'s for the three every chain has, "disk:NAME" for one of
+ * [tiers]; "?" past the chain. */
+const char *tier_store_tier_name(const struct tier_store *s, int t);
+/* The chain index of the tier of [tiers] named @name (@len bytes, a
+ * trailing newline or NUL allowed; in any case), or -EINVAL. */
+int tier_store_tier_parse(const struct tier_store *s, const char *name,
+			  size_t len);
 
 #endif

@@ -40,7 +40,9 @@ void st_charge(struct tier_store *s, struct tier_buf *b, int t,
 	       int64_t delta)
 {
 	b->charged[t] += (uint64_t)delta;
-	s->use[t].used += (uint64_t)delta;
+	/* The disk slot's charge is its disk-kind tier's (b->dk). */
+	s->use[t == TFS_TIER_DISK ? TFS_TIER_DISK + b->dk : t].used +=
+		(uint64_t)delta;
 	st_share_follow(s, b, t, delta);
 	if (t == TFS_TIER_DEVICE)
 		s->gpus[b->dgi].used += (uint64_t)delta;
@@ -108,9 +110,16 @@ void st_publish(struct tier_buf *b)
 
 	present = st_copies(b);
 	pthread_mutex_lock(&s->lock);
-	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+	for (int t = 0; t < TFS_TIER_DISK; t++) {
 		if ((present ^ b->present) & (1u << t))
 			s->use[t].buffers += (present & (1u << t)) ? 1 : -1;
+	}
+	/* Each disk-kind tier counts the buffers in it, as each GPU does. */
+	if (b->present & (1u << TFS_TIER_DISK))
+		s->use[TFS_TIER_DISK + b->pdk].buffers--;
+	if (present & (1u << TFS_TIER_DISK)) {
+		s->use[TFS_TIER_DISK + b->dk].buffers++;
+		b->pdk = b->dk;
 	}
 	/* Each GPU counts the buffers on it; a move between GPUs keeps the
 	 * device bit but changes the GPU. */
@@ -208,40 +217,49 @@ void st_disk_room(struct tier_store *s, uint64_t bytes)
  * s->lock: on NFS or Lustre a statvfs() can take as long as the server
  * does, and every operation of the store would wait behind it.
  */
-static bool disk_has_room(struct tier_store *s, uint64_t bytes)
+static bool disk_has_room(struct tier_store *s, unsigned int k,
+			  uint64_t bytes)
 {
 	struct statvfs sv;
 
-	if (statvfs(s->disk_path, &sv))
+	if (statvfs(k ? s->xt[k - 1].path : s->disk_path, &sv))
 		return true; /* let the write itself report the error */
 	return (uint64_t)sv.f_bavail * sv.f_frsize >= bytes;
 }
 
-/* Charge @bytes to @b in tier @t, evicting others first if needed. */
-int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
+/*
+ * Charge @bytes in tier @t, instance @g, to @b (@own) or to the tier
+ * alone, evicting others first if needed. A disk-kind tier makes room only
+ * when there is another below it to take what it pushes out.
+ */
+static int reserve(struct tier_buf *b, int t, unsigned int g, uint64_t bytes,
+		   bool own)
 {
 	struct tier_store *s = b->s;
 	uint64_t limit, room = 0;
-	bool fs_room = t != TFS_TIER_DISK || disk_has_room(s, bytes);
+	bool fs_room = t != TFS_TIER_DISK || disk_has_room(s, g, bytes);
 	int rc = 0;
 
 	pthread_mutex_lock(&s->lock);
-	limit = st_room(s, t, b->dgi);
-	uint64_t *used = st_used_of(s, t, b->dgi);
+	limit = st_room(s, t, g);
+	uint64_t *used = st_used_of(s, t, g);
 
 	if (bytes > limit || !fs_room) {
 		rc = -ENOSPC;
-	} else if ((rc = st_share_pinned(s, b, t, bytes))) {
+	} else if (own && (rc = st_share_pinned(s, b, t, bytes))) {
 		/* A pinned buffer grows within its pinner's share. */
 	} else if (*used + bytes > limit) {
-		if (t == TFS_TIER_DISK || b->promoting)
+		if ((t == TFS_TIER_DISK && g + 1 > s->nx) || b->promoting)
 			rc = -ENOSPC;
 		else
-			rc = st_make_room(s, t, b->dgi, limit - bytes, b, true);
+			rc = st_make_room(s, t, g, limit - bytes, b, true);
 	}
 	if (!rc) {
-		st_charge(s, b, t, (int64_t)bytes);
-		if (st_over_high(s, t, b->dgi))
+		if (own)
+			st_charge(s, b, t, (int64_t)bytes);
+		else
+			*used += bytes;
+		if (st_over_high(s, t, g))
 			pthread_cond_signal(&s->spill_wake);
 		room = *used < limit ? limit - *used : 0;
 	}
@@ -256,6 +274,23 @@ int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
 	else if (t == TFS_TIER_HOST && host_pool_free_bytes(s->pool) > room)
 		host_pool_shrink(s->pool, room);
 	return rc;
+}
+
+int st_reserve(struct tier_buf *b, int t, uint64_t bytes)
+{
+	return reserve(b, t, st_inst(b, t), bytes, true);
+}
+
+int st_reserve_at(struct tier_buf *b, unsigned int k, uint64_t bytes)
+{
+	return reserve(b, TFS_TIER_DISK, k, bytes, false);
+}
+
+void st_unreserve_at(struct tier_store *s, unsigned int k, uint64_t bytes)
+{
+	pthread_mutex_lock(&s->lock);
+	*st_used_of(s, TFS_TIER_DISK, k) -= bytes;
+	pthread_mutex_unlock(&s->lock);
 }
 
 void st_count_enospc(struct tier_buf *b)
@@ -328,7 +363,7 @@ void st_io_quiesce(struct tier_buf *b)
 uint64_t st_room(struct tier_store *s, int t, unsigned int g)
 {
 	if (t != TFS_TIER_DEVICE)
-		return s->use[t].limit;
+		return st_limit_of(s, t, g);
 	if (g >= s->ngpus)
 		return 0;
 	return s->gpus[g].room < s->gpus[g].limit ? s->gpus[g].room :

@@ -35,9 +35,9 @@ int st_disk_spill(struct tier_buf *b)
 		/* Written around the committed version, which stays until
 		 * the next commit. */
 		b->dobj = b->pobj;
-		rc = tier_dobj_truncate(s->disk, b->dobj, 0);
+		rc = tier_dobj_truncate(st_bdisk(b), b->dobj, 0);
 	} else {
-		rc = tier_dobj_create(s->disk, b->id, &b->dobj);
+		rc = tier_dobj_create(st_bdisk(b), b->id, &b->dobj);
 	}
 	if (rc)
 		return rc;
@@ -91,7 +91,7 @@ int st_disk_spill(struct tier_buf *b)
 		for (size_t j = 0; j < k; j++) {
 			srcs[j] = st_chunk_payload(b, i + j, scratch[j], dev,
 						   &lens[j], &descs[j]);
-			room += tier_disk_chunk_bound(s->disk, lens[j],
+			room += tier_disk_chunk_bound(st_bdisk(b), lens[j],
 						      descs[j].map != NULL);
 		}
 		uint64_t before = tier_dobj_stored(b->dobj);
@@ -99,7 +99,7 @@ int st_disk_spill(struct tier_buf *b)
 		rc = st_reserve(b, TFS_TIER_DISK, room);
 		if (rc)
 			goto out;
-		rc = tier_dobj_write_chunks_desc(s->disk, b->dobj, i, srcs,
+		rc = tier_dobj_write_chunks_desc(st_bdisk(b), b->dobj, i, srcs,
 						 lens, descs, k);
 		int64_t grew = (int64_t)(tier_dobj_stored(b->dobj) - before);
 
@@ -154,15 +154,19 @@ void st_disk_drop(struct tier_buf *b)
 	st_wc_free(b);
 	if (b->dobj == b->pobj) {
 		/* Only what was written since the commit goes. */
-		tier_dobj_revert(b->s->disk, b->dobj);
+		tier_dobj_revert(st_bdisk(b), b->dobj);
 		b->dobj = NULL;
 		b->sync_pending = false;
 		st_disk_recharge(b);
 		return;
 	}
-	tier_dobj_destroy(b->s->disk, b->dobj);
+	tier_dobj_destroy(st_bdisk(b), b->dobj);
 	b->dobj = NULL;
-	st_uncharge_all(b, TFS_TIER_DISK);
+	pthread_mutex_lock(&b->s->lock);
+	st_charge(b->s, b, TFS_TIER_DISK, -(int64_t)b->charged[TFS_TIER_DISK]);
+	/* The next spill goes to the [disk] tier again. */
+	b->dk = 0;
+	pthread_mutex_unlock(&b->s->lock);
 }
 
 int st_wc_flush(struct tier_buf *b)
@@ -178,7 +182,7 @@ int st_wc_flush(struct tier_buf *b)
 	/* st_wc_load() charged the most this write can add; now the real
 	 * cost takes its place. */
 	if (!st_chunk_used(b, b->wc_idx)) {
-		rc = tier_dobj_drop_chunk(s->disk, b->dobj, b->wc_idx);
+		rc = tier_dobj_drop_chunk(st_bdisk(b), b->dobj, b->wc_idx);
 		len = 0;
 	} else {
 		struct tier_chunk_desc desc;
@@ -194,7 +198,7 @@ int st_wc_flush(struct tier_buf *b)
 		}
 		src = st_chunk_payload(b, b->wc_idx, tmp ? tmp : b->wc, true,
 				       &len, &desc);
-		rc = tier_dobj_write_chunks_desc(s->disk, b->dobj, b->wc_idx,
+		rc = tier_dobj_write_chunks_desc(st_bdisk(b), b->dobj, b->wc_idx,
 						 &src, &len, &desc, 1);
 		st_chunk_put(s, tmp);
 	}
@@ -221,8 +225,8 @@ int st_wc_flush(struct tier_buf *b)
 static int wc_reserve(struct tier_buf *b)
 {
 	struct tier_store *s = b->s;
-	uint64_t most = tier_disk_chunk_bound(s->disk, s->chunk_size, false);
-	uint64_t now = tier_dobj_chunk_cost(s->disk, b->dobj, b->wc_idx);
+	uint64_t most = tier_disk_chunk_bound(st_bdisk(b), s->chunk_size, false);
+	uint64_t now = tier_dobj_chunk_cost(st_bdisk(b), b->dobj, b->wc_idx);
 	int rc;
 
 	if (b->wc_resv || most <= now)
@@ -246,7 +250,7 @@ int st_wc_load(struct tier_buf *b, uint64_t idx)
 	if (!b->wc && !(b->wc = malloc(s->chunk_size)))
 		return -ENOMEM;
 	b->wc_idx = (uint32_t)idx;
-	rc = tier_dobj_read(s->disk, b->dobj, b->wc, s->chunk_size,
+	rc = tier_dobj_read(st_bdisk(b), b->dobj, b->wc, s->chunk_size,
 			    idx * s->chunk_size);
 	if (!rc)
 		rc = wc_reserve(b);
@@ -259,7 +263,7 @@ int st_wc_load(struct tier_buf *b, uint64_t idx)
 int st_disk_read(struct tier_buf *b, void *dst, size_t len, uint64_t off)
 {
 	struct tier_store *s = b->s;
-	int rc = tier_dobj_read(s->disk, b->dobj, dst, len, off);
+	int rc = tier_dobj_read(st_bdisk(b), b->dobj, dst, len, off);
 
 	if (rc || !b->wc)
 		return rc;
@@ -307,4 +311,82 @@ ssize_t st_disk_write(struct tier_buf *b, const char *src, size_t len,
 		done += n;
 	}
 	return (ssize_t)done;
+}
+
+/*
+ * The copy goes chunk by chunk: each read whole (holes as zeroes) into a
+ * scratch chunk, packed again by its page maps and written to the new
+ * object, the room for it reserved first in the tier it goes to (which
+ * may push that tier's coldest down in turn). Only once every chunk is
+ * there do the objects and the charges change places.
+ */
+int st_disk_move(struct tier_buf *b, unsigned int k)
+{
+	struct tier_store *s = b->s;
+	struct tier_disk *to = st_disk_of(s, k);
+	struct tier_dobj *o = NULL;
+	uint64_t charged = 0;
+	void *scratch = NULL;
+	int rc;
+
+	if (!b->dobj || b->dk == k)
+		return 0;
+	/* Persistent mounts have no tiers below [disk] (cfg_validate()). */
+	if (b->dobj == b->pobj || k > s->nx)
+		return -EINVAL;
+	if ((rc = st_wc_flush(b)))
+		return rc;
+	st_wc_free(b);
+	scratch = st_chunk_get(s);
+	if (!scratch)
+		return -ENOMEM;
+	rc = tier_dobj_create(to, b->id, &o);
+	if (rc)
+		goto out_scratch;
+	for (uint64_t i = 0; i < b->nck; i++) {
+		struct tier_chunk_desc desc;
+		const void *src;
+		uint64_t room, before;
+		size_t len;
+
+		if (!st_chunk_used(b, i))
+			continue;
+		rc = tier_dobj_read(st_bdisk(b), b->dobj, scratch,
+				    s->chunk_size, i * s->chunk_size);
+		if (rc)
+			goto out_new;
+		src = st_chunk_payload(b, i, scratch, true, &len, &desc);
+		room = tier_disk_chunk_bound(to, len, desc.map != NULL);
+		rc = st_reserve_at(b, k, room);
+		if (rc)
+			goto out_new;
+		before = tier_dobj_stored(o);
+		rc = tier_dobj_write_chunks_desc(to, o, i, &src, &len, &desc,
+						 1);
+		uint64_t grew = tier_dobj_stored(o) - before;
+
+		pthread_mutex_lock(&s->lock);
+		*st_used_of(s, TFS_TIER_DISK, k) += grew - room;
+		if (!rc)
+			s->use[TFS_TIER_DISK + k].written_bytes += len;
+		pthread_mutex_unlock(&s->lock);
+		charged += grew;
+		if (rc)
+			goto out_new;
+	}
+	tier_dobj_destroy(st_bdisk(b), b->dobj);
+	pthread_mutex_lock(&s->lock);
+	st_charge(s, b, TFS_TIER_DISK, -(int64_t)b->charged[TFS_TIER_DISK]);
+	/* Tier @k holds @charged already: now as @b's. */
+	b->dk = (uint8_t)k;
+	b->charged[TFS_TIER_DISK] = charged;
+	b->dobj = o;
+	pthread_mutex_unlock(&s->lock);
+	goto out_scratch;
+out_new:
+	tier_dobj_destroy(to, o);
+	st_unreserve_at(s, k, charged);
+out_scratch:
+	st_chunk_put(s, scratch);
+	return rc;
 }

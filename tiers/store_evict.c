@@ -119,7 +119,9 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 	 * is half written costs its writer a fetch back or a write on disk,
 	 * while a placed buffer's lower copy is often clean already. */
 	bool take_staging = false, move_failed = false;
-	bool skip_disk = disk_full_skip(s);
+	/* The full state is the [disk] tier's, which moves out of the disk
+	 * slot (into a tier of [tiers]) never need. */
+	bool skip_disk = t != TFS_TIER_DISK && disk_full_skip(s);
 
 	while (*used > goal) {
 		struct pol_item *it = pol_victim(&s->pol, t, prev);
@@ -149,6 +151,7 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 		}
 		if (v == self || !v->charged[t] || v->io_refs ||
 		    (t == TFS_TIER_DEVICE && v->dgi != g) ||
+		    (t == TFS_TIER_DISK && v->dk != g) ||
 		    (v->staging && !take_staging) ||
 		    pthread_rwlock_trywrlock(&v->lock)) {
 			prev = it;
@@ -162,7 +165,7 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 		if (rc < 0 && rc != -ENOSPC)
 			log_move_error(s, v, t, rc);
 		pthread_mutex_lock(&s->lock);
-		if (rc == -ENOSPC)
+		if (rc == -ENOSPC && t != TFS_TIER_DISK)
 			disk_full_enter(s, v, t);
 		if (!rc)
 			v->pushed = true;
@@ -179,7 +182,7 @@ int st_shrink(struct tier_store *s, int t, unsigned int g, uint64_t goal,
 		/* One refusal is the disk tier's answer for this scan: the
 		 * rest passes over the victims that need the disk and takes
 		 * those it can drop. */
-		if (rc == -ENOSPC && s->disk_full)
+		if (rc == -ENOSPC && s->disk_full && t != TFS_TIER_DISK)
 			skip_disk = true;
 		if (rc < 0) {
 			if (v->dead || !pol_linked(&v->pi, t))
@@ -248,7 +251,16 @@ static int evict_copy(struct tier_buf *v, int t)
 	if (v->dmem && tier_dev_failed(st_bdev(v)) &&
 	    (v->has_host || v->dobj))
 		st_dev_drop(v);
-	if (st_has_copy(v, t)) {
+	if (t == TFS_TIER_DISK && v->dobj && !(st_copies(v) & ~(1u << t))) {
+		/* The only copy, in disk-kind tier dk: into the next one
+		 * down, as a whole; the last has none below it. */
+		unsigned int from = v->dk;
+
+		rc = from < s->nx ? st_disk_move(v, from + 1) : -ENOSPC;
+		if (!rc)
+			st_count_move(s, TFS_TIER_DISK + (int)from,
+				      TFS_TIER_DISK + (int)from + 1, v->size);
+	} else if (st_has_copy(v, t)) {
 		if (!(st_copies(v) & ~(1u << t))) {
 			rc = -ENOSPC;
 			for (int n = t + 1; rc && n < TFS_TIER_COUNT; n++)
@@ -477,6 +489,17 @@ void *st_spiller_main(void *arg)
 			 * than spin on the lock.
 			 */
 			if (!st_shrink(s, t, i, goal, NULL, false))
+				work = true;
+		}
+		/* Each disk-kind tier with another below it, [disk] first. */
+		for (unsigned int k = 0; k < s->nx; k++) {
+			if (!st_over_high(s, TFS_TIER_DISK, k))
+				continue;
+			uint64_t goal = (uint64_t)(
+				s->target *
+				(double)st_limit_of(s, TFS_TIER_DISK, k));
+
+			if (!st_shrink(s, TFS_TIER_DISK, k, goal, NULL, false))
 				work = true;
 		}
 		if (s->disk_full) {

@@ -1447,7 +1447,7 @@ int st_host_fetch(struct tier_buf *b)
 			rc = tier_dev_readv(st_bdev(b), b->dmem, seg,
 					    (unsigned int)nseg);
 		else if (!from_dev && b->dobj)
-			rc = tier_dobj_read_chunks(s->disk, b->dobj, idxs[0],
+			rc = tier_dobj_read_chunks(st_bdisk(b), b->dobj, idxs[0],
 						   dsts, lens, k);
 		if (rc)
 			goto out_drop;

@@ -164,11 +164,26 @@ struct st_gpu {
 	bool warned; /* the watcher's own: meminfo failed, said once */
 };
 
+/*
+ * A disk-kind tier of [tiers], below the [disk] tier: another instance of
+ * the disk code (lz4 chunks and CRC32C in a private directory under its
+ * path), with its own limit. Set at init, read-only after but for the
+ * limit, which is use[]'s.
+ */
+struct st_xtier {
+	struct tier_disk *disk;
+	char *path; /* the configured path, for statvfs */
+	char name[CFG_TIER_NAME_MAX + 8]; /* "disk:NAME", as users write it */
+};
+
 struct tier_store {
 	/* Outermost store lock; see the access rules above. */
 	pthread_mutex_t lock;
 	struct pol pol; /* [S] */
-	struct tier_usage use[TFS_TIER_COUNT]; /* [S] */
+	/* [S] Each tier of the chain by its index: the device (all GPUs),
+	 * host, [disk], then the tiers of [tiers] (xt[i] at
+	 * TFS_TIER_DISK + 1 + i). */
+	struct tier_usage use[TFS_TIER_MAX];
 	uint64_t files, logical; /* [S] */
 	/* Scans that ended short of room with no move failed: everything in
 	 * the tier was leased, pinned, in I/O, being written or the caller
@@ -248,8 +263,11 @@ struct tier_store {
 	struct st_gpu gpus[CFG_MAX_GPUS];
 	unsigned int ngpus, defg;
 
-	/* Set at init, read-only after. */
+	/* Set at init, read-only after. The [disk] tier, and the disk-kind
+	 * tiers below it ([tiers]), nx of them. */
 	struct tier_disk *disk;
+	struct st_xtier xt[CFG_MAX_TIERS];
+	unsigned int nx;
 	struct host_pool *pool;
 	uint32_t chunk_size;
 	uint64_t host_capacity, disk_capacity; /* RAM; the disk's size */
@@ -368,6 +386,20 @@ struct tier_buf {
 	/* [S] The GPU whose buffers count @b, while present has the device
 	 * bit (st_publish()). */
 	uint8_t pgi;
+	/*
+	 * The disk-kind tier dobj is in, and that charged[disk] is charged
+	 * to: 0 the [disk] tier, k the k-th of [tiers] (s->xt[k - 1]). A
+	 * buffer has one disk-kind copy at most, as it has one device copy
+	 * on one GPU: the disk slot is to the disk-kind tiers what the
+	 * device slot is to the GPUs. Changed as dgi is (b->lock held for
+	 * writing, s->lock held, no disk copy or charge), or by
+	 * st_disk_move(), which swaps the copy and its charge at once under
+	 * both locks.
+	 */
+	uint8_t dk;
+	/* [S] The disk-kind tier whose buffers count @b, while present has
+	 * the disk bit (st_publish()). */
+	uint8_t pdk;
 };
 
 
@@ -421,17 +453,46 @@ static inline uint8_t st_copies(const struct tier_buf *b)
 			present |= 1u << t;
 	return present;
 }
-/* s->lock held. The bytes tier @t (the device: GPU @g's) uses, its limit,
- * and whether it is above the high watermark. */
+/* Any lock or none. The tiers of the chain: device, host, then the
+ * disk-kind ones ([disk] and those of [tiers]). */
+static inline int st_ntiers(const struct tier_store *s)
+{
+	return TFS_TIER_COUNT + (int)s->nx;
+}
+/* Any lock or none. The disk-kind tier @k (0: [disk]) and the chain index
+ * of it. */
+static inline struct tier_disk *st_disk_of(const struct tier_store *s,
+					   unsigned int k)
+{
+	return k ? s->xt[k - 1].disk : s->disk;
+}
+/* b->lock held. The disk-kind tier of @b's disk copy (b->dk). */
+static inline struct tier_disk *st_bdisk(const struct tier_buf *b)
+{
+	return st_disk_of(b->s, b->dk);
+}
+/* Which instance of slot @t (a TFS_TIER_* index) @b's copy or charge
+ * there is in: its GPU, its disk-kind tier, or 0 for the host. */
+static inline unsigned int st_inst(const struct tier_buf *b, int t)
+{
+	return t == TFS_TIER_DEVICE ? b->dgi : t == TFS_TIER_DISK ? b->dk : 0;
+}
+/* s->lock held. The bytes tier @t (the device: GPU @g's; the disk slot:
+ * disk-kind tier @g's) uses, its limit, and whether it is above the high
+ * watermark. */
 static inline uint64_t *st_used_of(struct tier_store *s, int t,
 				   unsigned int g)
 {
-	return t == TFS_TIER_DEVICE ? &s->gpus[g].used : &s->use[t].used;
+	return t == TFS_TIER_DEVICE ? &s->gpus[g].used :
+	       t == TFS_TIER_DISK   ? &s->use[TFS_TIER_DISK + g].used :
+				      &s->use[t].used;
 }
 static inline uint64_t st_limit_of(struct tier_store *s, int t,
 				   unsigned int g)
 {
-	return t == TFS_TIER_DEVICE ? s->gpus[g].limit : s->use[t].limit;
+	return t == TFS_TIER_DEVICE ? s->gpus[g].limit :
+	       t == TFS_TIER_DISK   ? s->use[TFS_TIER_DISK + g].limit :
+				      s->use[t].limit;
 }
 static inline bool st_over_high(struct tier_store *s, int t, unsigned int g)
 {
@@ -466,6 +527,11 @@ void st_count_written(struct tier_store *s, int t, uint64_t bytes);
  * -ENOSPC, or -EDQUOT when @b is pinned and the bytes would take its
  * pinner past their share of @t. */
 int st_reserve(struct tier_buf *b, int t, uint64_t bytes);
+/* The same for disk-kind tier @k, charged to the tier alone (a copy being
+ * made there, not yet @b's: st_disk_move()); given back with
+ * st_unreserve_at(). */
+int st_reserve_at(struct tier_buf *b, unsigned int k, uint64_t bytes);
+void st_unreserve_at(struct tier_store *s, unsigned int k, uint64_t bytes);
 /* b->lock held for writing; takes s->lock. Count a write to @b refused
  * with ENOSPC against the tier that had no room. */
 void st_count_enospc(struct tier_buf *b);
@@ -704,6 +770,11 @@ int st_disk_read(struct tier_buf *b, void *dst, size_t len, uint64_t off);
  * or -errno when none were. */
 ssize_t st_disk_write(struct tier_buf *b, const char *src, size_t len,
 		      uint64_t off);
+/* Move the disk copy into disk-kind tier @k (0: [disk]; a non-persistent
+ * mount's), chunk by chunk through one scratch chunk, then drop it where
+ * it was: 0 when it is there already or there is none; on failure it
+ * stays where it was and nothing of the new one is left. */
+int st_disk_move(struct tier_buf *b, unsigned int k);
 
 /* store_persist.c */
 
@@ -801,6 +872,11 @@ void st_limits_probe(struct tier_store *s);
 int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 		      uint64_t lim[TFS_TIER_COUNT], uint64_t glim[CFG_MAX_GPUS],
 		      char *err, size_t errlen);
+/* At init: the limits of the tiers of [tiers] (s->xt, opened), each
+ * logged with where it came from; -EINVAL with the reason in @err for one
+ * above what its filesystem has free (unless policy.overcommit). */
+int st_xt_limits(struct tier_store *s, const struct tfs_config *cfg,
+		 char *err, size_t errlen);
 /* @v bytes as "512 B" or "1.5 MiB", into @buf. */
 void st_fmt_size(char *buf, size_t len, uint64_t v);
 

@@ -367,7 +367,7 @@ static int truncate_on_disk(struct tier_buf *b, uint64_t size)
 	if (!rc && b->wc && b->wc_idx >= st_nchunks_for(s, size))
 		st_wc_free(b);
 	if (!rc && size < b->size) {
-		rc = tier_dobj_truncate(s->disk, b->dobj,
+		rc = tier_dobj_truncate(st_bdisk(b), b->dobj,
 					st_nchunks_for(s, size));
 		st_disk_recharge(b);
 		st_host_truncate(b, size);
@@ -448,9 +448,9 @@ static int disk_allocate(struct tier_buf *b, uint64_t off, uint64_t len)
 		return rc;
 	st_wc_free(b);
 	for (uint64_t i = first; i <= last; i++) {
-		uint64_t bound = tier_disk_chunk_bound(s->disk, s->chunk_size,
+		uint64_t bound = tier_disk_chunk_bound(st_bdisk(b), s->chunk_size,
 						       false);
-		uint64_t now = tier_dobj_chunk_cost(s->disk, b->dobj, i);
+		uint64_t now = tier_dobj_chunk_cost(st_bdisk(b), b->dobj, i);
 
 		most += bound > now ? bound - now : 0;
 	}
@@ -465,12 +465,12 @@ static int disk_allocate(struct tier_buf *b, uint64_t off, uint64_t len)
 		const void *src;
 		size_t n;
 
-		rc = tier_dobj_read(s->disk, b->dobj, tmp, s->chunk_size,
+		rc = tier_dobj_read(st_bdisk(b), b->dobj, tmp, s->chunk_size,
 				    i * s->chunk_size);
 		if (rc)
 			break;
 		src = st_chunk_payload(b, i, tmp, true, &n, &desc);
-		rc = tier_dobj_write_chunks_desc(s->disk, b->dobj, i, &src, &n,
+		rc = tier_dobj_write_chunks_desc(st_bdisk(b), b->dobj, i, &src, &n,
 						 &desc, 1);
 		/* Within what was charged above. */
 		pthread_mutex_lock(&s->lock);
@@ -497,13 +497,13 @@ static int disk_punch(struct tier_buf *b, uint64_t off, uint64_t len)
 		uint64_t hi = end - base < s->chunk_size ? end - base :
 							   s->chunk_size;
 
-		if (!tier_dobj_chunk_cost(s->disk, b->dobj, i) &&
+		if (!tier_dobj_chunk_cost(st_bdisk(b), b->dobj, i) &&
 		    !(b->wc && b->wc_idx == i))
 			continue;
 		if (!st_chunk_used(b, i)) {
 			if (b->wc && b->wc_idx == i)
 				st_wc_free(b);
-			rc = tier_dobj_drop_chunk(s->disk, b->dobj, i);
+			rc = tier_dobj_drop_chunk(st_bdisk(b), b->dobj, i);
 			continue;
 		}
 		/* The bytes of pages it keeps read zero in the range. */
@@ -527,10 +527,13 @@ static int disk_punch(struct tier_buf *b, uint64_t off, uint64_t len)
 static bool disk_may_take(struct tier_buf *b, uint64_t len)
 {
 	struct tier_store *s = b->s;
-	uint64_t lim = st_tier_limit(s, TFS_TIER_DISK), others;
+	uint64_t lim, others;
 
+	/* The disk-kind tier the disk copy is in. */
 	pthread_mutex_lock(&s->lock);
-	others = s->use[TFS_TIER_DISK].used - b->charged[TFS_TIER_DISK];
+	lim = st_limit_of(s, TFS_TIER_DISK, b->dk);
+	others = *st_used_of(s, TFS_TIER_DISK, b->dk) -
+		 b->charged[TFS_TIER_DISK];
 	pthread_mutex_unlock(&s->lock);
 	return others <= lim && len <= lim - others;
 }
@@ -686,9 +689,9 @@ static int move(struct tier_buf *b, enum tfs_tier tier, int g, uint64_t owner,
 	struct tier_store *s = b->s;
 	int rc = 0;
 
-	/* TFS_MOVE_CHAIN lets callers name a tier of [tiers]: a mount has
-	 * none of those yet. */
-	if (tier >= TFS_TIER_COUNT)
+	/* TFS_MOVE_CHAIN lets callers name a tier of [tiers]: ENXIO for
+	 * one past this mount's chain. */
+	if ((int)tier >= st_ntiers(s))
 		return -ENXIO;
 	if (tier == TFS_TIER_DEVICE &&
 	    !st_gpu_usable(s, g < 0 ? s->defg : (unsigned int)g))
@@ -737,6 +740,9 @@ static int move(struct tier_buf *b, enum tfs_tier tier, int g, uint64_t owner,
 		rc = st_wc_flush(b);
 		if (!rc && !b->dobj)
 			rc = st_disk_spill(b);
+		/* Into the disk-kind tier named: disk is [disk] itself. */
+		if (!rc)
+			rc = st_disk_move(b, tier - TFS_TIER_DISK);
 		if (!rc) {
 			st_dev_drop(b);
 			if (b->has_host)

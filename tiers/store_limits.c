@@ -365,3 +365,67 @@ int st_limits_compute(struct tier_store *s, const struct tfs_config *cfg,
 	}
 	return 0;
 }
+
+int st_xt_limits(struct tier_store *s, const struct tfs_config *cfg,
+		 char *err, size_t errlen)
+{
+	for (unsigned int i = 0; i < s->nx; i++) {
+		const struct cfg_tier *ct = &cfg->tiers.t[i];
+		struct st_xtier *x = &s->xt[i];
+		char a[32], b[32], c[32], src[PATH_MAX + 160];
+		uint64_t fs, free_b, lim;
+		struct statvfs sv;
+
+		if (statvfs(x->path, &sv)) {
+			int e = errno;
+
+			snprintf(err, errlen, "[tiers] %s: path '%s': %s",
+				 ct->name, x->path, strerror(e));
+			return -e;
+		}
+		fs = (uint64_t)sv.f_blocks * sv.f_frsize;
+		free_b = (uint64_t)sv.f_bavail * sv.f_frsize;
+		st_fmt_size(a, sizeof(a), free_b);
+		st_fmt_size(b, sizeof(b), fs);
+		if (set(&ct->limit)) {
+			lim = cfg_size_resolve(&ct->limit, fs);
+			if (!cfg->policy.overcommit && lim > free_b) {
+				st_fmt_size(c, sizeof(c), lim);
+				snprintf(err, errlen,
+					 "[tiers] %s: limit %s is more than "
+					 "the %s free on '%s' "
+					 "(policy_overcommit=yes allows it)",
+					 ct->name, c, a, x->path);
+				return -EINVAL;
+			}
+			snprintf(src, sizeof(src), "from [tiers] %s", ct->name);
+		} else {
+			/* As the [disk] tier's default: half the
+			 * filesystem, 5% of it left to others. */
+			uint64_t keep = fs / 20;
+			uint64_t room = free_b > keep ? free_b - keep : 0;
+
+			lim = fs / 2;
+			snprintf(src, sizeof(src),
+				 "50%% of the %s filesystem of '%s'", b,
+				 x->path);
+			if (room < lim) {
+				lim = room;
+				st_fmt_size(c, sizeof(c), keep);
+				snprintf(src, sizeof(src),
+					 "the %s free on '%s' less %s (5%% of "
+					 "its size) left to others",
+					 a, x->path, c);
+			}
+		}
+		pthread_mutex_lock(&s->lock);
+		s->use[TFS_TIER_DISK + 1 + i].limit = lim;
+		pthread_mutex_unlock(&s->lock);
+		st_fmt_size(c, sizeof(c), lim);
+		if (lim)
+			tfs_notice("%s: limit %s: %s", x->name, c, src);
+		else
+			tfs_warn("%s: no room at all: %s", x->name, src);
+	}
+	return 0;
+}

@@ -21,6 +21,27 @@ const char *tier_name(enum tfs_tier t)
 	return t < TFS_TIER_COUNT ? names[t] : "?";
 }
 
+const char *tier_store_tier_name(const struct tier_store *s, int t)
+{
+	if (t >= TFS_TIER_COUNT && t < st_ntiers(s))
+		return s->xt[t - TFS_TIER_COUNT].name;
+	return tier_name((enum tfs_tier)t);
+}
+
+int tier_store_tier_parse(const struct tier_store *s, const char *name,
+			  size_t len)
+{
+	while (len && (name[len - 1] == '\n' || name[len - 1] == '\0'))
+		len--;
+	for (int t = TFS_TIER_COUNT; t < st_ntiers(s); t++) {
+		const char *n = tier_store_tier_name(s, t);
+
+		if (strlen(n) == len && !strncasecmp(n, name, len))
+			return t;
+	}
+	return -EINVAL;
+}
+
 int tier_parse(const char *name, size_t len, enum tfs_tier *out)
 {
 	while (len && (name[len - 1] == '\n' || name[len - 1] == '\0'))
@@ -67,6 +88,7 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 	out->ngpus = s->ngpus;
 	pthread_mutex_lock(&s->lock);
 	memcpy(out->tier, s->use, sizeof(out->tier));
+	out->ntiers = (unsigned int)st_ntiers(s);
 	out->files = s->files;
 	out->logical_bytes = s->logical;
 	out->evict_nothing_movable = s->evict_nothing_movable;
@@ -118,14 +140,15 @@ void tier_store_stats(struct tier_store *s, struct tier_store_stats *out)
 	out->host_alloc_failures =
 		__atomic_load_n(&s->host_alloc_failures, __ATOMIC_RELAXED);
 	out->host_pool = host_pool_free_bytes(s->pool);
-	if (s->disk) {
+	/* Every disk-kind tier's spill files together. */
+	for (unsigned int k = 0; s->disk && k <= s->nx; k++) {
 		struct tier_disk_stats ds;
 
-		tier_disk_stats(s->disk, &ds);
-		out->checksum_errors = ds.corrupt_chunks;
-		out->spill_read_errors = ds.read_errors;
-		out->spill_write_errors = ds.write_errors;
-		out->spill_punch_errors = ds.punch_errors;
+		tier_disk_stats(st_disk_of(s, k), &ds);
+		out->checksum_errors += ds.corrupt_chunks;
+		out->spill_read_errors += ds.read_errors;
+		out->spill_write_errors += ds.write_errors;
+		out->spill_punch_errors += ds.punch_errors;
 	}
 }
 
@@ -151,12 +174,12 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 	/* The chain, fastest first: the one list of tiers tierfsctl and
 	 * Python read, and the names of the TIER.* keys below. */
 	EMIT("tiers=");
-	for (int t = 0; t < TFS_TIER_COUNT; t++)
-		EMIT("%s%s", t ? "," : "", tier_name((enum tfs_tier)t));
+	for (int t = 0; t < (int)st.ntiers; t++)
+		EMIT("%s%s", t ? "," : "", tier_store_tier_name(s, t));
 	EMIT("\n");
-	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+	for (int t = 0; t < (int)st.ntiers; t++) {
 		const struct tier_usage *u = &st.tier[t];
-		const char *nm = tier_name((enum tfs_tier)t);
+		const char *nm = tier_store_tier_name(s, t);
 
 		EMIT("%s.used=%" PRIu64 "\n", nm, u->used);
 		EMIT("%s.limit=%" PRIu64 "\n", nm, u->limit);
@@ -227,23 +250,24 @@ size_t tier_store_format_stats(struct tier_store *s, char *buf, size_t len)
 	return st_metric_format(s, buf, len, n);
 }
 
-/* What the disk tier's filesystem still lets it write, for statfs. */
-static uint64_t disk_fs_avail(struct tier_store *s)
+/* What disk-kind tier @k's filesystem still lets it write, for statfs. */
+static uint64_t disk_fs_avail(struct tier_store *s, unsigned int k)
 {
 	struct statvfs sv;
 
-	if (!s->disk || fstatvfs(tier_disk_dirfd(s->disk), &sv))
+	if (!s->disk || fstatvfs(tier_disk_dirfd(st_disk_of(s, k)), &sv))
 		return UINT64_MAX;
 	return (uint64_t)sv.f_bavail * sv.f_frsize;
 }
 
 void tier_store_space(struct tier_store *s, struct tier_space *out)
 {
-	uint64_t left[TFS_TIER_COUNT], fs = disk_fs_avail(s), slot, disk;
+	uint64_t left[TFS_TIER_MAX], fs, slot, disk;
+	const int n = st_ntiers(s);
 
 	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&s->lock);
-	for (int t = 0; t < TFS_TIER_COUNT; t++) {
+	for (int t = 0; t < n; t++) {
 		/* A tier may be over its own limit for a moment (a reload
 		 * that lowered it, a buffer in use): nothing is left then. */
 		left[t] = s->use[t].limit > s->use[t].used ?
@@ -252,9 +276,12 @@ void tier_store_space(struct tier_store *s, struct tier_space *out)
 		out->used += s->use[t].used;
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (left[TFS_TIER_DISK] > fs)
-		left[TFS_TIER_DISK] = fs;
-	for (int t = 0; t < TFS_TIER_COUNT; t++)
+	for (int t = TFS_TIER_DISK; t < n; t++) {
+		fs = disk_fs_avail(s, (unsigned int)(t - TFS_TIER_DISK));
+		if (left[t] > fs)
+			left[t] = fs;
+	}
+	for (int t = 0; t < n; t++)
 		out->free += left[t];
 	/*
 	 * On disk a chunk takes its slot: the stored bytes and a header,
@@ -286,6 +313,8 @@ void tier_buf_stat(struct tier_buf *b, struct tier_buf_stat *st)
 			break;
 		}
 	}
+	st->chain = st->tier == TFS_TIER_DISK ? TFS_TIER_DISK + b->pdk :
+						(int)st->tier;
 	st->size = b->pi.size;
 	st->stored_size = b->charged[st->tier];
 	st->last_access_ns = b->pi.last_access;

@@ -1391,6 +1391,225 @@ static void test_tier_names(void)
 	}
 }
 
+/* A store (no device) whose chain has the [tiers] entries @specs
+ * ("NAME=KIND:PATH[:LIMIT]", NULL-terminated) below a [disk] of @disk
+ * bytes; NULL with the reason in @err and *@rc when init refuses. */
+static struct tier_store *mk_xstore(uint64_t host, uint64_t disk,
+				    const char *const *specs, int *rc,
+				    char *err, size_t errlen)
+{
+	struct tfs_config cfg;
+	struct tier_store *s = NULL;
+
+	cfg_defaults(&cfg);
+	snprintf(cfg.device.backend, sizeof(cfg.device.backend), "none");
+	cfg.host.limit = (struct cfg_size){ .bytes = host };
+	cfg.disk.limit = (struct cfg_size){ .bytes = disk };
+	free(cfg.disk.path);
+	cfg.disk.path = strdup(spill_dir);
+	*rc = 0;
+	for (; *specs && !*rc; specs++) {
+		char name[32];
+		const char *eq = strchr(*specs, '=');
+
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - *specs),
+			 *specs);
+		*rc = cfg_tier_set(&cfg, name, eq + 1, err, errlen);
+	}
+	if (!*rc)
+		*rc = tier_store_init(&s, &cfg, "unit", err, errlen);
+	cfg_free(&cfg);
+	return s;
+}
+
+/* Incompressible bytes of file @n from @off (a multiple of 8): lz4 keeps
+ * them at their size, so that limits in MiB mean MiB of files. */
+static void rfill(uint8_t *p, size_t len, int n, uint64_t off)
+{
+	for (size_t i = 0; i < len; i += 8) {
+		uint64_t z = ((uint64_t)n << 40 | (off + i) / 8) +
+			     0x9e3779b97f4a7c15ull;
+
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		z ^= z >> 31;
+		memcpy(p + i, &z, len - i < 8 ? len - i : 8);
+	}
+}
+
+/* A file of @size bytes (a multiple of 8) of rfill(@n): 0 or -errno. */
+static int rfile(struct tier_store *s, int n, uint64_t size,
+		 struct tier_buf **out)
+{
+	uint8_t *p = malloc(size);
+	ssize_t w;
+	int rc;
+
+	rfill(p, size, n, 0);
+	rc = tier_buf_new(s, out);
+	if (rc)
+		goto out;
+	w = tier_buf_write(*out, p, size, 0);
+	rc = w == (ssize_t)size ? tier_buf_register(*out) :
+				  w < 0 ? (int)w : -EIO;
+	if (rc) {
+		tier_buf_destroy(*out);
+		*out = NULL;
+	}
+out:
+	free(p);
+	return rc;
+}
+
+static bool rverify(struct tier_buf *b, int n, uint64_t size)
+{
+	uint8_t *got = malloc(size), *want = malloc(size);
+	bool ok = tier_buf_size(b) == size &&
+		  tier_buf_read(b, got, size, 0) == (ssize_t)size;
+
+	rfill(want, size, n, 0);
+	ok = ok && !memcmp(got, want, size);
+	free(got);
+	free(want);
+	return ok;
+}
+
+/* Files in the spill directories under @dir (tierfs.unit.*). */
+static size_t spill_files_under(const char *dir)
+{
+	char pat_[PATH_MAX];
+	glob_t g;
+	size_t n = 0;
+
+	snprintf(pat_, sizeof(pat_), "%s/tierfs*unit*/*", dir);
+	if (!glob(pat_, 0, NULL, &g)) {
+		for (size_t i = 0; i < g.gl_pathc; i++)
+			n += !strstr(g.gl_pathv[i], "lock");
+		globfree(&g);
+	}
+	return n;
+}
+
+/*
+ * A tier of [tiers] below [disk]: what does not fit the disk tier goes on
+ * down into it (the coldest first), counted there, named disk:NAME; it
+ * reads back whole, a read brings it up to host, an explicit move goes
+ * into it and out of it, and the last tier full is ENOSPC with nothing
+ * lost. A kind the store does not serve is refused by name.
+ */
+static void test_tiers_below_disk(void)
+{
+	char xdir[] = "/tmp/tierfs-unit-x.XXXXXX", spec[128], err[512];
+	const char *specs[] = { spec, NULL };
+	struct tier_store_stats st;
+	struct tier_buf_stat bs;
+	struct tier_buf *b[12];
+	struct tier_store *s;
+	char *txt;
+	int rc, in_x = 0;
+
+	CHECK(mkdtemp(xdir) != NULL);
+	snprintf(spec, sizeof(spec), "nvme=disk:%s:64M", xdir);
+	/* 2 MiB of host, 4 MiB of [disk]: some of 12 MiB goes below. */
+	s = mk_xstore(2 * MiB, 4 * MiB, specs, &rc, err, sizeof(err));
+	if (rc)
+		printf("# %s\n", err);
+	CHECK_EQ(rc, 0);
+	if (!s)
+		goto out_dir;
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.ntiers, 4);
+	CHECK(!strcmp(tier_store_tier_name(s, TFS_TIER_COUNT), "disk:nvme"));
+	CHECK_EQ(st.tier[TFS_TIER_COUNT].limit, 64 * MiB);
+	for (int i = 0; i < 12; i++)
+		CHECK_EQ(rfile(s, i, 1 * MiB, &b[i]), 0);
+	tier_store_stats(s, &st);
+	for (int t = 0; t < (int)st.ntiers; t++)
+		CHECK(st.tier[t].used <= st.tier[t].limit);
+	CHECK(st.tier[TFS_TIER_COUNT].buffers > 0);
+	CHECK(st.tier[TFS_TIER_COUNT].used > 0);
+	CHECK(st.tier[TFS_TIER_COUNT].written_bytes > 0);
+	CHECK(st.tier[TFS_TIER_DISK].spills > 0);
+	CHECK(spill_files_under(xdir) > 0);
+	for (int i = 0; i < 12; i++) {
+		tier_buf_stat(b[i], &bs);
+		if (bs.chain == TFS_TIER_COUNT) {
+			/* Through the ioctl without TFS_STAT_CHAIN. */
+			CHECK_EQ(bs.tier, TFS_TIER_DISK);
+			in_x++;
+		}
+	}
+	CHECK_EQ((uint64_t)in_x, st.tier[TFS_TIER_COUNT].buffers);
+	/* The oldest went first: file 0 is down there. */
+	tier_buf_stat(b[0], &bs);
+	CHECK_EQ(bs.chain, TFS_TIER_COUNT);
+	/* Every byte back; a read brings it up to host. */
+	for (int i = 0; i < 12; i++)
+		CHECK(rverify(b[i], i, 1 * MiB));
+	tier_buf_stat(b[11], &bs);
+	CHECK_EQ(bs.tier, TFS_TIER_HOST);
+	/* Explicit moves: into the tier of [tiers], then to [disk]. */
+	CHECK_EQ(tier_buf_move(b[11], (enum tfs_tier)TFS_TIER_COUNT, 0), 0);
+	tier_buf_stat(b[11], &bs);
+	CHECK_EQ(bs.chain, TFS_TIER_COUNT);
+	CHECK(rverify(b[11], 11, 1 * MiB));
+	CHECK_EQ(tier_buf_move(b[11], (enum tfs_tier)TFS_TIER_COUNT, 0), 0);
+	CHECK_EQ(tier_buf_move(b[11], TFS_TIER_DISK, 0), 0);
+	tier_buf_stat(b[11], &bs);
+	CHECK_EQ(bs.chain, TFS_TIER_DISK);
+	CHECK(rverify(b[11], 11, 1 * MiB));
+	CHECK_EQ(tier_buf_move(b[11], (enum tfs_tier)(TFS_TIER_COUNT + 1), 0),
+		 -ENXIO);
+	CHECK_EQ(tier_store_tier_parse(s, "DISK:nvme\n", 10), TFS_TIER_COUNT);
+	CHECK_EQ(tier_store_tier_parse(s, "disk:nvm", 8), -EINVAL);
+	/* The chain and the new tier's keys in the stats. */
+	txt = malloc(64 * 1024);
+	tier_store_format_stats(s, txt, 64 * 1024);
+	CHECK(strstr(txt, "\ntiers=device,host,disk,disk:nvme\n") != NULL);
+	CHECK(strstr(txt, "\ndisk:nvme.used=") != NULL);
+	CHECK(strstr(txt, "\ndisk:nvme.limit=67108864\n") != NULL);
+	free(txt);
+	for (int i = 0; i < 12; i++)
+		tier_buf_destroy(b[i]);
+	tier_store_stats(s, &st);
+	CHECK_EQ(st.tier[TFS_TIER_COUNT].used, 0);
+	CHECK_EQ(st.tier[TFS_TIER_COUNT].buffers, 0);
+	CHECK_EQ(st.tier[TFS_TIER_DISK].buffers, 0);
+	CHECK_EQ(spill_files_under(xdir), 0);
+	tier_store_destroy(s);
+
+	/* The last tier full: ENOSPC for the write that needs it, and
+	 * what is stored stays readable. */
+	snprintf(spec, sizeof(spec), "nvme=disk:%s:6M", xdir);
+	s = mk_xstore(2 * MiB, 4 * MiB, specs, &rc, err, sizeof(err));
+	CHECK_EQ(rc, 0);
+	if (s) {
+		int n = 0, last = 0;
+
+		while (n < 12 && !(last = rfile(s, n, 1 * MiB, &b[n])))
+			n++;
+		CHECK_EQ(last, -ENOSPC);
+		/* 2 MiB of host, 4 of [disk], 6 of nvme: about 11 fit. */
+		CHECK(n >= 8);
+		tier_store_stats(s, &st);
+		CHECK(st.tier[TFS_TIER_COUNT].buffers > 0);
+		for (int i = 0; i < n; i++) {
+			CHECK(rverify(b[i], i, 1 * MiB));
+			tier_buf_destroy(b[i]);
+		}
+		tier_store_destroy(s);
+	}
+
+	/* A kind not served: refused, by its name. */
+	snprintf(spec, sizeof(spec), "far=shared:%s", xdir);
+	s = mk_xstore(2 * MiB, 4 * MiB, specs, &rc, err, sizeof(err));
+	CHECK(s == NULL);
+	CHECK_EQ(rc, -EOPNOTSUPP);
+	CHECK(strstr(err, "[tiers] far: kind 'shared'") != NULL);
+out_dir:
+	rmdir(xdir);
+}
+
 static struct tier_store *mk_pstore(uint64_t host, const char *name)
 {
 	struct tfs_config cfg;
@@ -2376,6 +2595,7 @@ int main(void)
 	TAP_RUN(test_stats_format);
 	TAP_RUN(test_bad_backend);
 	TAP_RUN(test_tier_names);
+	TAP_RUN(test_tiers_below_disk);
 	TAP_RUN(test_sync_keeps_committed);
 	TAP_RUN(test_sync_large_in_place);
 	TAP_RUN(test_graves_and_keep);
