@@ -999,8 +999,18 @@ void cfg_key_where(const struct tfs_config *cfg, const char *section,
 {
 	const struct cfg_key *k = find_key(section, key);
 
-	if (k)
+	if (k) {
 		key_where(cfg, k, buf, len);
-	else
-		snprintf(buf, len, "%s_%s", section, key);
+		return;
+	}
+	/* A [tiers] entry: its own line, or its -o. */
+	if (!strcmp(section, "tiers")) {
+		for (unsigned int i = 0; i < cfg->tiers.n; i++) {
+			if (!strcasecmp(cfg->tiers.t[i].name, key)) {
+				tier_where(cfg, &cfg->tiers.t[i], buf, len);
+				return;
+			}
+		}
+	}
+	snprintf(buf, len, "%s_%s", section, key);
 }

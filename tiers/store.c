@@ -5,6 +5,7 @@
  * the model and store_i.h for the structs and their locking.
  */
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -95,11 +96,15 @@ static int xt_open(struct tier_store *s, const struct tfs_config *cfg,
 		struct st_xtier *x = &s->xt[i];
 
 		if (ct->kind != CFG_TIER_DISK) {
+			char where[PATH_MAX + 64];
+
+			cfg_key_where(cfg, "tiers", ct->name, where,
+				      sizeof(where));
 			snprintf(err, errlen,
-				 "[tiers] %s: kind '%s' is not served yet; "
-				 "this tierfs serves tiers of kind disk below "
+				 "%s: kind '%s' is not served yet; this "
+				 "tierfs serves tiers of kind disk below "
 				 "[disk]",
-				 ct->name, cfg_tier_kind_name(ct->kind));
+				 where, cfg_tier_kind_name(ct->kind));
 			rc = -EOPNOTSUPP;
 			goto out;
 		}

@@ -373,14 +373,16 @@ int st_xt_limits(struct tier_store *s, const struct tfs_config *cfg,
 		const struct cfg_tier *ct = &cfg->tiers.t[i];
 		struct st_xtier *x = &s->xt[i];
 		char a[32], b[32], c[32], src[PATH_MAX + 160];
+		char where[PATH_MAX + 64];
 		uint64_t fs, free_b, lim;
 		struct statvfs sv;
 
+		cfg_key_where(cfg, "tiers", ct->name, where, sizeof(where));
 		if (statvfs(x->path, &sv)) {
 			int e = errno;
 
-			snprintf(err, errlen, "[tiers] %s: path '%s': %s",
-				 ct->name, x->path, strerror(e));
+			snprintf(err, errlen, "%s: path '%s': %s", where,
+				 x->path, strerror(e));
 			return -e;
 		}
 		fs = (uint64_t)sv.f_blocks * sv.f_frsize;
@@ -392,13 +394,13 @@ int st_xt_limits(struct tier_store *s, const struct tfs_config *cfg,
 			if (!cfg->policy.overcommit && lim > free_b) {
 				st_fmt_size(c, sizeof(c), lim);
 				snprintf(err, errlen,
-					 "[tiers] %s: limit %s is more than "
-					 "the %s free on '%s' "
-					 "(policy_overcommit=yes allows it)",
-					 ct->name, c, a, x->path);
+					 "%s: limit %s is more than the %s "
+					 "free on '%s' (policy_overcommit=yes "
+					 "allows it)",
+					 where, c, a, x->path);
 				return -EINVAL;
 			}
-			snprintf(src, sizeof(src), "from [tiers] %s", ct->name);
+			snprintf(src, sizeof(src), "from %s", where);
 		} else {
 			/* As the [disk] tier's default: half the
 			 * filesystem, 5% of it left to others. */

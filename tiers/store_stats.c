@@ -262,7 +262,7 @@ static uint64_t disk_fs_avail(struct tier_store *s, unsigned int k)
 
 void tier_store_space(struct tier_store *s, struct tier_space *out)
 {
-	uint64_t left[TFS_TIER_MAX], fs, slot, disk;
+	uint64_t left[TFS_TIER_MAX] = { 0 }, fs, slot, disk, dlim;
 	const int n = st_ntiers(s);
 
 	memset(out, 0, sizeof(*out));
@@ -275,6 +275,7 @@ void tier_store_space(struct tier_store *s, struct tier_space *out)
 				  0;
 		out->used += s->use[t].used;
 	}
+	dlim = s->use[TFS_TIER_DISK].limit;
 	pthread_mutex_unlock(&s->lock);
 	for (int t = TFS_TIER_DISK; t < n; t++) {
 		fs = disk_fs_avail(s, (unsigned int)(t - TFS_TIER_DISK));
@@ -290,8 +291,17 @@ void tier_store_space(struct tier_store *s, struct tier_space *out)
 	 */
 	disk = 0;
 	if (s->disk) {
+		/* A file too large for host goes to [disk], which makes room
+		 * for it by pushing others into the tiers below: what they
+		 * leave counts, up to the [disk] limit. */
+		uint64_t room = left[TFS_TIER_DISK];
+
+		for (int t = TFS_TIER_DISK + 1; t < n; t++)
+			room += left[t];
+		if (room > dlim && n > TFS_TIER_COUNT)
+			room = dlim;
 		slot = tier_disk_chunk_bound(s->disk, s->chunk_size, false);
-		disk = left[TFS_TIER_DISK] / slot * s->chunk_size;
+		disk = room / slot * s->chunk_size;
 	}
 	out->one_file = left[TFS_TIER_HOST] > disk ? left[TFS_TIER_HOST] :
 						       disk;

@@ -437,14 +437,16 @@ require_usr_local_sbin() {
 	[ "$n" -ge 4 ]
 }
 
-@test "[tiers]: each entry is checked, and a mount with a valid one is refused, naming it" {
+@test "[tiers]: each entry is checked, and a mount with a kind not served is refused, naming it" {
 	mkdir -p "$TFS_TMP/nvme"
 	bad_option "-o tiers_nvme: unknown kind 'tape' (known: disk, shared)" \
 		"tiers_nvme=tape:$TFS_TMP/nvme"
 	bad_option "is the directory of" "tiers_nvme=disk:$SPILL"
-	bad_option "[tiers] nvme: tiers below disk are not served yet" \
-		"tiers_nvme=disk:$TFS_TMP/nvme:1G"
+	bad_option "-o tiers_nvme: limit 1.0 PiB is more than the" \
+		"device_backend=none,tiers_nvme=disk:$TFS_TMP/nvme:1024T"
 	printf '[tiers]\nlustre = shared:%s\n' "$TFS_TMP/nvme" >"$CONF"
-	mount_fails "[tiers] lustre: tiers below disk are not served yet" \
-		-f -o "config=$CONF,disk_path=$SPILL"
+	mount_fails "$CONF:2: lustre: kind 'shared' is not served yet" \
+		-f -o "config=$CONF,disk_path=$SPILL,device_backend=none"
+	# Nothing of either is left under the tier's path.
+	[ -z "$(find "$TFS_TMP/nvme" -mindepth 1)" ]
 }

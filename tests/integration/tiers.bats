@@ -831,3 +831,67 @@ PY
 	[ "$status" -eq 0 ]
 	[ "$output" = ok ]
 }
+
+@test "a [tiers] entry below disk: what disk has no room for goes down into it, named disk:NAME, counted, and every byte comes back" {
+	local nv=$TFS_TMP/nvme f t n=0 blocks bsize avail
+	mkdir -p "$nv"
+	tfs_mount -o "device_backend=none,host_limit=4M,disk_limit=2M,tiers_nvme=disk:$nv:64M"
+	[ "$(tstat tiers)" = device,host,disk,disk:nvme ]
+	[ "$(tstat disk:nvme.limit)" -eq $((64 << 20)) ]
+	# statfs counts its room: 4M of host and 2M of disk alone are 6M.
+	read -r blocks bsize < <(stat -f -c '%b %S' "$MNT")
+	[ $((blocks * bsize)) -gt $((64 << 20)) ]
+	make_src 16 512K
+	for f in "$TFS_TMP"/src/f*; do
+		cp "$f" "$MNT/${f##*/}"
+	done
+	# The oldest went down first.
+	wait_until tfs_tier_is "$MNT/f00" = disk:nvme
+	for f in "$MNT"/f*; do
+		t=$(tfs_tier "$f")
+		[ "$(rank "${t%%:*}")" -le 2 ]
+		[ "$t" != disk:nvme ] || n=$((n + 1))
+	done
+	[ "$n" -ge 1 ]
+	[ "$(tstat disk:nvme.buffers)" -eq "$n" ]
+	[ "$(tstat disk:nvme.used)" -gt 0 ]
+	[ "$(tstat disk:nvme.used)" -le $((64 << 20)) ]
+	[ "$(tstat disk.spills)" -ge "$n" ]
+	within_limits
+	# The largest file df offers fits: the disk tier makes room for it by
+	# pushing others down, whatever it holds now.
+	avail=$(df -B1 --output=avail "$MNT" | tail -1)
+	[ "$avail" -ge $((1 << 20)) ]
+	head -c "$avail" /dev/urandom >"$TFS_TMP/big"
+	cp "$TFS_TMP/big" "$MNT/big"
+	cmp "$TFS_TMP/big" "$MNT/big"
+	rm "$MNT/big"
+	wait_until tfs_stat_is disk:nvme.buffers -ge "$n"
+	n=$(tstat disk:nvme.buffers)
+	# Its spill files are under the tier's own path, not under disk_path.
+	[ "$(find "$nv" -path '*/tierfs.*' -type f ! -name lock | wc -l)" -eq "$n" ]
+	# Every byte back; a read brings a file up from it (to host: there
+	# is no device).
+	for f in "$TFS_TMP"/src/f*; do
+		cmp "$f" "$MNT/${f##*/}"
+	done
+	for f in "$MNT"/f*; do
+		if [ "$(tfs_tier "$f")" = disk:nvme ]; then break; fi
+	done
+	[ "$(tfs_tier "$f")" = disk:nvme ]
+	cat "$f" >/dev/null
+	[ "$(tfs_tier "$f")" = host ]
+	# By hand: into it by its name (any case), and back to disk.
+	set_tier "$MNT/f15" DISK:NVME
+	[ "$(tfs_tier "$MNT/f15")" = disk:nvme ]
+	set_tier "$MNT/f15" disk
+	[ "$(tfs_tier "$MNT/f15")" = disk ]
+	cmp "$TFS_TMP/src/f15" "$MNT/f15"
+	run ! setfattr -n user.tierfs.tier -v disk:nvm "$MNT/f15"
+	# Deleting them empties it; unmounting removes its directory.
+	rm "$MNT"/f*
+	wait_until tfs_stat_is disk:nvme.buffers -eq 0
+	[ "$(tstat disk:nvme.used)" -eq 0 ]
+	tfs_unmount
+	[ -z "$(find "$nv" -mindepth 1)" ]
+}

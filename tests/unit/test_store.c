@@ -1605,7 +1605,7 @@ static void test_tiers_below_disk(void)
 	s = mk_xstore(2 * MiB, 4 * MiB, specs, &rc, err, sizeof(err));
 	CHECK(s == NULL);
 	CHECK_EQ(rc, -EOPNOTSUPP);
-	CHECK(strstr(err, "[tiers] far: kind 'shared'") != NULL);
+	CHECK(strstr(err, "tiers_far: kind 'shared' is not served yet") != NULL);
 out_dir:
 	rmdir(xdir);
 }
