@@ -305,7 +305,7 @@ static void status_text(FILE *f, const char *mount,
 	const char *backend = ctl_stats_get(s, "backend");
 	const char *model = ctl_stats_get(s, "device_model");
 	const char *reload;
-	int bar = term_columns() - 65;
+	int bar = term_columns() - 65, w = 7;
 	char a[32], b[32], c[32];
 	struct ctl_tiers tl;
 	uint64_t v;
@@ -335,17 +335,22 @@ static void status_text(FILE *f, const char *mount,
 
 	/* ENOSPC: writes refused because this tier, the last that could
 	 * take them, was full. */
-	fprintf(f, "\n%-7s %10s  %10s  %-*s %5s %8s %8s\n", "TIER", "USED",
-		"LIMIT", bar + 2, "USAGE", "", "BUFFERS", "ENOSPC");
-	/* The daemon's chain, not a list of our own. */
+	/* The daemon's chain, not a list of our own; its names may be
+	 * longer than the three every chain has (disk:NAME). */
 	ctl_stats_tiers(s, &tl);
+	for (unsigned int i = 0; i < tl.n; i++)
+		if ((int)strlen(tl.name[i]) > w)
+			w = (int)strlen(tl.name[i]);
+	fprintf(f, "\n%-*s %10s  %10s  %-*s %5s %8s %8s\n", w, "TIER", "USED",
+		"LIMIT", bar + 2, "USAGE", "", "BUFFERS", "ENOSPC");
 	for (unsigned int i = 0; i < tl.n; i++) {
 		const char *t = tl.name[i];
 		uint64_t used = tier_u64(s, t, "used");
 		uint64_t limit = tier_u64(s, t, "limit");
 		uint64_t bufs = tier_u64(s, t, "buffers");
 
-		fprintf(f, "%-7s %10s  ", t, ctl_fmt_bytes(a, sizeof(a), used));
+		fprintf(f, "%-*s %10s  ", w, t,
+			ctl_fmt_bytes(a, sizeof(a), used));
 		if (!limit && !strcmp(t, "device")) {
 			fprintf(f, "%10s  %-*s %5s", "-", bar + 2,
 				"(no device tier)", "");
@@ -365,7 +370,7 @@ static void status_text(FILE *f, const char *mount,
 
 	status_gpus(f, s);
 
-	fprintf(f, "\n%-7s %22s %22s", "TIER", "SPILLED OUT (BUFFERS)",
+	fprintf(f, "\n%-*s %22s %22s", w, "TIER", "SPILLED OUT (BUFFERS)",
 		"UNSPILLED IN (BUFFERS)");
 	if (prev)
 		fprintf(f, " %12s %12s", "SPILL/S", "UNSPILL/S");
@@ -382,7 +387,7 @@ static void status_text(FILE *f, const char *mount,
 			 ctl_fmt_bytes(b, sizeof(b),
 				       tier_u64(s, t, "unspill_bytes")),
 			 tier_u64(s, t, "unspills"));
-		fprintf(f, "%-7s %22s %22s", t, sp, un);
+		fprintf(f, "%-*s %22s %22s", w, t, sp, un);
 		if (prev) {
 			ctl_fmt_bytes(a, sizeof(a),
 				      rate(prev, s, t, "spill_bytes"));

@@ -833,7 +833,7 @@ PY
 }
 
 @test "a [tiers] entry below disk: what disk has no room for goes down into it, named disk:NAME, counted, and every byte comes back" {
-	local nv=$TFS_TMP/nvme f t n=0 blocks bsize avail
+	local nv=$TFS_TMP/nvme f t n=0 blocks bsize avail out hl nl
 	mkdir -p "$nv"
 	tfs_mount -o "device_backend=none,host_limit=4M,disk_limit=2M,tiers_nvme=disk:$nv:64M"
 	[ "$(tstat tiers)" = device,host,disk,disk:nvme ]
@@ -881,12 +881,24 @@ PY
 	[ "$(tfs_tier "$f")" = disk:nvme ]
 	cat "$f" >/dev/null
 	[ "$(tfs_tier "$f")" = host ]
-	# By hand: into it by its name (any case), and back to disk.
-	set_tier "$MNT/f15" DISK:NVME
+	# By hand: tierfsctl spill goes to the chain's last tier; the xattr
+	# takes its name (any case), and disk moves it back up to disk.
+	run "$TIERFSCTL_BIN" spill "$MNT/f15"
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"moved to disk:nvme" ]]
 	[ "$(tfs_tier "$MNT/f15")" = disk:nvme ]
 	set_tier "$MNT/f15" disk
 	[ "$(tfs_tier "$MNT/f15")" = disk ]
+	set_tier "$MNT/f15" DISK:NVME
+	[ "$(tfs_tier "$MNT/f15")" = disk:nvme ]
 	cmp "$TFS_TMP/src/f15" "$MNT/f15"
+	# tierfsctl status: its row, the LIMIT column where the header has it.
+	out=$("$TIERFSCTL_BIN" status --ascii "$MNT")
+	hl=$(grep -m1 '^TIER .* LIMIT' <<<"$out")
+	nl=$(grep -m1 '^disk:nvme .* 64\.0 MiB' <<<"$out")
+	hl=${hl%%LIMIT*}
+	nl=${nl%%64.0 MiB*}
+	[ $((${#hl} + 5)) -eq $((${#nl} + 8)) ]
 	run ! setfattr -n user.tierfs.tier -v disk:nvm "$MNT/f15"
 	# Deleting them empties it; unmounting removes its directory.
 	rm "$MNT"/f*
