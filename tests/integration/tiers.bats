@@ -891,6 +891,18 @@ PY
 	[ "$(tfs_tier "$MNT/f15")" = disk ]
 	set_tier "$MNT/f15" DISK:NVME
 	[ "$(tfs_tier "$MNT/f15")" = disk:nvme ]
+	# TFS_IOC_STAT: disk (2) unless TFS_STAT_CHAIN asks for its place (3).
+	run python3 -c '
+import fcntl, os, struct, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+for flags in (0, 1):
+    out = fcntl.ioctl(fd, (3 << 30) | (88 << 16) | (0xf7 << 8) | 6,
+                      struct.pack("<II", 1, flags) + bytes(80))
+    print(struct.unpack("<III", out[:12])[2])' "$MNT/f15"
+	[ "$status" -eq 0 ]
+	echo "$output"
+	[ "${lines[0]}" = 2 ]
+	[ "${lines[1]}" = 3 ]
 	cmp "$TFS_TMP/src/f15" "$MNT/f15"
 	# tierfsctl status: its row, the LIMIT column where the header has it.
 	out=$("$TIERFSCTL_BIN" status --ascii "$MNT")

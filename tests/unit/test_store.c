@@ -183,7 +183,7 @@ static void test_small_grown_by_truncate(void)
 		CHECK_EQ(tier_buf_read(b, got, sizeof(got), 0), sizeof(got));
 		CHECK(!memcmp(got, want, sizeof(want)));
 	}
-	/* A tier of [tiers] (TFS_MOVE_CHAIN), which no mount has yet. */
+	/* A tier of [tiers] (TFS_MOVE_CHAIN), which this store has none of. */
 	CHECK_EQ(tier_buf_move(b, (enum tfs_tier)TFS_TIER_COUNT, 0), -ENXIO);
 	CHECK_EQ(tier_buf_move(b, (enum tfs_tier)(TFS_TIER_MAX - 1), 0),
 		 -ENXIO);
