@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -69,6 +70,26 @@ static void apply_limits(struct tier_store *s, const struct tfs_config *cfg,
 	s->promote_rate = cfg_size_resolve(&cfg->policy.promote_rate, 0);
 }
 
+/* Whether @cfg's [tiers] is the chain @s was opened with: the same
+ * names, paths and limits in the same order. */
+static bool xt_same(const struct tier_store *s, const struct tfs_config *cfg)
+{
+	if (cfg->tiers.n != s->nx)
+		return false;
+	for (unsigned int i = 0; i < s->nx; i++) {
+		const struct cfg_tier *ct = &cfg->tiers.t[i];
+		const char *name = strchr(s->xt[i].name, ':') + 1;
+
+		if (strcasecmp(ct->name, name) ||
+		    strcmp(ct->path, s->xt[i].path) ||
+		    ct->limit.is_percent != s->xt[i].limit.is_percent ||
+		    ct->limit.bytes != s->xt[i].limit.bytes ||
+		    ct->limit.percent != s->xt[i].limit.percent)
+			return false;
+	}
+	return true;
+}
+
 /* Close the tiers of [tiers] (removing their spill directories). */
 static void xt_close(struct tier_store *s)
 {
@@ -122,6 +143,7 @@ static int xt_open(struct tier_store *s, const struct tfs_config *cfg,
 		}
 		snprintf(x->name, sizeof(x->name), "%s:%s",
 			 tier_name(TFS_TIER_DISK), ct->name);
+		x->limit = ct->limit;
 		s->nx++;
 	}
 	rc = st_xt_limits(s, cfg, err, errlen);
@@ -374,6 +396,11 @@ int tier_store_reconfigure(struct tier_store *s, const struct tfs_config *cfg,
 	rc = st_limits_compute(s, cfg, lim, glim, err, errlen);
 	if (rc)
 		return rc;
+	if (!xt_same(s, cfg))
+		tfs_warn("[tiers] changed: the tiers below disk are set at "
+			 "mount; this reload keeps the %u the mount has, "
+			 "with their limits",
+			 s->nx);
 	pthread_mutex_lock(&s->lock);
 	apply_limits(s, cfg, lim, glim);
 	host_pool_set_keep(s->pool, s->use[TFS_TIER_HOST].limit);

@@ -174,6 +174,7 @@ struct st_xtier {
 	struct tier_disk *disk;
 	char *path; /* the configured path, for statvfs */
 	char name[CFG_TIER_NAME_MAX + 8]; /* "disk:NAME", as users write it */
+	struct cfg_size limit; /* as configured, to tell a reload's apart */
 };
 
 struct tier_store {

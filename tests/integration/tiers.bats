@@ -919,3 +919,23 @@ for flags in (0, 1):
 	tfs_unmount
 	[ -z "$(find "$nv" -mindepth 1)" ]
 }
+
+@test "a reload that changes [tiers] keeps the chain the mount has, and says so" {
+	local nv=$TFS_TMP/nvme
+	mkdir -p "$nv" "$TFS_TMP/other"
+	printf '[tiers]\nnvme = disk:%s:64M\n' "$nv" >"$TFS_TMP/conf"
+	tfs_mount -o "config=$TFS_TMP/conf,device_backend=none"
+	[ "$(tstat tiers)" = device,host,disk,disk:nvme ]
+	# The same [tiers]: nothing to say.
+	kill -HUP "$TFS_PID"
+	tfs_wait_for grep -q "configuration reloaded" "$LOG"
+	run ! grep -q "\[tiers\] changed" "$LOG"
+	printf '[tiers]\nnvme = disk:%s:32M\nfar = disk:%s\n' "$nv" \
+		"$TFS_TMP/other" >"$TFS_TMP/conf"
+	kill -HUP "$TFS_PID"
+	tfs_wait_for grep -q "\[tiers\] changed: .* keeps the 1 the mount has" "$LOG"
+	[ "$(tstat tiers)" = device,host,disk,disk:nvme ]
+	[ "$(tstat disk:nvme.limit)" -eq $((64 << 20)) ]
+	echo x >"$MNT/f"
+	[ "$(cat "$MNT/f")" = x ]
+}
