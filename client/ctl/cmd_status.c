@@ -341,6 +341,10 @@ static void status_text(FILE *f, const char *mount,
 	for (unsigned int i = 0; i < tl.n; i++)
 		if ((int)strlen(tl.name[i]) > w)
 			w = (int)strlen(tl.name[i]);
+	/* What a longer name takes, the bar gives back: 80 columns hold. */
+	bar -= w - 7;
+	if (bar < 8)
+		bar = 8;
 	fprintf(f, "\n%-*s %10s  %10s  %-*s %5s %8s %8s\n", w, "TIER", "USED",
 		"LIMIT", bar + 2, "USAGE", "", "BUFFERS", "ENOSPC");
 	for (unsigned int i = 0; i < tl.n; i++) {
