@@ -846,7 +846,7 @@ PY
 		cp "$f" "$MNT/${f##*/}"
 	done
 	# The oldest went down first.
-	wait_until tfs_tier_is "$MNT/f00" = disk:nvme
+	tfs_wait_for tfs_tier_is "$MNT/f00" = disk:nvme
 	for f in "$MNT"/f*; do
 		t=$(tfs_tier "$f")
 		[ "$(rank "${t%%:*}")" -le 2 ]
@@ -866,7 +866,7 @@ PY
 	cp "$TFS_TMP/big" "$MNT/big"
 	cmp "$TFS_TMP/big" "$MNT/big"
 	rm "$MNT/big"
-	wait_until tfs_stat_is disk:nvme.buffers -ge "$n"
+	tfs_wait_for tfs_stat_is disk:nvme.buffers -ge "$n"
 	n=$(tstat disk:nvme.buffers)
 	# Its spill files are under the tier's own path, not under disk_path.
 	[ "$(find "$nv" -path '*/tierfs.*' -type f ! -name lock | wc -l)" -eq "$n" ]
@@ -914,7 +914,7 @@ for flags in (0, 1):
 	run ! setfattr -n user.tierfs.tier -v disk:nvm "$MNT/f15"
 	# Deleting them empties it; unmounting removes its directory.
 	rm "$MNT"/f*
-	wait_until tfs_stat_is disk:nvme.buffers -eq 0
+	tfs_wait_for tfs_stat_is disk:nvme.buffers -eq 0
 	[ "$(tstat disk:nvme.used)" -eq 0 ]
 	tfs_unmount
 	[ -z "$(find "$nv" -mindepth 1)" ]
