@@ -328,7 +328,8 @@ PY
 @test "passthrough: no device export or allocation of a file whose replica a writer maps" {
 	local ec
 	ec=$(dirname "$TIERFS_BIN")/../client/lib/export_client
-	[ -x "$ec" ] || skip "no export_client built"
+	# Built with the client (client/lib/meson.build): missing is a broken build.
+	[ -x "$ec" ]
 	pt_mount device_backend=sim,device_limit=64M
 	head -c 1M /dev/urandom >"$MNT/f"
 	setfattr -n user.tierfs.tier -v host "$MNT/f"
