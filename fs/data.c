@@ -28,6 +28,19 @@ static void note_read(struct tfs_inode *i)
 /* Enough entries for TFS_IO_MAX in the smallest chunks, split twice. */
 #define READ_IOV_MAX (TFS_IO_MAX / (64 * 1024) * 2 + 4)
 
+/* A read copied into @buf: its @n bytes, or its error when negative. */
+static void reply_copied(fuse_req_t req, struct tfs_file *f, const void *buf,
+			 ssize_t n)
+{
+	if (n < 0) {
+		fuse_reply_err(req, (int)-n);
+		return;
+	}
+	if (!f->noatime)
+		note_read(f->inode);
+	fuse_reply_buf(req, buf, (size_t)n);
+}
+
 void tfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
@@ -47,13 +60,7 @@ void tfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		buf = tfs_reply_buf();
 		n = buf ? tfs_pt_read(f, buf, size, off) : -ENOMEM;
 		if (n != -ENOENT) {
-			if (n < 0) {
-				fuse_reply_err(req, (int)-n);
-				return;
-			}
-			if (!f->noatime)
-				note_read(i);
-			fuse_reply_buf(req, buf, (size_t)n);
+			reply_copied(req, f, buf, n);
 			return;
 		}
 	}
@@ -85,13 +92,7 @@ void tfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	n = tier_buf_read_as(i->buf, buf, size, off, flags);
-	if (n < 0) {
-		fuse_reply_err(req, (int)-n);
-		return;
-	}
-	if (!f->noatime)
-		note_read(i);
-	fuse_reply_buf(req, buf, (size_t)n);
+	reply_copied(req, f, buf, n);
 }
 
 /* An append-only file takes a write through O_APPEND at its end only. */
